@@ -1,0 +1,72 @@
+"""The exception hierarchy.
+
+Every failure the library reports is an :class:`OdfChainError`, so callers (and the CLI) can
+catch one type. The subclasses say *what kind* of thing went wrong; the message says *where*
+(block sequence number and hash, field, or file) and, for rule violations, expected vs found.
+"""
+
+from __future__ import annotations
+
+
+class OdfChainError(Exception):
+    """Base class of every error raised by odf_chain."""
+
+
+class FormatError(OdfChainError):
+    """Bytes that cannot be decoded: a corrupt block, an unknown manifest kind or version,
+    an unknown multihash code, a malformed Arrow schema."""
+
+
+class IntegrityError(OdfChainError):
+    """Stored content does not match its hash or recorded size: a tampered or damaged block or
+    data slice."""
+
+
+class NotFoundError(OdfChainError):
+    """A dataset, block, data slice or ref that should exist does not."""
+
+
+class ConflictError(OdfChainError):
+    """Another writer moved the head first. Nothing of this append became visible; re-read the
+    head and retry."""
+
+
+class RuleViolation(OdfChainError):
+    """A block breaks one of the chain's rules.
+
+    Carries the rule's name and, when known, the offending block's sequence number and hash so
+    that reports can name them without parsing the message.
+    """
+
+    def __init__(
+        self,
+        rule: str,
+        message: str,
+        *,
+        sequence_number: int | None = None,
+        block_hash: str | None = None,
+    ) -> None:
+        self.rule = rule
+        self.detail = message
+        self.sequence_number = sequence_number
+        self.block_hash = block_hash
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        where = []
+        if self.sequence_number is not None:
+            where.append(f"block {self.sequence_number}")
+        if self.block_hash is not None:
+            where.append(self.block_hash)
+        prefix = f"{' '.join(where)}: " if where else ""
+        return f"{prefix}rule {self.rule}: {self.detail}"
+
+    def at(self, sequence_number: int, block_hash: str | None) -> RuleViolation:
+        """The same violation, located at a block (used once the block's hash is known)."""
+        return type(self)(
+            self.rule, self.detail, sequence_number=sequence_number, block_hash=block_hash
+        )
+
+
+class SchemaEvolutionError(RuleViolation):
+    """A new schema breaks the evolution rules (a field removed, retyped, or made required)."""
