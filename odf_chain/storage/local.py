@@ -1,0 +1,268 @@
+"""One dataset directory on the local filesystem.
+
+Layout (ODF's): ``blocks/<hash>`` immutable blocks, ``refs/head`` the head block hash,
+``data/<hash>`` Parquet slices, ``checkpoints/``, ``info/`` (derived) and a hidden ``.staging/``
+for in-flight writes. Every file appears by fsync + rename, so a reader (or a crash) never sees
+half a file; the head moves only by compare-and-swap under an OS lock that dies with its holder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import re
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+from odf_chain.errors import (
+    ConflictError,
+    FormatError,
+    IntegrityError,
+    NotFoundError,
+    OdfChainError,
+)
+
+_NAME = re.compile(r"[0-9a-zA-Z]+")
+_SUFFIX = re.compile(r"[0-9a-zA-Z._-]*")
+_SUBDIRS = ("blocks", "refs", "data", "checkpoints", "info")
+LOCK_TIMEOUT = 30.0
+_LOCK_POLL = 0.005
+
+
+def _is_name(name: object) -> bool:
+    return isinstance(name, str) and _NAME.fullmatch(name) is not None
+
+
+def check_name(name: str, what: str = "name") -> str:
+    """Return ``name`` if it is a bare multibase string; a name is joined onto a directory, so
+    anything else (``..``, ``/``, empty) could escape it and is refused."""
+    if not _is_name(name):
+        raise OdfChainError(f"invalid {what} {name!r}: expected [0-9a-zA-Z]+")
+    return name
+
+
+def fsync_dir(path: Path) -> None:
+    """fsync a directory so a rename into it survives a power loss."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: Path, data: bytes, staging_dir: Path | None = None) -> None:
+    """Make ``path`` hold ``data`` all at once: write a unique staging file (in ``staging_dir``,
+    default ``path``'s directory; it must be on the same filesystem), fsync, rename, fsync dir."""
+    staging_dir = path.parent if staging_dir is None else staging_dir
+    fd, tmp = tempfile.mkstemp(dir=staging_dir, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.rename(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    fsync_dir(path.parent)
+
+
+def _names(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir() if _is_name(p.name) and p.is_file())
+
+
+class LocalStorage:
+    """The files of one dataset. Knows bytes and names only, never what a block means."""
+
+    def __init__(self, root: Path) -> None:
+        self._root = root
+
+    @classmethod
+    def create(cls, root: str | Path) -> LocalStorage:
+        """Lay out a new dataset; refuses a directory that already holds one, so an existing
+        chain can never be silently forked or overwritten."""
+        root = Path(root)
+        root.mkdir(parents=True, exist_ok=True)
+        blocks = root / "blocks"
+        if (root / "refs" / "head").exists() or (
+            blocks.is_dir() and any(p.is_file() for p in blocks.iterdir())
+        ):
+            raise OdfChainError(f"already a dataset: {root}")
+        for sub in _SUBDIRS:
+            (root / sub).mkdir(exist_ok=True)
+        fsync_dir(root)
+        return cls(root)
+
+    @classmethod
+    def open(cls, root: str | Path) -> LocalStorage:
+        """Open an existing dataset; ``blocks/`` and ``refs/`` are what make it one."""
+        root = Path(root)
+        for sub in ("blocks", "refs"):
+            if not (root / sub).is_dir():
+                raise NotFoundError(f"not a dataset: {root} (no {sub}/ directory)")
+        return cls(root)
+
+    @property
+    def root(self) -> Path:
+        return self._root
+
+    @property
+    def info_dir(self) -> Path:
+        return self._root / "info"
+
+    @property
+    def staging_dir(self) -> Path:
+        """``.staging/``, created on demand: it sits on the dataset's filesystem, so a rename
+        out of it is atomic."""
+        path = self._root / ".staging"
+        path.mkdir(exist_ok=True)
+        return path
+
+    # -- blocks ---------------------------------------------------------------------------------
+
+    def _block_path(self, name: str) -> Path:
+        return self._root / "blocks" / check_name(name, "block name")
+
+    def write_block(self, name: str, data: bytes) -> None:
+        """Store a block. Names are content hashes, so rewriting the same bytes is a no-op and
+        different bytes under an existing name mean something is corrupt."""
+        path = self._block_path(name)
+        if path.exists():
+            if path.read_bytes() != data:
+                raise IntegrityError(f"block {name} already stored with different content")
+            return
+        write_atomic(path, data, self.staging_dir)
+
+    def read_block(self, name: str) -> bytes:
+        try:
+            return self._block_path(name).read_bytes()
+        except FileNotFoundError:
+            raise NotFoundError(f"block {name} not found in {self._root}") from None
+
+    def has_block(self, name: str) -> bool:
+        return self._block_path(name).is_file()
+
+    def block_names(self) -> list[str]:
+        return _names(self._root / "blocks")
+
+    # -- data slices ----------------------------------------------------------------------------
+
+    def stage_file(self, suffix: str = "") -> Path:
+        """A fresh, empty, uniquely named file in ``.staging/`` for a writer to fill before
+        :meth:`commit_data`; the name is reserved by creating it."""
+        if not _SUFFIX.fullmatch(suffix):
+            raise OdfChainError(f"invalid staging suffix {suffix!r}")
+        fd, tmp = tempfile.mkstemp(dir=self.staging_dir, prefix="data.", suffix=suffix)
+        os.close(fd)
+        return Path(tmp)
+
+    def _check_staged(self, staged: Path) -> Path:
+        staged = Path(staged)
+        if staged.parent.resolve() != self.staging_dir.resolve():
+            raise OdfChainError(f"{staged} is not in {self.staging_dir}")
+        return staged
+
+    def commit_data(self, staged: Path, name: str) -> Path:
+        """Move a filled staging file to ``data/<name>`` durably. Names are content hashes, so
+        an existing slice of the same size is the same slice: keep it, drop the staged copy."""
+        staged = self._check_staged(staged)
+        target = self.data_path(name)
+        if target.exists():
+            if target.stat().st_size != staged.stat().st_size:
+                raise IntegrityError(
+                    f"data slice {name} already stored with size {target.stat().st_size}, "
+                    f"staged copy has {staged.stat().st_size}"
+                )
+            staged.unlink()
+            return target
+        with open(staged, "rb") as f:
+            os.fsync(f.fileno())
+        os.rename(staged, target)
+        fsync_dir(target.parent)
+        return target
+
+    def discard(self, staged: Path) -> None:
+        """Drop a staged file (an abandoned write); missing is fine."""
+        self._check_staged(staged).unlink(missing_ok=True)
+
+    def data_path(self, name: str) -> Path:
+        return self._root / "data" / check_name(name, "data slice name")
+
+    def has_data(self, name: str) -> bool:
+        return self.data_path(name).is_file()
+
+    def data_names(self) -> list[str]:
+        return _names(self._root / "data")
+
+    def open_data(self, name: str) -> BinaryIO:
+        try:
+            return open(self.data_path(name), "rb")  # the caller closes it
+        except FileNotFoundError:
+            raise NotFoundError(f"data slice {name} not found in {self._root}") from None
+
+    def leftover_staging(self) -> list[Path]:
+        """Files in ``.staging/``: orphans of writers that crashed (or are still writing)."""
+        path = self._root / ".staging"
+        return sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else []
+
+    # -- head -----------------------------------------------------------------------------------
+
+    @property
+    def _head_path(self) -> Path:
+        return self._root / "refs" / "head"
+
+    def read_head(self) -> str | None:
+        """The head block hash, or None for a dataset with no blocks yet."""
+        try:
+            text = self._head_path.read_text(encoding="ascii", errors="replace")
+        except FileNotFoundError:
+            return None
+        head = text.removesuffix("\n")
+        if not _is_name(head):
+            raise FormatError(f"{self._head_path}: invalid head {head!r}")
+        return head
+
+    @contextlib.contextmanager
+    def head_lock(self, timeout: float = LOCK_TIMEOUT) -> Iterator[None]:
+        """Hold the exclusive head lock: ``flock`` on ``refs/.head.lock``. The OS drops it when
+        the holder's process dies, so a crashed writer never leaves a stale lock behind."""
+        lock_path = self._root / "refs" / ".head.lock"
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except OSError as e:
+                    if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                        raise
+                if time.monotonic() >= deadline:
+                    raise ConflictError(f"could not lock {lock_path} within {timeout:g} s")
+                time.sleep(_LOCK_POLL)
+            yield
+        finally:
+            os.close(fd)  # closing the descriptor releases the flock
+
+    def compare_and_swap_head(
+        self, expected: str | None, new: str, *, timeout: float = LOCK_TIMEOUT
+    ) -> None:
+        """Point the head at ``new`` only if it still is ``expected``: of two writers appending
+        to the same head, exactly one wins and the other learns so before anything is visible."""
+        check_name(new, "head")
+        if expected is not None:
+            check_name(expected, "expected head")
+        with self.head_lock(timeout):
+            current = self.read_head()
+            if current != expected:
+                raise ConflictError(
+                    f"head moved: expected {expected or 'no head'}, found "
+                    f"{current or 'no head'}; another writer appended first — re-open and retry"
+                )
+            write_atomic(self._head_path, new.encode("ascii"), self.staging_dir)

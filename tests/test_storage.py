@@ -1,0 +1,275 @@
+"""LocalStorage against the real filesystem: layout, blocks, data slices, and the head CAS
+under real concurrent processes and a real SIGKILL."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from multiprocessing.queues import Queue
+from multiprocessing.synchronize import Barrier
+from pathlib import Path
+
+import pytest
+
+from odf_chain.errors import (
+    ConflictError,
+    FormatError,
+    IntegrityError,
+    NotFoundError,
+    OdfChainError,
+)
+from odf_chain.storage import LocalStorage, write_atomic
+
+H0 = "f1e20" + "00" * 32
+H1 = "f1e20" + "11" * 32
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> LocalStorage:
+    return LocalStorage.create(tmp_path / "ds")
+
+
+# -- layout -------------------------------------------------------------------------------------
+
+
+def test_create_open_round_trip(tmp_path: Path) -> None:
+    root = tmp_path / "a" / "b" / "ds"
+    created = LocalStorage.create(root)
+    for sub in ("blocks", "refs", "data", "checkpoints", "info"):
+        assert (root / sub).is_dir()
+    created.write_block(H0, b"genesis")
+    opened = LocalStorage.open(str(root))
+    assert opened.root == root
+    assert opened.read_block(H0) == b"genesis"
+    assert opened.info_dir == root / "info"
+
+
+def test_create_into_empty_dir(tmp_path: Path) -> None:
+    LocalStorage.create(tmp_path)
+    assert (tmp_path / "blocks").is_dir()
+
+
+def test_open_non_dataset_names_path(tmp_path: Path) -> None:
+    with pytest.raises(NotFoundError, match=str(tmp_path)):
+        LocalStorage.open(tmp_path)
+    with pytest.raises(NotFoundError):
+        LocalStorage.open(tmp_path / "missing")
+
+
+def test_create_over_existing_dataset_raises(store: LocalStorage) -> None:
+    store.write_block(H0, b"x")
+    with pytest.raises(OdfChainError, match="already a dataset"):
+        LocalStorage.create(store.root)
+    other = LocalStorage.create(store.root.parent / "other")
+    other.compare_and_swap_head(None, H0)
+    with pytest.raises(OdfChainError, match="already a dataset"):
+        LocalStorage.create(other.root)
+
+
+# -- blocks -------------------------------------------------------------------------------------
+
+
+def test_block_round_trip_and_idempotent(store: LocalStorage) -> None:
+    assert not store.has_block(H0)
+    store.write_block(H0, b"hello")
+    store.write_block(H0, b"hello")
+    assert store.read_block(H0) == b"hello"
+    assert store.has_block(H0)
+    store.write_block(H1, b"world")
+    (store.root / "blocks" / ".junk.tmp").write_bytes(b"")
+    assert store.block_names() == [H0, H1]
+    assert store.leftover_staging() == []
+
+
+def test_conflicting_block_rewrite_raises(store: LocalStorage) -> None:
+    store.write_block(H0, b"hello")
+    with pytest.raises(IntegrityError, match=H0):
+        store.write_block(H0, b"tampered")
+    assert store.read_block(H0) == b"hello"
+
+
+def test_missing_block_names_it(store: LocalStorage) -> None:
+    with pytest.raises(NotFoundError, match=H1):
+        store.read_block(H1)
+
+
+@pytest.mark.parametrize("bad", ["../x", "a/b", "", ".", "..", "/etc/passwd", "a b", "ä"])
+def test_invalid_names_rejected(store: LocalStorage, bad: str) -> None:
+    with pytest.raises(OdfChainError, match="invalid"):
+        store.write_block(bad, b"x")
+    with pytest.raises(OdfChainError, match="invalid"):
+        store.read_block(bad)
+    with pytest.raises(OdfChainError, match="invalid"):
+        store.data_path(bad)
+    with pytest.raises(OdfChainError, match="invalid"):
+        store.compare_and_swap_head(None, bad)
+    assert not (store.root / "x").exists()
+
+
+# -- data slices --------------------------------------------------------------------------------
+
+
+def test_stage_and_commit_data(store: LocalStorage) -> None:
+    staged = store.stage_file(".parquet")
+    assert staged.parent == store.staging_dir and staged.name.endswith(".parquet")
+    staged.write_bytes(b"PAR1 slice PAR1")
+    final = store.commit_data(staged, H0)
+    assert final == store.data_path(H0) == store.root / "data" / H0
+    assert store.has_data(H0) and store.data_names() == [H0]
+    with store.open_data(H0) as f:
+        assert f.read() == b"PAR1 slice PAR1"
+    assert store.leftover_staging() == []
+    assert list(store.staging_dir.iterdir()) == []
+
+    again = store.stage_file()
+    again.write_bytes(b"PAR1 slice PAR1")
+    assert store.commit_data(again, H0) == final
+    assert not again.exists()
+
+    wrong = store.stage_file()
+    wrong.write_bytes(b"different size")
+    with pytest.raises(IntegrityError):
+        store.commit_data(wrong, H0)
+    store.discard(wrong)
+    store.discard(wrong)
+    assert store.leftover_staging() == []
+
+
+def test_missing_data_and_foreign_staged_file(store: LocalStorage, tmp_path: Path) -> None:
+    assert not store.has_data(H1)
+    with pytest.raises(NotFoundError, match=H1):
+        store.open_data(H1)
+    outside = tmp_path / "outside"
+    outside.write_bytes(b"x")
+    with pytest.raises(OdfChainError):
+        store.commit_data(outside, H1)
+    with pytest.raises(OdfChainError):
+        store.stage_file("/../x")
+
+
+def test_leftover_staging_lists_orphans(store: LocalStorage) -> None:
+    orphan = store.stage_file()
+    assert store.leftover_staging() == [orphan]
+
+
+def test_write_atomic_replaces(tmp_path: Path) -> None:
+    target = tmp_path / "f"
+    write_atomic(target, b"one")
+    write_atomic(target, b"two")
+    assert target.read_bytes() == b"two"
+    assert os.listdir(tmp_path) == ["f"]
+
+
+# -- head ---------------------------------------------------------------------------------------
+
+
+def test_head_cas(store: LocalStorage) -> None:
+    assert store.read_head() is None
+    store.compare_and_swap_head(None, H0)
+    assert store.read_head() == H0
+    assert (store.root / "refs" / "head").read_text() == H0
+
+    with pytest.raises(ConflictError, match="head moved: expected no head"):
+        store.compare_and_swap_head(None, H1)
+    with pytest.raises(ConflictError, match=f"expected {H1}, found {H0}"):
+        store.compare_and_swap_head(H1, H1)
+    assert store.read_head() == H0
+
+    store.compare_and_swap_head(H0, H1)
+    assert store.read_head() == H1
+    assert store.leftover_staging() == []
+
+
+def test_head_tolerates_newline_rejects_garbage(store: LocalStorage) -> None:
+    head = store.root / "refs" / "head"
+    head.write_text(H0 + "\n")
+    assert store.read_head() == H0
+    head.write_text("../../etc/passwd")
+    with pytest.raises(FormatError):
+        store.read_head()
+
+
+def _cas_worker(
+    root: str, expected: str, new: str, barrier: Barrier, results: Queue[tuple[str, str]]
+) -> None:
+    store = LocalStorage.open(root)
+    barrier.wait()
+    try:
+        store.compare_and_swap_head(expected, new)
+        results.put((new, "ok"))
+    except ConflictError as e:
+        results.put((new, f"conflict: {e}"))
+    except Exception as e:
+        results.put((new, f"error: {e!r}"))
+
+
+def test_concurrent_cas_exactly_one_wins(store: LocalStorage) -> None:
+    n = 8
+    store.compare_and_swap_head(None, H0)
+    ctx = mp.get_context("spawn")
+    barrier = ctx.Barrier(n)
+    results = ctx.Queue()
+    names = [f"f1e20{i:02x}" + "ab" * 31 for i in range(n)]
+    procs = [
+        ctx.Process(target=_cas_worker, args=(str(store.root), H0, name, barrier, results))
+        for name in names
+    ]
+    for p in procs:
+        p.start()
+    outcomes = dict(results.get(timeout=60) for _ in procs)
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+
+    winners = [name for name, outcome in outcomes.items() if outcome == "ok"]
+    losers = [o for o in outcomes.values() if o.startswith("conflict: head moved")]
+    assert len(winners) == 1, outcomes
+    assert len(losers) == n - 1, outcomes
+    assert store.read_head() == winners[0]
+    assert (store.root / "refs" / "head").read_text() == winners[0]
+    assert store.leftover_staging() == []
+
+
+def test_killed_lock_holder_does_not_block(store: LocalStorage) -> None:
+    store.compare_and_swap_head(None, H0)
+    script = textwrap.dedent(
+        f"""
+        import sys, time
+        from odf_chain.storage import LocalStorage
+        store = LocalStorage.open({str(store.root)!r})
+        with store.head_lock():
+            partial = store.stage_file()
+            partial.write_bytes(b"{H1[:10]}")  # half-written new head, never renamed
+            print("locked", flush=True)
+            time.sleep(60)
+        """
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", script],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "locked"
+        with pytest.raises(ConflictError, match="could not lock"):
+            store.compare_and_swap_head(H0, H1, timeout=0.2)
+        os.kill(child.pid, signal.SIGKILL)
+        assert child.wait(timeout=10) == -signal.SIGKILL
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        if child.stdout is not None:
+            child.stdout.close()
+
+    assert store.read_head() == H0
+    assert len(store.leftover_staging()) == 1  # the crashed writer's orphan, for verify
+    store.compare_and_swap_head(H0, H1, timeout=5)
+    assert store.read_head() == H1
