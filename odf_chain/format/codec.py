@@ -1,0 +1,778 @@
+"""Stored block bytes <-> :class:`MetadataBlock`.
+
+A stored block is a ``Manifest`` flatbuffer (kind 0x400000, version 3) whose ``content`` is the
+nested ``MetadataBlock`` flatbuffer. Its hash is taken over exactly these bytes, so the encoder
+must build them the way the ODF reference implementation does: for every table, first create its
+vectors, strings and sub-tables in schema field order (depth first), then start the table and add
+its fields in schema field order; scalars equal to their default are omitted, optional scalars
+are written whenever present. ``tests/test_vectors.py`` holds us to the reference bytes.
+
+Version 2 manifests (Timestamp structs written with 1-byte alignment) are read too.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import struct
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import flatbuffers
+from flatbuffers.table import Table
+
+from odf_chain.errors import FormatError
+from odf_chain.events import (
+    EVENT_TYPE_IDS,
+    AddData,
+    AddPushSource,
+    Checkpoint,
+    DataSlice,
+    DatasetKind,
+    DisablePollingSource,
+    DisablePushSource,
+    ExecuteTransform,
+    ExecuteTransformInput,
+    MetadataBlock,
+    MetadataEvent,
+    OffsetInterval,
+    Seed,
+    SetAttachments,
+    SetDataSchema,
+    SetInfo,
+    SetLicense,
+    SetPollingSource,
+    SetTransform,
+    SetVocab,
+    SourceState,
+)
+from odf_chain.format import generated as g
+from odf_chain.format.did import DatasetId
+from odf_chain.format.generated import (
+    AddData as fbAddData,
+)
+from odf_chain.format.generated import (
+    AddPushSource as fbAddPushSource,
+)
+from odf_chain.format.generated import (
+    Checkpoint as fbCheckpoint,
+)
+from odf_chain.format.generated import (
+    DataSlice as fbDataSlice,
+)
+from odf_chain.format.generated import (
+    DisablePollingSource as fbDisablePollingSource,
+)
+from odf_chain.format.generated import (
+    DisablePushSource as fbDisablePushSource,
+)
+from odf_chain.format.generated import (
+    ExecuteTransform as fbExecuteTransform,
+)
+from odf_chain.format.generated import (
+    ExecuteTransformInput as fbExecuteTransformInput,
+)
+from odf_chain.format.generated import (
+    ExtraAttributes as fbExtraAttributes,
+)
+from odf_chain.format.generated import (
+    Manifest as fbManifest,
+)
+from odf_chain.format.generated import (
+    MetadataBlock as fbMetadataBlock,
+)
+from odf_chain.format.generated import (
+    OffsetInterval as fbOffsetInterval,
+)
+from odf_chain.format.generated import (
+    Seed as fbSeed,
+)
+from odf_chain.format.generated import (
+    SetAttachments as fbSetAttachments,
+)
+from odf_chain.format.generated import (
+    SetDataSchema as fbSetDataSchema,
+)
+from odf_chain.format.generated import (
+    SetInfo as fbSetInfo,
+)
+from odf_chain.format.generated import (
+    SetLicense as fbSetLicense,
+)
+from odf_chain.format.generated import (
+    SetPollingSource as fbSetPollingSource,
+)
+from odf_chain.format.generated import (
+    SetTransform as fbSetTransform,
+)
+from odf_chain.format.generated import (
+    SetVocab as fbSetVocab,
+)
+from odf_chain.format.generated import (
+    SourceState as fbSourceState,
+)
+from odf_chain.format.multihash import Multihash
+
+MANIFEST_KIND_METADATA_BLOCK = 0x400000
+MANIFEST_VERSION = 3
+READABLE_VERSIONS = (2, 3)
+_TIMESTAMP_SIZE = 16
+_INITIAL_BUFFER = 1024
+
+# ---------------------------------------------------------------------------------------------
+# Timestamps
+
+
+def _timestamp_parts(moment: datetime) -> tuple[int, int, int, int]:
+    if moment.tzinfo is None:
+        raise FormatError(f"timestamps must be timezone-aware (UTC), got naive {moment}")
+    utc = moment.astimezone(UTC)
+    seconds = utc.hour * 3600 + utc.minute * 60 + utc.second
+    return utc.year, utc.timetuple().tm_yday, seconds, utc.microsecond * 1000
+
+
+def _prepend_timestamp(builder: flatbuffers.Builder, moment: datetime, alignment: int) -> int:
+    """Write a Timestamp struct inline; ``alignment`` 4 is the current form, 1 the legacy one."""
+    year, ordinal, seconds, nanos = _timestamp_parts(moment)
+    builder.Prep(alignment, _TIMESTAMP_SIZE)
+    # Place* writes without re-aligning each member, so the legacy form stays unaligned.
+    builder.head -= _TIMESTAMP_SIZE
+    struct.pack_into("<iHHII", builder.Bytes, builder.head, year, ordinal, 0, seconds, nanos)
+    return builder.Offset()
+
+
+def _read_timestamp(buf: bytes, pos: int) -> datetime:
+    year, ordinal, _, seconds, nanos = struct.unpack_from("<iHHII", buf, pos)
+    if not 1 <= ordinal <= 366 or seconds >= 86400 or nanos >= 1_000_000_000:
+        raise FormatError(
+            f"invalid timestamp (year {year}, day {ordinal}, second {seconds}, ns {nanos})"
+        )
+    try:
+        day = datetime(year, 1, 1, tzinfo=UTC) + timedelta(days=ordinal - 1)
+    except (ValueError, OverflowError):
+        raise FormatError(f"invalid timestamp year {year}") from None
+    if day.year != year:
+        raise FormatError(f"invalid timestamp: day {ordinal} of {year}")
+    return day + timedelta(seconds=seconds, microseconds=nanos // 1000)
+
+
+# ---------------------------------------------------------------------------------------------
+# Encoding
+
+
+class _Encoder:
+    """Builds one MetadataBlock flatbuffer in reference-implementation order."""
+
+    def __init__(self, timestamp_alignment: int) -> None:
+        self.b = flatbuffers.Builder(_INITIAL_BUFFER)
+        self.ts_align = timestamp_alignment
+
+    # -- leaves -------------------------------------------------------------------------------
+
+    def bytes_(self, value: bytes | None) -> int | None:
+        return None if value is None else self.b.CreateByteVector(bytes(value))
+
+    def hash_(self, value: Multihash | None) -> int | None:
+        return None if value is None else self.b.CreateByteVector(bytes(value))
+
+    def string(self, value: str | None) -> int | None:
+        return None if value is None else self.b.CreateString(value)
+
+    def strings(self, values: tuple[str, ...] | None) -> int | None:
+        if values is None:
+            return None
+        offsets = [self.b.CreateString(v) for v in values]
+        self.b.StartVector(4, len(offsets), 4)
+        for off in reversed(offsets):
+            self.b.PrependUOffsetTRelative(off)
+        return self.b.EndVector()
+
+    def tables(self, offsets: list[int]) -> int:
+        self.b.StartVector(4, len(offsets), 4)
+        for off in reversed(offsets):
+            self.b.PrependUOffsetTRelative(off)
+        return self.b.EndVector()
+
+    def timestamp(self, moment: datetime) -> int:
+        return _prepend_timestamp(self.b, moment, self.ts_align)
+
+    @staticmethod
+    def add(adder: Callable[[flatbuffers.Builder, Any], None], b, value: Any) -> None:
+        if value is not None:
+            adder(b, value)
+
+    # -- parts --------------------------------------------------------------------------------
+
+    def offset_interval(self, v: OffsetInterval) -> int:
+        b = self.b
+        fbOffsetInterval.Start(b)
+        fbOffsetInterval.AddStart(b, v.start)
+        fbOffsetInterval.AddEnd(b, v.end)
+        return fbOffsetInterval.End(b)
+
+    def data_slice(self, v: DataSlice | None) -> int | None:
+        if v is None:
+            return None
+        logical = self.hash_(v.logical_hash)
+        physical = self.hash_(v.physical_hash)
+        interval = self.offset_interval(v.offset_interval)
+        b = self.b
+        fbDataSlice.Start(b)
+        self.add(fbDataSlice.AddLogicalHash, b, logical)
+        self.add(fbDataSlice.AddPhysicalHash, b, physical)
+        fbDataSlice.AddOffsetInterval(b, interval)
+        fbDataSlice.AddSize(b, v.size)
+        return fbDataSlice.End(b)
+
+    def checkpoint(self, v: Checkpoint | None) -> int | None:
+        if v is None:
+            return None
+        physical = self.hash_(v.physical_hash)
+        b = self.b
+        fbCheckpoint.Start(b)
+        fbCheckpoint.AddPhysicalHash(b, physical)
+        fbCheckpoint.AddSize(b, v.size)
+        return fbCheckpoint.End(b)
+
+    def source_state(self, v: SourceState | None) -> int | None:
+        if v is None:
+            return None
+        name, kind, value = self.string(v.source_name), self.string(v.kind), self.string(v.value)
+        b = self.b
+        fbSourceState.Start(b)
+        self.add(fbSourceState.AddSourceName, b, name)
+        self.add(fbSourceState.AddKind, b, kind)
+        self.add(fbSourceState.AddValue, b, value)
+        return fbSourceState.End(b)
+
+    def extra(self, v: Mapping[str, Any] | None) -> int | None:
+        if v is None:
+            return None
+        entries = self.string(json.dumps(dict(v), sort_keys=True, separators=(",", ":")))
+        b = self.b
+        fbExtraAttributes.Start(b)
+        fbExtraAttributes.AddEntries(b, entries)
+        return fbExtraAttributes.End(b)
+
+    # -- events -------------------------------------------------------------------------------
+
+    def add_data(self, e: AddData) -> int:
+        prev_checkpoint = self.hash_(e.prev_checkpoint)
+        new_data = self.data_slice(e.new_data)
+        new_checkpoint = self.checkpoint(e.new_checkpoint)
+        new_source_state = self.source_state(e.new_source_state)
+        extra = self.extra(e.extra)
+        b = self.b
+        fbAddData.Start(b)
+        self.add(fbAddData.AddPrevCheckpoint, b, prev_checkpoint)
+        self.add(fbAddData.AddPrevOffset, b, e.prev_offset)
+        self.add(fbAddData.AddNewData, b, new_data)
+        self.add(fbAddData.AddNewCheckpoint, b, new_checkpoint)
+        if e.new_watermark is not None:
+            fbAddData.AddNewWatermark(b, self.timestamp(e.new_watermark))
+        self.add(fbAddData.AddNewSourceState, b, new_source_state)
+        self.add(fbAddData.AddExtra, b, extra)
+        return fbAddData.End(b)
+
+    def execute_transform_input(self, e: ExecuteTransformInput) -> int:
+        dataset_id = self.bytes_(None if e.dataset_id is None else bytes(e.dataset_id))
+        prev_block_hash = self.hash_(e.prev_block_hash)
+        new_block_hash = self.hash_(e.new_block_hash)
+        b = self.b
+        fbExecuteTransformInput.Start(b)
+        self.add(fbExecuteTransformInput.AddDatasetId, b, dataset_id)
+        self.add(fbExecuteTransformInput.AddPrevBlockHash, b, prev_block_hash)
+        self.add(fbExecuteTransformInput.AddNewBlockHash, b, new_block_hash)
+        self.add(fbExecuteTransformInput.AddPrevOffset, b, e.prev_offset)
+        self.add(fbExecuteTransformInput.AddNewOffset, b, e.new_offset)
+        return fbExecuteTransformInput.End(b)
+
+    def execute_transform(self, e: ExecuteTransform) -> int:
+        inputs = self.tables([self.execute_transform_input(i) for i in e.query_inputs])
+        prev_checkpoint = self.hash_(e.prev_checkpoint)
+        new_data = self.data_slice(e.new_data)
+        new_checkpoint = self.checkpoint(e.new_checkpoint)
+        b = self.b
+        fbExecuteTransform.Start(b)
+        fbExecuteTransform.AddQueryInputs(b, inputs)
+        self.add(fbExecuteTransform.AddPrevCheckpoint, b, prev_checkpoint)
+        self.add(fbExecuteTransform.AddPrevOffset, b, e.prev_offset)
+        self.add(fbExecuteTransform.AddNewData, b, new_data)
+        self.add(fbExecuteTransform.AddNewCheckpoint, b, new_checkpoint)
+        if e.new_watermark is not None:
+            fbExecuteTransform.AddNewWatermark(b, self.timestamp(e.new_watermark))
+        return fbExecuteTransform.End(b)
+
+    def seed(self, e: Seed) -> int:
+        dataset_id = self.bytes_(bytes(e.dataset_id))
+        b = self.b
+        fbSeed.Start(b)
+        fbSeed.AddDatasetId(b, dataset_id)
+        fbSeed.AddDatasetKind(b, int(e.dataset_kind))
+        return fbSeed.End(b)
+
+    def set_vocab(self, e: SetVocab) -> int:
+        names = [
+            self.string(e.offset_column),
+            self.string(e.operation_type_column),
+            self.string(e.system_time_column),
+            self.string(e.event_time_column),
+        ]
+        b = self.b
+        fbSetVocab.Start(b)
+        adders = (
+            fbSetVocab.AddOffsetColumn,
+            fbSetVocab.AddOperationTypeColumn,
+            fbSetVocab.AddSystemTimeColumn,
+            fbSetVocab.AddEventTimeColumn,
+        )
+        for adder, off in zip(adders, names, strict=True):
+            self.add(adder, b, off)
+        return fbSetVocab.End(b)
+
+    def set_info(self, e: SetInfo) -> int:
+        description, keywords = self.string(e.description), self.strings(e.keywords)
+        b = self.b
+        fbSetInfo.Start(b)
+        self.add(fbSetInfo.AddDescription, b, description)
+        self.add(fbSetInfo.AddKeywords, b, keywords)
+        return fbSetInfo.End(b)
+
+    def set_license(self, e: SetLicense) -> int:
+        parts = [self.string(v) for v in (e.short_name, e.name, e.spdx_id, e.website_url)]
+        b = self.b
+        fbSetLicense.Start(b)
+        adders = (
+            fbSetLicense.AddShortName,
+            fbSetLicense.AddName,
+            fbSetLicense.AddSpdxId,
+            fbSetLicense.AddWebsiteUrl,
+        )
+        for adder, off in zip(adders, parts, strict=True):
+            self.add(adder, b, off)
+        return fbSetLicense.End(b)
+
+    def set_data_schema(self, e: SetDataSchema) -> int:
+        if e.schema is not None:
+            raise FormatError("writing the structured SetDataSchema.schema form is not supported")
+        raw = self.bytes_(e.raw_arrow_schema)
+        b = self.b
+        fbSetDataSchema.Start(b)
+        self.add(fbSetDataSchema.AddRawArrowSchema, b, raw)
+        return fbSetDataSchema.End(b)
+
+    def disable_push_source(self, e: DisablePushSource) -> int:
+        name = self.string(e.source_name)
+        b = self.b
+        fbDisablePushSource.Start(b)
+        fbDisablePushSource.AddSourceName(b, name)
+        return fbDisablePushSource.End(b)
+
+    def disable_polling_source(self, e: DisablePollingSource) -> int:
+        fbDisablePollingSource.Start(self.b)
+        return fbDisablePollingSource.End(self.b)
+
+    def event(self, e: MetadataEvent) -> int:
+        writer = _EVENT_WRITERS.get(type(e))
+        if writer is None:
+            raise FormatError(f"odf_chain cannot write {type(e).__name__} events (read-only)")
+        return writer(self, e)
+
+    def block(self, block: MetadataBlock) -> bytes:
+        prev = self.hash_(block.prev_block_hash)
+        event = self.event(block.event)
+        b = self.b
+        fbMetadataBlock.Start(b)
+        fbMetadataBlock.AddSystemTime(b, self.timestamp(block.system_time))
+        self.add(fbMetadataBlock.AddPrevBlockHash, b, prev)
+        fbMetadataBlock.AddSequenceNumber(b, block.sequence_number)
+        fbMetadataBlock.AddEventType(b, EVENT_TYPE_IDS[type(block.event)])
+        fbMetadataBlock.AddEvent(b, event)
+        b.Finish(fbMetadataBlock.End(b))
+        return bytes(b.Output())
+
+
+_EVENT_WRITERS: dict[type, Callable[[_Encoder, Any], int]] = {
+    AddData: _Encoder.add_data,
+    ExecuteTransform: _Encoder.execute_transform,
+    Seed: _Encoder.seed,
+    SetVocab: _Encoder.set_vocab,
+    SetInfo: _Encoder.set_info,
+    SetLicense: _Encoder.set_license,
+    SetDataSchema: _Encoder.set_data_schema,
+    DisablePushSource: _Encoder.disable_push_source,
+    DisablePollingSource: _Encoder.disable_polling_source,
+}
+
+
+def _wrap_manifest(content: bytes, version: int) -> bytes:
+    b = flatbuffers.Builder(len(content) + 64)
+    payload = b.CreateByteVector(content)
+    fbManifest.Start(b)
+    fbManifest.AddKind(b, MANIFEST_KIND_METADATA_BLOCK)
+    fbManifest.AddVersion(b, version)
+    fbManifest.AddContent(b, payload)
+    b.Finish(fbManifest.End(b))
+    return bytes(b.Output())
+
+
+def encode_block(block: MetadataBlock, version: int = MANIFEST_VERSION) -> bytes:
+    """The bytes to store (and hash) for ``block``.
+
+    Only the current manifest version is written; the legacy layout exists for reading old
+    chains (and, in tests, to prove we read it the way the reference implementation wrote it).
+    """
+    if version != MANIFEST_VERSION:
+        raise FormatError(f"can only write manifest version {MANIFEST_VERSION}, not {version}")
+    if block.sequence_number < 0:
+        raise FormatError(f"sequence number must be non-negative, got {block.sequence_number}")
+    return _wrap_manifest(_Encoder(timestamp_alignment=4).block(block), version)
+
+
+def _encode_legacy_v2(block: MetadataBlock) -> bytes:
+    """Manifest version 2: Timestamp structs at 1-byte alignment. For tests only."""
+    return _wrap_manifest(_Encoder(timestamp_alignment=1).block(block), 2)
+
+
+# ---------------------------------------------------------------------------------------------
+# Decoding
+
+
+class _Reader:
+    """Field access on one table of a buffer, with bounds checks the generated code lacks."""
+
+    __slots__ = ("buf", "tab")
+
+    def __init__(self, buf: bytes, pos: int) -> None:
+        if not 0 <= pos <= len(buf) - 4:
+            raise FormatError(f"table offset {pos} outside the {len(buf)}-byte buffer")
+        self.buf = buf
+        self.tab = Table(buf, pos)
+        vtable = pos - struct.unpack_from("<i", buf, pos)[0]
+        if not 0 <= vtable <= len(buf) - 4:
+            raise FormatError(f"vtable offset {vtable} outside the buffer")
+
+    def _field(self, slot: int) -> int:
+        return self.tab.Offset(4 + 2 * slot)
+
+    def scalar(self, slot: int, fmt: str, default: Any = None) -> Any:
+        o = self._field(slot)
+        if not o:
+            return default
+        return struct.unpack_from("<" + fmt, self.buf, self.tab.Pos + o)[0]
+
+    def table(self, slot: int) -> _Reader | None:
+        o = self._field(slot)
+        if not o:
+            return None
+        return _Reader(self.buf, self.tab.Indirect(self.tab.Pos + o))
+
+    def ubytes(self, slot: int) -> bytes | None:
+        o = self._field(slot)
+        if not o:
+            return None
+        start = self.tab.Vector(o)
+        length = self.tab.VectorLen(o)
+        if start + length > len(self.buf):
+            raise FormatError(f"byte vector of {length} bytes runs past the end of the buffer")
+        return bytes(self.buf[start : start + length])
+
+    def string(self, slot: int) -> str | None:
+        raw = self.ubytes(slot)
+        if raw is None:
+            return None
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise FormatError("string field is not valid UTF-8") from None
+
+    def vector_tables(self, slot: int) -> list[_Reader] | None:
+        o = self._field(slot)
+        if not o:
+            return None
+        start, length = self.tab.Vector(o), self.tab.VectorLen(o)
+        if start + 4 * length > len(self.buf):
+            raise FormatError(f"vector of {length} tables runs past the end of the buffer")
+        return [_Reader(self.buf, self.tab.Indirect(start + 4 * i)) for i in range(length)]
+
+    def strings(self, slot: int) -> tuple[str, ...] | None:
+        o = self._field(slot)
+        if not o:
+            return None
+        start, length = self.tab.Vector(o), self.tab.VectorLen(o)
+        if start + 4 * length > len(self.buf):
+            raise FormatError(f"vector of {length} strings runs past the end of the buffer")
+        out = []
+        for i in range(length):
+            pos = self.tab.Indirect(start + 4 * i)
+            (n,) = struct.unpack_from("<I", self.buf, pos)
+            if pos + 4 + n > len(self.buf):
+                raise FormatError("string runs past the end of the buffer")
+            out.append(bytes(self.buf[pos + 4 : pos + 4 + n]).decode("utf-8"))
+        return tuple(out)
+
+    def timestamp(self, slot: int) -> datetime | None:
+        o = self._field(slot)
+        if not o:
+            return None
+        return _read_timestamp(self.buf, self.tab.Pos + o)
+
+
+def _hash(raw: bytes | None) -> Multihash | None:
+    return None if raw is None else Multihash.from_bytes(raw)
+
+
+def _read_data_slice(r: _Reader | None) -> DataSlice | None:
+    if r is None:
+        return None
+    interval = r.table(2)
+    if interval is None:
+        raise FormatError("DataSlice without offset_interval")
+    return DataSlice(
+        logical_hash=_hash(r.ubytes(0)),
+        physical_hash=_hash(r.ubytes(1)),
+        offset_interval=OffsetInterval(interval.scalar(0, "Q", 0), interval.scalar(1, "Q", 0)),
+        size=r.scalar(3, "Q", 0),
+    )
+
+
+def _read_checkpoint(r: _Reader | None) -> Checkpoint | None:
+    if r is None:
+        return None
+    return Checkpoint(physical_hash=_hash(r.ubytes(0)), size=r.scalar(1, "Q", 0))
+
+
+def _read_extra(r: _Reader | None) -> Mapping[str, Any] | None:
+    if r is None:
+        return None
+    text = r.string(0)
+    try:
+        value = json.loads(text) if text is not None else {}
+    except json.JSONDecodeError as exc:
+        raise FormatError(f"ExtraAttributes is not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise FormatError("ExtraAttributes must be a JSON object")
+    return value
+
+
+def _read_add_data(r: _Reader) -> AddData:
+    state = r.table(5)
+    return AddData(
+        prev_checkpoint=_hash(r.ubytes(0)),
+        prev_offset=r.scalar(1, "Q"),
+        new_data=_read_data_slice(r.table(2)),
+        new_checkpoint=_read_checkpoint(r.table(3)),
+        new_watermark=r.timestamp(4),
+        new_source_state=None
+        if state is None
+        else SourceState(state.string(0), state.string(1), state.string(2)),
+        extra=_read_extra(r.table(6)),
+    )
+
+
+def _read_execute_transform(r: _Reader) -> ExecuteTransform:
+    inputs = tuple(
+        ExecuteTransformInput(
+            dataset_id=None if (raw := i.ubytes(0)) is None else DatasetId.from_bytes(raw),
+            prev_block_hash=_hash(i.ubytes(1)),
+            new_block_hash=_hash(i.ubytes(2)),
+            prev_offset=i.scalar(3, "Q"),
+            new_offset=i.scalar(4, "Q"),
+        )
+        for i in r.vector_tables(0) or ()
+    )
+    return ExecuteTransform(
+        query_inputs=inputs,
+        prev_checkpoint=_hash(r.ubytes(1)),
+        prev_offset=r.scalar(2, "Q"),
+        new_data=_read_data_slice(r.table(3)),
+        new_checkpoint=_read_checkpoint(r.table(4)),
+        new_watermark=r.timestamp(5),
+    )
+
+
+def _read_seed(r: _Reader) -> Seed:
+    raw = r.ubytes(0)
+    if raw is None:
+        raise FormatError("Seed without dataset_id")
+    kind = r.scalar(1, "i", 0)
+    try:
+        dataset_kind = DatasetKind(kind)
+    except ValueError:
+        raise FormatError(f"unknown dataset kind {kind} in Seed") from None
+    return Seed(dataset_id=DatasetId.from_bytes(raw), dataset_kind=dataset_kind)
+
+
+def _read_set_vocab(r: _Reader) -> SetVocab:
+    return SetVocab(r.string(0), r.string(1), r.string(2), r.string(3))
+
+
+def _read_set_info(r: _Reader) -> SetInfo:
+    return SetInfo(description=r.string(0), keywords=r.strings(1))
+
+
+def _read_set_license(r: _Reader) -> SetLicense:
+    return SetLicense(r.string(0), r.string(1), r.string(2), r.string(3))
+
+
+def _read_set_data_schema(r: _Reader) -> SetDataSchema:
+    raw = r.ubytes(0)
+    structured = None
+    if r.table(1) is not None:
+        structured = _plain_object(r, 1, g.DataSchema.DataSchemaT)
+    if raw is None and structured is None:
+        raise FormatError("SetDataSchema carries neither raw_arrow_schema nor schema")
+    return SetDataSchema(raw_arrow_schema=raw, schema=structured)
+
+
+def _read_disable_push_source(r: _Reader) -> DisablePushSource:
+    return DisablePushSource(source_name=r.string(0) or "")
+
+
+# -- events kept as plain data ----------------------------------------------------------------
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+def _plain(value: Any) -> Any:
+    """Object-API values -> plain, comparable data (tables -> dicts, lists -> tuples)."""
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            return value
+    if isinstance(value, list):
+        if value and all(isinstance(v, int) for v in value):
+            return bytes(value)
+        return tuple(_plain(v) for v in value)
+    if hasattr(value, "tobytes"):  # numpy arrays of [ubyte]
+        return value.tobytes()
+    attrs = vars(value)
+    out: dict[str, Any] = {}
+    for key, item in attrs.items():
+        if key.endswith("Type") and key[:-4] in attrs:
+            continue  # a union's type tag; the member carries "kind" instead
+        if f"{key}Type" in attrs and item is not None:
+            out[_snake(key)] = {"kind": type(item).__name__.removesuffix("T"), **_plain(item)}
+        else:
+            out[_snake(key)] = _plain(item)
+    return out
+
+
+def _plain_object(r: _Reader, slot: int | None, cls: Any) -> dict[str, Any]:
+    """Decode a (sub)table with the generated object API and flatten it to plain data."""
+    target = r if slot is None else r.table(slot)
+    assert target is not None
+    obj = cls.InitFromBuf(target.buf, target.tab.Pos)
+    return _plain(obj)
+
+
+def _read_plain_event(event_cls: type, fb_cls: Any) -> Callable[[_Reader], Any]:
+    def read(r: _Reader) -> Any:
+        return event_cls(**_plain_object(r, None, fb_cls))
+
+    return read
+
+
+def _read_set_polling_source(r: _Reader) -> SetPollingSource:
+    data = _plain_object(r, None, fbSetPollingSource.SetPollingSourceT)
+    return SetPollingSource(**data)
+
+
+def _read_set_transform(r: _Reader) -> SetTransform:
+    return SetTransform(**_plain_object(r, None, fbSetTransform.SetTransformT))
+
+
+def _read_add_push_source(r: _Reader) -> AddPushSource:
+    return AddPushSource(**_plain_object(r, None, fbAddPushSource.AddPushSourceT))
+
+
+def _read_set_attachments(r: _Reader) -> SetAttachments:
+    return SetAttachments(**_plain_object(r, None, fbSetAttachments.SetAttachmentsT))
+
+
+def _read_disable_polling_source(r: _Reader) -> DisablePollingSource:
+    return DisablePollingSource()
+
+
+_EVENT_READERS: dict[int, Callable[[_Reader], MetadataEvent]] = {
+    1: _read_add_data,
+    2: _read_execute_transform,
+    3: _read_seed,
+    4: _read_set_polling_source,
+    5: _read_set_transform,
+    6: _read_set_vocab,
+    7: _read_set_attachments,
+    8: _read_set_info,
+    9: _read_set_license,
+    10: _read_set_data_schema,
+    11: _read_add_push_source,
+    12: _read_disable_push_source,
+    13: _read_disable_polling_source,
+}
+
+
+def _root(buf: bytes, what: str) -> _Reader:
+    if len(buf) < 8:
+        raise FormatError(f"{what} is too short ({len(buf)} bytes) to be a flatbuffer")
+    (root,) = struct.unpack_from("<I", buf, 0)
+    return _Reader(buf, root)
+
+
+def read_manifest(data: bytes) -> tuple[int, bytes]:
+    """Check the manifest envelope; return (version, nested MetadataBlock bytes)."""
+    manifest = _root(data, "block")
+    kind = manifest.scalar(0, "q", 0)
+    if kind != MANIFEST_KIND_METADATA_BLOCK:
+        raise FormatError(
+            f"unknown manifest kind 0x{kind:x}: expected 0x{MANIFEST_KIND_METADATA_BLOCK:x} "
+            "(metadata block)"
+        )
+    version = manifest.scalar(1, "i", 0)
+    if version not in READABLE_VERSIONS:
+        raise FormatError(
+            f"unsupported manifest version {version}: this reader knows versions "
+            f"{', '.join(map(str, READABLE_VERSIONS))}"
+        )
+    content = manifest.ubytes(2)
+    if content is None:
+        raise FormatError("manifest has no content")
+    return version, content
+
+
+def decode_block(data: bytes) -> MetadataBlock:
+    """Parse stored block bytes. Any malformation raises :class:`FormatError`."""
+    data = bytes(data)
+    try:
+        _, content = read_manifest(data)
+        block = _root(content, "block content")
+        system_time = block.timestamp(0)
+        if system_time is None:
+            raise FormatError("block has no system_time")
+        event_type = block.scalar(3, "B", 0)
+        reader = _EVENT_READERS.get(event_type)
+        if reader is None:
+            raise FormatError(f"unknown event type id {event_type}")
+        event_table = block.table(4)
+        if event_table is None:
+            raise FormatError("block has no event")
+        return MetadataBlock(
+            system_time=system_time,
+            prev_block_hash=_hash(block.ubytes(1)),
+            sequence_number=block.scalar(2, "Q", 0),
+            event=reader(event_table),
+        )
+    except FormatError:
+        raise
+    except (struct.error, IndexError, ValueError, TypeError, UnicodeDecodeError, KeyError) as exc:
+        raise FormatError(f"corrupt block: {exc}") from None
+
+
+def block_hash(data: bytes, algorithm: str) -> Multihash:
+    """The hash of stored block bytes (never of a re-encoding)."""
+    return Multihash.digest(algorithm, data)
