@@ -147,10 +147,10 @@ class SetDataSchema:
 
     def to_arrow(self) -> pa.Schema:
         """The schema as pyarrow sees it."""
-        from odf_chain.format.data_schema import data_schema_to_arrow
-
         if self.raw_arrow_schema is not None:
             return schema_from_bare_flatbuffer(self.raw_arrow_schema)
+        from odf_chain.format.data_schema import data_schema_to_arrow
+
         return data_schema_to_arrow(self.schema)
 
 

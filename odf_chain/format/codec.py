@@ -28,8 +28,8 @@ from odf_chain.events import (
     AddData,
     AddPushSource,
     Checkpoint,
-    DataSlice,
     DatasetKind,
+    DataSlice,
     DisablePollingSource,
     DisablePushSource,
     ExecuteTransform,
@@ -769,7 +769,15 @@ def decode_block(data: bytes) -> MetadataBlock:
         )
     except FormatError:
         raise
-    except (struct.error, IndexError, ValueError, TypeError, UnicodeDecodeError, KeyError) as exc:
+    except (
+        struct.error,
+        IndexError,
+        ValueError,
+        TypeError,
+        UnicodeDecodeError,
+        KeyError,
+        RecursionError,  # deeply nested tables or ExtraAttributes JSON in crafted input
+    ) as exc:
         raise FormatError(f"corrupt block: {exc}") from None
 
 

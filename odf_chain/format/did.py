@@ -44,7 +44,8 @@ class DatasetId:
         data = bytes(data)
         if not data.startswith(_ED25519_PUB):
             raise FormatError(
-                f"dataset id must start with the ed25519-pub multicodec (ed 01), got {data[:2].hex()}"
+                "dataset id must start with the ed25519-pub multicodec (ed 01), "
+                f"got {data[:2].hex()}"
             )
         return cls(data[len(_ED25519_PUB) :])
 

@@ -80,7 +80,8 @@ class Multihash:
         check_algorithm(self.algorithm)
         if len(self.digest_bytes) != _DIGEST_SIZE:
             raise FormatError(
-                f"{self.algorithm} digest must be {_DIGEST_SIZE} bytes, got {len(self.digest_bytes)}"
+                f"{self.algorithm} digest must be {_DIGEST_SIZE} bytes, "
+                f"got {len(self.digest_bytes)}"
             )
 
     @property

@@ -1,0 +1,162 @@
+"""Appending to a chain, and reading it back block by block.
+
+``append`` = build the block on top of the state -> encode -> hash -> validate by every rule ->
+write the block file -> move the head by compare-and-swap. A refused block leaves no trace; a
+block whose head move loses the race stays an unreferenced file in ``blocks/`` (invisible to
+readers, reported by verify) and the caller gets :class:`ConflictError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from odf_chain import rules
+from odf_chain.errors import FormatError, IntegrityError, NotFoundError
+from odf_chain.events import MetadataBlock, MetadataEvent
+from odf_chain.format.codec import decode_block, encode_block
+from odf_chain.format.multihash import BLAKE3, Multihash
+from odf_chain.state import DatasetState, apply
+from odf_chain.storage import LocalStorage
+
+
+@dataclass(frozen=True, slots=True)
+class BlockEntry:
+    """A stored block, its hash and its size on disk."""
+
+    hash: Multihash
+    block: MetadataBlock
+    size: int
+
+
+def advance(state: DatasetState, block: MetadataBlock, block_hash: Multihash) -> DatasetState:
+    """The one fold step shared by append, replay and verify: validate, then apply."""
+    rules.validate(state, block, block_hash)
+    return apply(state, block, block_hash)
+
+
+def parse_block_name(name: str) -> Multihash:
+    try:
+        return Multihash.from_multibase(name)
+    except FormatError as exc:
+        raise FormatError(f"block name {name!r} is not a multihash: {exc}") from None
+
+
+def load_block(storage: LocalStorage, block_hash: Multihash) -> BlockEntry:
+    """Read one block, refusing bytes that do not hash to their name (never re-encoded)."""
+    name = str(block_hash)
+    data = storage.read_block(name)
+    actual = Multihash.digest(block_hash.algorithm, data)
+    if actual != block_hash:
+        raise IntegrityError(
+            f"block {name}: content hashes to {actual}, not to its name (tampered or damaged)"
+        )
+    try:
+        block = decode_block(data)
+    except FormatError as exc:
+        raise FormatError(f"block {name}: {exc}") from None
+    return BlockEntry(block_hash, block, len(data))
+
+
+def read_head(storage: LocalStorage) -> Multihash:
+    name = storage.read_head()
+    if name is None:
+        raise NotFoundError(
+            f"{storage.root}: refs/head is missing (not a dataset, or never seeded)"
+        )
+    return parse_block_name(name)
+
+
+def walk_back(
+    storage: LocalStorage, head: Multihash, stop_at: Multihash | None = None
+) -> Iterator[BlockEntry]:
+    """Blocks from ``head`` back to the Seed (or to just after ``stop_at``), newest first."""
+    current: Multihash | None = head
+    seen: set[Multihash] = set()
+    while current is not None and current != stop_at:
+        if current in seen:
+            raise IntegrityError(f"block {current}: the chain loops back on itself")
+        seen.add(current)
+        try:
+            entry = load_block(storage, current)
+        except NotFoundError:
+            raise NotFoundError(
+                f"block {current} is referenced but missing from {storage.root / 'blocks'}"
+            ) from None
+        yield entry
+        current = entry.block.prev_block_hash
+    if stop_at is not None and current != stop_at:
+        raise NotFoundError(f"block {stop_at} is not an ancestor of {head}")
+
+
+def now() -> datetime:
+    """Block system time: UTC, truncated to microseconds (what the wire format keeps)."""
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedBlock:
+    """A block built and validated on top of a state, not yet written."""
+
+    entry: BlockEntry
+    data: bytes
+    before: DatasetState
+    after: DatasetState
+
+
+def prepare(
+    state: DatasetState,
+    event: MetadataEvent,
+    *,
+    system_time: datetime | None = None,
+    algorithm: str | None = None,
+) -> PreparedBlock:
+    """Build the next block for ``event`` and check it by every rule; write nothing.
+
+    Lets a writer refuse a bad event (say, an incompatible schema) before it writes any data.
+    """
+    if system_time is None:
+        system_time = now()
+    if state.system_time is not None and system_time < state.system_time:
+        system_time = state.system_time  # a clock stepping back must not break the chain
+    block = MetadataBlock(
+        system_time=system_time,
+        prev_block_hash=state.head,
+        sequence_number=state.sequence_number + 1,
+        event=event,
+    )
+    data = encode_block(block)
+    block_hash = Multihash.digest(state.hash_algorithm or algorithm or BLAKE3, data)
+    after = advance(state, block, block_hash)
+    return PreparedBlock(BlockEntry(block_hash, block, len(data)), data, state, after)
+
+
+def commit(storage: LocalStorage, prepared: PreparedBlock) -> DatasetState:
+    """Write the block file, then move the head from the state it was built on.
+
+    Raises :class:`ConflictError` if another writer moved the head meanwhile; the block file
+    then stays unreferenced (harmless, and reported by verify).
+    """
+    name = str(prepared.entry.hash)
+    storage.write_block(name, prepared.data)
+    expected = prepared.before.head
+    storage.compare_and_swap_head(None if expected is None else str(expected), name)
+    return prepared.after
+
+
+def append(
+    storage: LocalStorage,
+    state: DatasetState,
+    event: MetadataEvent,
+    *,
+    system_time: datetime | None = None,
+    algorithm: str | None = None,
+) -> tuple[DatasetState, BlockEntry]:
+    """Append ``event`` on top of ``state`` (which must describe the current head).
+
+    Returns the new state and the stored block. Raises the violated rule before anything is
+    written, or :class:`ConflictError` if another writer moved the head since ``state``.
+    """
+    prepared = prepare(state, event, system_time=system_time, algorithm=algorithm)
+    return commit(storage, prepared), prepared.entry

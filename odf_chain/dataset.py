@@ -1,0 +1,166 @@
+"""The user-facing handle on one dataset directory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+
+from odf_chain import chain, replay, slices
+from odf_chain.chain import BlockEntry
+from odf_chain.events import (
+    AddData,
+    DataSlice,
+    MetadataEvent,
+    OffsetInterval,
+    Seed,
+    SetDataSchema,
+)
+from odf_chain.format.did import DatasetId
+from odf_chain.format.multihash import BLAKE3, check_algorithm
+from odf_chain.state import EMPTY, DatasetState
+from odf_chain.storage import LocalStorage
+
+
+class Dataset:
+    """An ODF dataset: a metadata chain under ``blocks/`` and Parquet slices under ``data/``.
+
+    The handle caches the state at the head it last saw; every append re-reads ``refs/head``
+    and folds any blocks another writer added in the meantime, so a stale handle never
+    appends on top of an old head.
+    """
+
+    def __init__(self, storage: LocalStorage) -> None:
+        self.storage = storage
+        self._state: DatasetState = EMPTY
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    @classmethod
+    def create(cls, path: str | Path, hash: str = BLAKE3) -> Dataset:
+        """Create the directory layout and append the Seed with a fresh ``did:odf`` id."""
+        check_algorithm(hash)
+        dataset = cls(LocalStorage.create(path))
+        dataset._append(Seed(dataset_id=DatasetId.generate()), algorithm=hash)
+        return dataset
+
+    @classmethod
+    def open(cls, path: str | Path) -> Dataset:
+        dataset = cls(LocalStorage.open(path))
+        dataset.refresh()
+        return dataset
+
+    @property
+    def path(self) -> Path:
+        return self.storage.root
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def refresh(self) -> DatasetState:
+        """Catch up with the head on disk (folding only the blocks not seen yet)."""
+        head = chain.read_head(self.storage)
+        if head != self._state.head:
+            new_entries = list(chain.walk_back(self.storage, head, stop_at=self._state.head))
+            new_entries.reverse()
+            self._state = replay.fold(new_entries, self._state)
+        return self._state
+
+    @property
+    def state(self) -> DatasetState:
+        """The state at the head."""
+        return self.refresh()
+
+    @property
+    def hash_algorithm(self) -> str:
+        return self.state.hash_algorithm or BLAKE3
+
+    def blocks(self) -> list[BlockEntry]:
+        """Every block, oldest first, each checked against its hash."""
+        return replay.load_chain(self.storage)
+
+    def state_at(self, ref: replay.Ref = "head") -> DatasetState:
+        return replay.state_at(self.storage, ref)
+
+    def verify(self, *, check_data: bool = True):  # -> VerifyReport
+        from odf_chain.verify import verify
+
+        return verify(self.storage, check_data=check_data)
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def _commit(self, prepared: chain.PreparedBlock) -> BlockEntry:
+        self._state = chain.commit(self.storage, prepared)
+        return prepared.entry
+
+    def _append(self, event: MetadataEvent, *, algorithm: str | None = None) -> BlockEntry:
+        return self._commit(chain.prepare(self._state, event, algorithm=algorithm))
+
+    def append(self, event: MetadataEvent) -> BlockEntry:
+        """Append one event after checking every rule. Raises before writing if one is broken."""
+        self.refresh()
+        return self._append(event)
+
+    def set_schema(self, schema: pa.Schema) -> BlockEntry | None:
+        """Declare the data schema before (or between) writes; system columns are added.
+
+        Returns the new block, or None when that schema is already in force.
+        """
+        state = self.refresh()
+        full = slices.with_system_fields(schema, state.vocab)
+        if state.schema is not None and full.equals(state.schema, check_metadata=True):
+            return None
+        return self._append(SetDataSchema.from_arrow(full))
+
+    def write(self, table: pa.Table) -> list[BlockEntry]:
+        """Append ``table`` as one Parquet slice; return the blocks appended.
+
+        Adds the system columns; when the slice's schema differs from the one in force,
+        prepares a SetDataSchema and checks it by the evolution rules *before* writing any
+        file; writes ``data/<physical hash>``; then appends the SetDataSchema (if any) and the
+        AddData. An empty table appends nothing.
+        """
+        state = self.refresh()
+        if table.num_rows == 0:
+            return []
+        system_time = chain.now()
+        data = slices.add_system_columns(
+            table.replace_schema_metadata(None), state.vocab, state.next_offset, system_time
+        )
+        data = slices.conform(data, state.schema)
+        schema_block = None
+        if state.schema is None or not data.schema.equals(state.schema, check_metadata=True):
+            schema_block = chain.prepare(
+                state, SetDataSchema.from_arrow(data.schema), system_time=system_time
+            )
+            state = schema_block.after
+        staged = self.storage.stage_file(".parquet")
+        try:
+            written = slices.write_parquet(data, staged, self.hash_algorithm)
+            watermark = slices.max_event_time(data, state.vocab)
+            if state.watermark is not None:
+                watermark = max(watermark or state.watermark, state.watermark)
+            interval = OffsetInterval(state.next_offset, state.next_offset + written.num_rows - 1)
+            add_block = chain.prepare(
+                state,
+                AddData(
+                    prev_checkpoint=state.last_checkpoint,
+                    prev_offset=state.last_offset,
+                    new_data=DataSlice(
+                        logical_hash=written.logical_hash,
+                        physical_hash=written.physical_hash,
+                        offset_interval=interval,
+                        size=written.size,
+                    ),
+                    new_watermark=watermark,
+                ),
+                system_time=system_time,
+            )
+            self.storage.commit_data(staged, str(written.physical_hash))
+        except BaseException:
+            self.storage.discard(staged)
+            raise
+        appended = []
+        if schema_block is not None:
+            appended.append(self._commit(schema_block))
+        appended.append(self._commit(add_block))
+        return appended

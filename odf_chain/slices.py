@@ -1,0 +1,149 @@
+"""Data slices: system columns, conforming a table to the schema in force, Parquet files.
+
+Used by :meth:`Dataset.write` (small data, no Spark); the Spark ingest produces the same
+columns and the same content-addressed files at scale.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from odf_chain.errors import OdfChainError
+from odf_chain.format.multihash import Multihash
+from odf_chain.state import Vocabulary
+
+OFFSET_TYPE = pa.int64()
+OPERATION_TYPE = pa.int32()
+TIME_TYPE = pa.timestamp("ms", tz="UTC")
+OP_APPEND = 0
+
+
+def system_fields(vocab: Vocabulary) -> list[pa.Field]:
+    return [
+        pa.field(vocab.offset_column, OFFSET_TYPE, nullable=False),
+        pa.field(vocab.operation_type_column, OPERATION_TYPE, nullable=False),
+        pa.field(vocab.system_time_column, TIME_TYPE, nullable=False),
+    ]
+
+
+def with_system_fields(schema: pa.Schema, vocab: Vocabulary) -> pa.Schema:
+    """A user schema with ODF's system columns in front (event time added if missing)."""
+    reserved = set(vocab.system_columns)
+    clashes = [f.name for f in schema if f.name in reserved]
+    if clashes:
+        raise OdfChainError(
+            f"column(s) {', '.join(clashes)} are reserved for ODF system columns; rename them"
+        )
+    fields = system_fields(vocab)
+    if vocab.event_time_column in schema.names:
+        event_time = schema.field(vocab.event_time_column)
+        rest = [f for f in schema if f.name != vocab.event_time_column]
+    else:
+        event_time = pa.field(vocab.event_time_column, TIME_TYPE, nullable=False)
+        rest = list(schema)
+    return pa.schema([*fields, event_time, *rest])
+
+
+def add_system_columns(
+    table: pa.Table, vocab: Vocabulary, first_offset: int, system_time: datetime
+) -> pa.Table:
+    """Offsets ``first_offset…``, op = append, the transaction's system time, event time."""
+    n = table.num_rows
+    schema = with_system_fields(table.schema, vocab)
+    time_value = pa.scalar(system_time, type=TIME_TYPE)
+    columns: dict[str, pa.Array | pa.ChunkedArray] = {
+        vocab.offset_column: pa.array(range(first_offset, first_offset + n), type=OFFSET_TYPE),
+        vocab.operation_type_column: pa.array([OP_APPEND] * n, type=OPERATION_TYPE),
+        vocab.system_time_column: pa.repeat(time_value, n),
+    }
+    if vocab.event_time_column in table.schema.names:
+        columns[vocab.event_time_column] = table.column(vocab.event_time_column)
+    else:
+        columns[vocab.event_time_column] = pa.repeat(time_value, n)
+    for name in table.schema.names:
+        columns.setdefault(name, table.column(name))
+    return pa.Table.from_arrays([columns[f.name] for f in schema], schema=schema)
+
+
+def conform(table: pa.Table, schema: pa.Schema | None) -> pa.Table:
+    """Lay ``table`` out like the schema in force, so that writing the same shape of data twice
+    does not look like a schema change.
+
+    Columns are put in the schema's order, missing nullable columns are filled with nulls and
+    new columns go after the known ones. A column without nulls keeps a required field required.
+    Type differences are left alone: the evolution rules judge them.
+    """
+    if schema is None:
+        return table
+    columns: list[pa.ChunkedArray | pa.Array] = []
+    fields: list[pa.Field] = []
+    for field in schema:
+        if field.name in table.schema.names:
+            column = table.column(field.name)
+            if column.type.equals(field.type):
+                nullable = field.nullable or column.null_count > 0
+                fields.append(field.with_nullable(nullable))
+            else:
+                fields.append(table.schema.field(field.name))
+            columns.append(column)
+        elif field.nullable:
+            fields.append(field)
+            columns.append(pa.nulls(table.num_rows, type=field.type))
+    for field in table.schema:
+        if field.name not in schema.names:
+            fields.append(field)
+            columns.append(table.column(field.name))
+    return pa.Table.from_arrays(columns, schema=pa.schema(fields))
+
+
+def max_event_time(table: pa.Table, vocab: Vocabulary) -> datetime | None:
+    column = table.column(vocab.event_time_column)
+    if not pa.types.is_timestamp(column.type) and not pa.types.is_date(column.type):
+        return None
+    value = pc.max(column)
+    if not value.is_valid:
+        return None
+    moment = pc.cast(value, TIME_TYPE).as_py() if pa.types.is_date(column.type) else value.as_py()
+    if moment.tzinfo is None:
+        from datetime import UTC
+
+        moment = moment.replace(tzinfo=UTC)
+    return moment
+
+
+@dataclass(frozen=True, slots=True)
+class WrittenFile:
+    """A Parquet file in staging, hashed and counted, ready to be committed under its hash."""
+
+    path: Path
+    physical_hash: Multihash
+    logical_hash: Multihash
+    size: int
+    num_rows: int
+
+
+def logical_hash(table: pa.Table, algorithm: str) -> Multihash:
+    """odf_chain's logical hash: the digest of the Arrow IPC stream of the slice's data.
+
+    Independent of Parquet encoding and compression, so re-encoding a slice keeps it. (ODF's
+    own arrow-digest algorithm is not implemented; this is not interchangeable with it.)
+    """
+    sink = pa.BufferOutputStream()
+    schema = table.schema.remove_metadata()
+    with pa.ipc.new_stream(sink, schema) as writer:
+        writer.write_table(table.replace_schema_metadata(None).combine_chunks())
+    return Multihash.digest(algorithm, sink.getvalue().to_pybytes())
+
+
+def write_parquet(table: pa.Table, path: Path, algorithm: str) -> WrittenFile:
+    """Write ``table`` as one Parquet file and hash it as stored."""
+    pq.write_table(table, path, compression="zstd")
+    with path.open("rb") as fh:
+        physical, size = Multihash.digest_stream(algorithm, fh)
+    return WrittenFile(path, physical, logical_hash(table, algorithm), size, table.num_rows)

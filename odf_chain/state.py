@@ -1,0 +1,138 @@
+"""What a chain means at one block: the fold ``state' = apply(state, block)``.
+
+:func:`apply` only moves state forward; it assumes the block is valid. Whether it *is* valid is
+decided by :mod:`odf_chain.rules`; :func:`odf_chain.chain.advance` runs both — the single fold
+that append, replay and verify share, so a chain that appends is a chain that verifies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+import pyarrow as pa
+
+from odf_chain.events import (
+    AddData,
+    ExecuteTransform,
+    MetadataBlock,
+    Seed,
+    SetDataSchema,
+    SetInfo,
+    SetLicense,
+    SetVocab,
+)
+from odf_chain.format.did import DatasetId
+from odf_chain.format.multihash import Multihash
+
+DEFAULT_OFFSET_COLUMN = "offset"
+DEFAULT_OPERATION_TYPE_COLUMN = "op"
+DEFAULT_SYSTEM_TIME_COLUMN = "system_time"
+DEFAULT_EVENT_TIME_COLUMN = "event_time"
+
+
+@dataclass(frozen=True, slots=True)
+class Vocabulary:
+    """The names of the system columns, with ODF's defaults filled in."""
+
+    offset_column: str = DEFAULT_OFFSET_COLUMN
+    operation_type_column: str = DEFAULT_OPERATION_TYPE_COLUMN
+    system_time_column: str = DEFAULT_SYSTEM_TIME_COLUMN
+    event_time_column: str = DEFAULT_EVENT_TIME_COLUMN
+
+    @classmethod
+    def from_event(cls, event: SetVocab) -> Vocabulary:
+        defaults = cls()
+        return cls(
+            event.offset_column or defaults.offset_column,
+            event.operation_type_column or defaults.operation_type_column,
+            event.system_time_column or defaults.system_time_column,
+            event.event_time_column or defaults.event_time_column,
+        )
+
+    @property
+    def system_columns(self) -> tuple[str, str, str]:
+        return (self.offset_column, self.operation_type_column, self.system_time_column)
+
+
+@dataclass(frozen=True, slots=True)
+class DatasetState:
+    """The dataset as of one block. ``EMPTY`` is the state before the Seed."""
+
+    head: Multihash | None = None
+    sequence_number: int = -1
+    system_time: datetime | None = None
+    dataset_id: DatasetId | None = None
+    schema: pa.Schema | None = None
+    schema_event: SetDataSchema | None = None
+    schema_sequence_number: int | None = None
+    vocab: Vocabulary = Vocabulary()
+    vocab_event: SetVocab | None = None
+    info: SetInfo | None = None
+    license: SetLicense | None = None
+    last_offset: int | None = None
+    last_checkpoint: Multihash | None = None
+    watermark: datetime | None = None
+    num_records: int = 0
+    data_size: int = 0
+    num_slices: int = 0
+
+    @property
+    def hash_algorithm(self) -> str | None:
+        """The chain's hash algorithm, fixed by its first block."""
+        return None if self.head is None else self.head.algorithm
+
+    @property
+    def next_offset(self) -> int:
+        return 0 if self.last_offset is None else self.last_offset + 1
+
+
+EMPTY = DatasetState()
+
+
+def _apply_data(state: DatasetState, event: AddData | ExecuteTransform) -> DatasetState:
+    changes: dict = {}
+    if event.new_data is not None:
+        interval = event.new_data.offset_interval
+        changes.update(
+            last_offset=interval.end,
+            num_records=state.num_records + interval.end - interval.start + 1,
+            data_size=state.data_size + event.new_data.size,
+            num_slices=state.num_slices + 1,
+        )
+    if event.new_checkpoint is not None:
+        changes["last_checkpoint"] = event.new_checkpoint.physical_hash
+    if event.new_watermark is not None:
+        changes["watermark"] = event.new_watermark
+    return replace(state, **changes)
+
+
+def apply(state: DatasetState, block: MetadataBlock, block_hash: Multihash) -> DatasetState:
+    """The state after ``block`` (already validated), stored under ``block_hash``."""
+    state = replace(
+        state,
+        head=block_hash,
+        sequence_number=block.sequence_number,
+        system_time=block.system_time,
+    )
+    event = block.event
+    match event:
+        case Seed():
+            return replace(state, dataset_id=event.dataset_id)
+        case SetDataSchema():
+            return replace(
+                state,
+                schema=event.to_arrow(),
+                schema_event=event,
+                schema_sequence_number=block.sequence_number,
+            )
+        case AddData() | ExecuteTransform():
+            return _apply_data(state, event)
+        case SetVocab():
+            return replace(state, vocab=Vocabulary.from_event(event), vocab_event=event)
+        case SetInfo():
+            return replace(state, info=event)
+        case SetLicense():
+            return replace(state, license=event)
+        case _:
+            return state
