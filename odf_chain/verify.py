@@ -1,0 +1,306 @@
+"""chain-verify: prove that blocks and data are intact and every rule holds.
+
+1. Walk from the head to the Seed, hashing every stored block as stored (never re-encoded).
+2. Fold the chain oldest first with the same step append uses (:func:`chain.advance`), so every
+   rule is re-run exactly as it ran when the block was written.
+3. Check each data slice the chain names: present, size, physical hash, row count equal to its
+   offset interval, columns as the schema in force says.
+4. Report leftovers (unreferenced blocks and data files, abandoned staging files) as warnings:
+   they are not part of the dataset, but an auditor wants to know.
+
+Problems are collected, not raised, so one run reports everything it can see.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from odf_chain.chain import BlockEntry, advance, parse_block_name
+from odf_chain.errors import FormatError, NotFoundError, OdfChainError, RuleViolation
+from odf_chain.events import AddData, DataSlice, ExecuteTransform
+from odf_chain.format.codec import decode_block
+from odf_chain.format.multihash import Multihash
+from odf_chain.state import EMPTY, DatasetState, apply
+from odf_chain.storage import LocalStorage
+
+Severity = Literal["error", "warning"]
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    severity: Severity
+    rule: str
+    message: str
+    sequence_number: int | None = None
+    block_hash: str | None = None
+    path: str | None = None
+
+    def line(self) -> str:
+        where = []
+        if self.sequence_number is not None:
+            where.append(f"block {self.sequence_number}")
+        if self.block_hash is not None:
+            where.append(self.block_hash)
+        if self.path is not None:
+            where.append(self.path)
+        location = " ".join(where) or "dataset"
+        return f"{self.severity.upper()} {location}: [{self.rule}] {self.message}"
+
+
+@dataclass
+class VerifyReport:
+    dataset: str
+    head: str | None = None
+    blocks_checked: int = 0
+    slices_checked: int = 0
+    bytes_hashed: int = 0
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def errors(self) -> list[Problem]:
+        return [p for p in self.problems if p.severity == "error"]
+
+    @property
+    def warnings(self) -> list[Problem]:
+        return [p for p in self.problems if p.severity == "warning"]
+
+    @property
+    def ok(self) -> bool:
+        """True when every block, rule and slice checks out (warnings allowed)."""
+        return not self.errors
+
+    def to_dict(self) -> dict:
+        return {
+            "dataset": self.dataset,
+            "ok": self.ok,
+            "head": self.head,
+            "blocks_checked": self.blocks_checked,
+            "slices_checked": self.slices_checked,
+            "bytes_hashed": self.bytes_hashed,
+            "errors": len(self.errors),
+            "warnings": len(self.warnings),
+            "problems": [asdict(p) for p in self.problems],
+        }
+
+    def add(self, severity: Severity, rule: str, message: str, **where) -> None:
+        self.problems.append(Problem(severity, rule, message, **where))
+
+
+def _walk(storage: LocalStorage, report: VerifyReport) -> tuple[list[BlockEntry], bool]:
+    """Blocks from the head back, hash-checked; returns (oldest first, reached the Seed)."""
+    try:
+        head_name = storage.read_head()
+    except FormatError as exc:
+        report.add("error", "head", str(exc), path="refs/head")
+        return [], False
+    if head_name is None:
+        report.add("error", "head", "refs/head is missing", path="refs/head")
+        return [], False
+    report.head = head_name
+    entries: list[BlockEntry] = []
+    try:
+        current: Multihash | None = parse_block_name(head_name)
+    except FormatError as exc:
+        report.add("error", "head", str(exc), path="refs/head")
+        return [], False
+    expected_seq: int | None = None
+    seen: set[Multihash] = set()
+    while current is not None:
+        name = str(current)
+        if current in seen:
+            report.add("error", "block-link", "the chain loops back on itself", block_hash=name)
+            return _oldest_first(entries), False
+        seen.add(current)
+        try:
+            data = storage.read_block(name)
+        except NotFoundError:
+            referrer = "refs/head" if not entries else f"block {entries[-1].block.sequence_number}"
+            report.add(
+                "error",
+                "block-missing",
+                f"referenced by {referrer} but not in blocks/",
+                sequence_number=expected_seq,
+                block_hash=name,
+            )
+            return _oldest_first(entries), False
+        report.bytes_hashed += len(data)
+        actual = Multihash.digest(current.algorithm, data)
+        try:
+            block = decode_block(data)
+        except FormatError as exc:
+            report.add(
+                "error", "block-format", str(exc), sequence_number=expected_seq, block_hash=name
+            )
+            return _oldest_first(entries), False
+        if actual != current:
+            report.add(
+                "error",
+                "block-hash",
+                f"content hashes to {actual}, not to its name: the block was altered",
+                sequence_number=block.sequence_number,
+                block_hash=name,
+            )
+        entries.append(BlockEntry(current, block, len(data)))
+        expected_seq = block.sequence_number - 1 if block.sequence_number else None
+        current = block.prev_block_hash
+    return _oldest_first(entries), True
+
+
+def _oldest_first(entries: list[BlockEntry]) -> list[BlockEntry]:
+    return entries[::-1]
+
+
+def _fold(entries: list[BlockEntry], report: VerifyReport) -> list[tuple[BlockEntry, DatasetState]]:
+    """Re-run every rule; return each data-carrying block with the state it was written on."""
+    state = EMPTY
+    with_data: list[tuple[BlockEntry, DatasetState]] = []
+    for entry in entries:
+        report.blocks_checked += 1
+        try:
+            next_state = advance(state, entry.block, entry.hash)
+        except RuleViolation as violation:
+            report.add(
+                "error",
+                violation.rule,
+                violation.detail,
+                sequence_number=entry.block.sequence_number,
+                block_hash=str(entry.hash),
+            )
+            try:  # keep going so later, unrelated problems are reported too
+                next_state = apply(state, entry.block, entry.hash)
+            except OdfChainError:
+                return with_data
+        event = entry.block.event
+        if isinstance(event, AddData | ExecuteTransform) and event.new_data is not None:
+            with_data.append((entry, next_state))
+        state = next_state
+    return with_data
+
+
+def _check_slice(
+    storage: LocalStorage,
+    entry: BlockEntry,
+    state: DatasetState,
+    report: VerifyReport,
+) -> None:
+    event = entry.block.event
+    assert isinstance(event, AddData | ExecuteTransform)
+    data: DataSlice = event.new_data  # type: ignore[assignment]
+    name = str(data.physical_hash)
+    where = {
+        "sequence_number": entry.block.sequence_number,
+        "block_hash": str(entry.hash),
+        "path": f"data/{name}",
+    }
+    report.slices_checked += 1
+    if not storage.has_data(name):
+        report.add("error", "data-missing", "data slice file is missing", **where)
+        return
+    path = storage.data_path(name)
+    size = path.stat().st_size
+    if size != data.size:
+        report.add("error", "data-size", f"expected {data.size} bytes, found {size}", **where)
+    with path.open("rb") as fh:
+        actual, hashed = Multihash.digest_stream(data.physical_hash.algorithm, fh)
+    report.bytes_hashed += hashed
+    if actual != data.physical_hash:
+        report.add(
+            "error",
+            "data-hash",
+            f"content hashes to {actual}: the file was altered or replaced",
+            **where,
+        )
+        return  # the Parquet checks below would only restate the damage
+    try:
+        metadata = pq.ParquetFile(path).metadata
+        file_schema = pq.read_schema(path)
+    except (pa.ArrowException, OSError) as exc:
+        report.add("error", "data-format", f"not a readable Parquet file: {exc}", **where)
+        return
+    if metadata.num_rows != data.num_records:
+        interval = data.offset_interval
+        report.add(
+            "error",
+            "data-rows",
+            f"offsets [{interval.start}, {interval.end}] promise {data.num_records} rows, "
+            f"the file holds {metadata.num_rows}",
+            **where,
+        )
+    if state.schema is not None:
+        expected = [(f.name, f.type) for f in state.schema]
+        found = [(f.name, f.type) for f in file_schema]
+        if expected != found:
+            report.add(
+                "error",
+                "data-schema",
+                "the file's columns differ from the schema in force "
+                f"(block {state.schema_sequence_number})",
+                **where,
+            )
+
+
+def _leftovers(
+    storage: LocalStorage, entries: list[BlockEntry], slices: set[str], report: VerifyReport
+) -> None:
+    chain_blocks = {str(e.hash) for e in entries}
+    for name in storage.block_names():
+        if name not in chain_blocks:
+            report.add(
+                "warning",
+                "orphan-block",
+                "block is not part of the chain (a lost concurrent append?)",
+                block_hash=name,
+                path=f"blocks/{name}",
+            )
+    for name in storage.data_names():
+        if name not in slices:
+            report.add(
+                "warning",
+                "orphan-data",
+                "data file is not named by any block (an interrupted write?)",
+                path=f"data/{name}",
+            )
+    for path in storage.leftover_staging():
+        report.add(
+            "warning",
+            "staging-leftover",
+            "abandoned in-flight file",
+            path=str(path.relative_to(storage.root)),
+        )
+
+
+def verify(storage: LocalStorage, *, check_data: bool = True) -> VerifyReport:
+    """Check the whole dataset; never raises for problems found, only reports them."""
+    report = VerifyReport(dataset=str(storage.root))
+    entries, complete = _walk(storage, report)
+    with_data: list[tuple[BlockEntry, DatasetState]] = []
+    if complete:
+        with_data = _fold(entries, report)
+    else:
+        report.add(
+            "error", "chain-incomplete", "rules not re-run: the chain could not be read to the Seed"
+        )
+        with_data = [
+            (e, EMPTY)
+            for e in entries
+            if isinstance(e.block.event, AddData | ExecuteTransform) and e.block.event.new_data
+        ]
+    if check_data:
+        for entry, state in with_data:
+            _check_slice(storage, entry, state, report)
+    slices = {
+        str(e.block.event.new_data.physical_hash)
+        for e in entries
+        if isinstance(e.block.event, AddData | ExecuteTransform) and e.block.event.new_data
+    }
+    _leftovers(storage, entries, slices, report)
+    return report
+
+
+def verify_path(path: str | Path, *, check_data: bool = True) -> VerifyReport:
+    return verify(LocalStorage.open(path), check_data=check_data)
