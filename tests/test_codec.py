@@ -1,0 +1,1040 @@
+"""Block codec: round trips, determinism, read-only events, and malformed input.
+
+Hand-built blocks below use only the flatc-generated bindings (``odf_chain.format.generated``)
+and ``flatbuffers.Builder``, never the codec under test, so they check the codec against the
+schema rather than against itself.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import struct
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta, timezone
+
+import flatbuffers
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+import odf_chain.format.generated.AddData as fbAddData
+import odf_chain.format.generated.DataField as fbDataField
+import odf_chain.format.generated.DataSchema as fbDataSchema
+import odf_chain.format.generated.DataTypeOption as fbDataTypeOption
+import odf_chain.format.generated.ExtraAttributes as fbExtra
+import odf_chain.format.generated.Manifest as fbManifest
+import odf_chain.format.generated.MetadataBlock as fbMetadataBlock
+import odf_chain.format.generated.Seed as fbSeed
+import odf_chain.format.generated.SetDataSchema as fbSetDataSchema
+import odf_chain.format.generated.Timestamp as fbTimestamp
+from odf_chain.errors import FormatError
+from odf_chain.events import (
+    AddData,
+    AddPushSource,
+    Checkpoint,
+    DatasetKind,
+    DataSlice,
+    DisablePollingSource,
+    DisablePushSource,
+    ExecuteTransform,
+    ExecuteTransformInput,
+    MetadataBlock,
+    OffsetInterval,
+    Seed,
+    SetAttachments,
+    SetDataSchema,
+    SetInfo,
+    SetLicense,
+    SetPollingSource,
+    SetTransform,
+    SetVocab,
+    SourceState,
+)
+from odf_chain.format.codec import decode_block, encode_block, read_manifest
+from odf_chain.format.did import DatasetId
+from odf_chain.format.generated.AddPushSource import AddPushSourceT
+from odf_chain.format.generated.AttachmentEmbedded import AttachmentEmbeddedT
+from odf_chain.format.generated.Attachments import Attachments
+from odf_chain.format.generated.AttachmentsEmbedded import AttachmentsEmbeddedT
+from odf_chain.format.generated.DataType import DataType
+from odf_chain.format.generated.EventTimeSource import EventTimeSource
+from odf_chain.format.generated.EventTimeSourceFromPath import EventTimeSourceFromPathT
+from odf_chain.format.generated.FetchStep import FetchStep
+from odf_chain.format.generated.FetchStepUrl import FetchStepUrlT
+from odf_chain.format.generated.MergeStrategy import MergeStrategy
+from odf_chain.format.generated.MergeStrategyAppend import MergeStrategyAppendT
+from odf_chain.format.generated.MergeStrategyLedger import MergeStrategyLedgerT
+from odf_chain.format.generated.MergeStrategySnapshot import MergeStrategySnapshotT
+from odf_chain.format.generated.ReadStep import ReadStep
+from odf_chain.format.generated.ReadStepCsv import ReadStepCsvT
+from odf_chain.format.generated.ReadStepNdJson import ReadStepNdJsonT
+from odf_chain.format.generated.RequestHeader import RequestHeaderT
+from odf_chain.format.generated.SetAttachments import SetAttachmentsT
+from odf_chain.format.generated.SetPollingSource import SetPollingSourceT
+from odf_chain.format.generated.SetTransform import SetTransformT
+from odf_chain.format.generated.SqlQueryStep import SqlQueryStepT
+from odf_chain.format.generated.TemporalTable import TemporalTableT
+from odf_chain.format.generated.Transform import Transform
+from odf_chain.format.generated.TransformInput import TransformInputT
+from odf_chain.format.generated.TransformSql import TransformSqlT
+from odf_chain.format.multihash import Multihash
+
+KIND_METADATA_BLOCK = 0x400000
+UINT64_MAX = 2**64 - 1
+
+# ---------------------------------------------------------------------------------------------
+# Strategies
+
+UINT64 = st.integers(min_value=0, max_value=UINT64_MAX)
+HASHES = st.builds(
+    Multihash, st.sampled_from(["blake3", "sha3-256"]), st.binary(min_size=32, max_size=32)
+)
+TEXT = st.text(max_size=20)
+UTC_TIMES = st.datetimes(
+    min_value=datetime(1970, 1, 1),
+    max_value=datetime(2100, 12, 31, 23, 59, 59, 999_999),
+    timezones=st.just(UTC),
+)
+# Any fixed offset: the instant is what is stored, and aware datetimes compare by instant.
+OFFSET_TIMES = st.datetimes(
+    min_value=datetime(1970, 1, 2),
+    max_value=datetime(2100, 12, 30),
+    timezones=st.builds(
+        timezone, st.timedeltas(min_value=timedelta(hours=-23), max_value=timedelta(hours=23))
+    ),
+)
+TIMES = UTC_TIMES | OFFSET_TIMES
+DATASET_IDS = st.builds(DatasetId, st.binary(min_size=32, max_size=32))
+
+JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | TEXT,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(TEXT, inner, max_size=3),
+    max_leaves=8,
+)
+JSON_OBJECTS = st.dictionaries(TEXT, JSON_VALUES, max_size=4)
+
+
+def opt(strategy: st.SearchStrategy) -> st.SearchStrategy:
+    return st.none() | strategy
+
+
+SLICES = st.builds(
+    DataSlice,
+    logical_hash=HASHES,
+    physical_hash=HASHES,
+    offset_interval=st.builds(OffsetInterval, UINT64, UINT64),
+    size=UINT64,
+)
+CHECKPOINTS = st.builds(Checkpoint, physical_hash=HASHES, size=UINT64)
+SOURCE_STATES = st.builds(SourceState, opt(TEXT), opt(TEXT), opt(TEXT))
+
+ADD_DATA = st.builds(
+    AddData,
+    prev_checkpoint=opt(HASHES),
+    prev_offset=opt(UINT64),
+    new_data=opt(SLICES),
+    new_checkpoint=opt(CHECKPOINTS),
+    new_watermark=opt(TIMES),
+    new_source_state=opt(SOURCE_STATES),
+    extra=opt(JSON_OBJECTS),
+)
+EXECUTE_TRANSFORM = st.builds(
+    ExecuteTransform,
+    query_inputs=st.lists(
+        st.builds(
+            ExecuteTransformInput,
+            dataset_id=opt(DATASET_IDS),
+            prev_block_hash=opt(HASHES),
+            new_block_hash=opt(HASHES),
+            prev_offset=opt(UINT64),
+            new_offset=opt(UINT64),
+        ),
+        max_size=3,
+    ).map(tuple),
+    prev_checkpoint=opt(HASHES),
+    prev_offset=opt(UINT64),
+    new_data=opt(SLICES),
+    new_checkpoint=opt(CHECKPOINTS),
+    new_watermark=opt(TIMES),
+)
+EVENTS = st.one_of(
+    ADD_DATA,
+    EXECUTE_TRANSFORM,
+    st.builds(Seed, dataset_id=DATASET_IDS, dataset_kind=st.sampled_from(DatasetKind)),
+    st.builds(SetVocab, opt(TEXT), opt(TEXT), opt(TEXT), opt(TEXT)),
+    st.builds(
+        SetInfo,
+        description=opt(TEXT),
+        keywords=opt(st.lists(TEXT, max_size=5).map(tuple)),
+    ),
+    st.builds(SetLicense, opt(TEXT), opt(TEXT), opt(TEXT), opt(TEXT)),
+    st.builds(SetDataSchema, raw_arrow_schema=st.binary(max_size=300)),
+    st.builds(DisablePushSource, source_name=TEXT),
+    st.just(DisablePollingSource()),
+)
+BLOCKS = st.builds(
+    MetadataBlock,
+    system_time=TIMES,
+    prev_block_hash=opt(HASHES),
+    sequence_number=UINT64,
+    event=EVENTS,
+)
+
+# ---------------------------------------------------------------------------------------------
+# Helpers: hand-built bytes
+
+
+def _utc(*args: int) -> datetime:
+    return datetime(*args, tzinfo=UTC)
+
+
+def _hand_content(
+    event_type: int,
+    pack_event: Callable[[flatbuffers.Builder], int] | None,
+    *,
+    prev: bytes | None = b"\x16\x20" + bytes(range(32)),
+    sequence_number: int = 7,
+    timestamp: tuple[int, int, int, int] | None = (2021, 32, 3600, 5000),
+) -> bytes:
+    """A MetadataBlock flatbuffer built with the generated bindings only."""
+    b = flatbuffers.Builder(0)
+    prev_off = None if prev is None else b.CreateByteVector(prev)
+    event_off = None if pack_event is None else pack_event(b)
+    fbMetadataBlock.Start(b)
+    if timestamp is not None:
+        fbMetadataBlock.AddSystemTime(b, fbTimestamp.CreateTimestamp(b, *timestamp))
+    if prev_off is not None:
+        fbMetadataBlock.AddPrevBlockHash(b, prev_off)
+    fbMetadataBlock.AddSequenceNumber(b, sequence_number)
+    fbMetadataBlock.AddEventType(b, event_type)
+    if event_off is not None:
+        fbMetadataBlock.AddEvent(b, event_off)
+    b.Finish(fbMetadataBlock.End(b))
+    return bytes(b.Output())
+
+
+def _hand_manifest(
+    content: bytes | None, *, kind: int = KIND_METADATA_BLOCK, version: int = 3
+) -> bytes:
+    b = flatbuffers.Builder(0)
+    payload = None if content is None else b.CreateByteVector(content)
+    fbManifest.Start(b)
+    fbManifest.AddKind(b, kind)
+    fbManifest.AddVersion(b, version)
+    if payload is not None:
+        fbManifest.AddContent(b, payload)
+    b.Finish(fbManifest.End(b))
+    return bytes(b.Output())
+
+
+def _empty_add_data(b: flatbuffers.Builder) -> int:
+    fbAddData.Start(b)
+    return fbAddData.End(b)
+
+
+def _packer(obj) -> Callable[[flatbuffers.Builder], int]:
+    return obj.Pack
+
+
+# ---------------------------------------------------------------------------------------------
+# Round trips
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(block=BLOCKS)
+def test_round_trip(block):
+    data = encode_block(block)
+    assert decode_block(data) == block
+    # The envelope is the current one.
+    assert read_manifest(data)[0] == 3
+
+
+@settings(max_examples=150, deadline=None)
+@given(block=BLOCKS)
+def test_header_readable_by_generated_bindings(block):
+    """The encoder agrees with flatc's own reader on the block header."""
+    data = encode_block(block)
+    manifest = fbManifest.Manifest.GetRootAs(data, 0)
+    assert manifest.Kind() == KIND_METADATA_BLOCK
+    assert manifest.Version() == 3
+    content = _content_via_bindings(data)
+    mb = fbMetadataBlock.MetadataBlock.GetRootAs(content, 0)
+    assert mb.SequenceNumber() == block.sequence_number
+    expected_types = {
+        AddData: 1,
+        ExecuteTransform: 2,
+        Seed: 3,
+        SetVocab: 6,
+        SetInfo: 8,
+        SetLicense: 9,
+        SetDataSchema: 10,
+        DisablePushSource: 12,
+        DisablePollingSource: 13,
+    }
+    assert mb.EventType() == expected_types[type(block.event)]
+    if block.prev_block_hash is None:
+        assert mb.PrevBlockHashIsNone()
+    else:
+        prefix = {"blake3": b"\x1e\x20", "sha3-256": b"\x16\x20"}[block.prev_block_hash.algorithm]
+        raw = bytes(mb.PrevBlockHash(i) for i in range(mb.PrevBlockHashLength()))
+        assert raw == prefix + block.prev_block_hash.digest_bytes
+    ts = mb.SystemTime()
+    utc = block.system_time.astimezone(UTC)
+    start_of_year = datetime(utc.year, 1, 1, tzinfo=UTC)
+    assert ts.Year() == utc.year
+    assert ts.Ordinal() == (utc - start_of_year).days + 1
+    seconds = (utc - utc.replace(hour=0, minute=0, second=0, microsecond=0)).seconds
+    assert ts.SecondsFromMidnight() == seconds
+    assert ts.Nanoseconds() == utc.microsecond * 1000
+
+
+_FULL_ADD_DATA_FIELDS = {
+    "prev_checkpoint": Multihash("blake3", bytes(range(32))),
+    "prev_offset": 41,
+    "new_data": DataSlice(
+        logical_hash=Multihash("sha3-256", b"\x01" * 32),
+        physical_hash=Multihash("blake3", b"\x02" * 32),
+        offset_interval=OffsetInterval(42, 99),
+        size=12345,
+    ),
+    "new_checkpoint": Checkpoint(Multihash("sha3-256", b"\x03" * 32), 77),
+    "new_watermark": _utc(2024, 2, 29, 23, 59, 59, 123456),
+    "new_source_state": SourceState("src", "odf/etag", "W/abc"),
+    "extra": {"odf/x": {"nested": [1, 2.5, None, True, "s"]}, "b": {}},
+}
+
+
+@pytest.mark.parametrize(
+    "present",
+    list(itertools.product([False, True], repeat=len(_FULL_ADD_DATA_FIELDS))),
+    ids=lambda p: "".join("1" if x else "0" for x in p),
+)
+def test_add_data_every_combination_of_optional_fields(present):
+    fields = {
+        name: value
+        for (name, value), keep in zip(_FULL_ADD_DATA_FIELDS.items(), present, strict=True)
+        if keep
+    }
+    block = MetadataBlock(_utc(2022, 6, 1), Multihash.digest("blake3", b"p"), 3, AddData(**fields))
+    assert decode_block(encode_block(block)) == block
+
+
+@pytest.mark.parametrize(
+    "moment",
+    [
+        _utc(1970, 1, 1),
+        _utc(1972, 12, 31, 23, 59, 59, 999_999),
+        _utc(2000, 12, 31, 12),
+        _utc(2020, 12, 31, 0, 0, 0, 1),
+        _utc(2096, 12, 31, 23, 59, 59, 999_999),
+        _utc(2100, 12, 31, 23, 59, 59, 999_999),  # 2100 is not a leap year
+        _utc(2100, 3, 1),
+        _utc(2024, 2, 29, 6, 30),
+        _utc(2023, 12, 31, 23, 59, 59),
+    ],
+    ids=str,
+)
+def test_calendar_edges(moment):
+    for sequence_number in (0, 1, UINT64_MAX):
+        block = MetadataBlock(
+            moment, None, sequence_number, AddData(new_watermark=moment - timedelta(days=1))
+        )
+        data = encode_block(block)
+        assert decode_block(data) == block
+        # Independent check of the Timestamp struct: ordinal is the 1-based day of the year.
+        content = _content_via_bindings(data)
+        ts = fbMetadataBlock.MetadataBlock.GetRootAs(content, 0).SystemTime()
+        assert (ts.Year(), ts.Ordinal()) == (moment.year, moment.timetuple().tm_yday)
+        assert ts.SecondsFromMidnight() == moment.hour * 3600 + moment.minute * 60 + moment.second
+        assert ts.Nanoseconds() == moment.microsecond * 1000
+
+
+def test_dec_31_of_leap_year_is_day_366():
+    data = encode_block(MetadataBlock(_utc(2020, 12, 31), None, 0, DisablePollingSource()))
+    ts = fbMetadataBlock.MetadataBlock.GetRootAs(_content_via_bindings(data), 0).SystemTime()
+    assert ts.Ordinal() == 366
+
+
+def _content_via_bindings(data: bytes) -> bytes:
+    manifest = fbManifest.Manifest.GetRootAs(data, 0)
+    return bytes(manifest.Content(i) for i in range(manifest.ContentLength()))
+
+
+def test_seed_with_generated_id_round_trips():
+    for kind in DatasetKind:
+        block = MetadataBlock(_utc(2021, 1, 1), None, 0, Seed(DatasetId.generate(), kind))
+        decoded = decode_block(encode_block(block))
+        assert decoded == block
+        assert decoded.event.dataset_id.to_did() == block.event.dataset_id.to_did()
+
+
+def test_non_utc_time_is_stored_as_its_utc_instant():
+    plus_two = timezone(timedelta(hours=2))
+    local = datetime(2021, 1, 1, 1, 0, tzinfo=plus_two)  # = 2020-12-31T23:00Z, day 366
+    decoded = decode_block(encode_block(MetadataBlock(local, None, 1, DisablePollingSource())))
+    assert decoded.system_time == _utc(2020, 12, 31, 23)
+    assert decoded.system_time.utcoffset() == timedelta(0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Determinism
+
+
+@settings(max_examples=150, deadline=None)
+@given(block=BLOCKS)
+def test_encoding_is_deterministic(block):
+    assert encode_block(block) == encode_block(block)
+    assert encode_block(copy.deepcopy(block)) == encode_block(block)
+
+
+@settings(max_examples=200, deadline=None)
+@given(first=BLOCKS, second=BLOCKS)
+def test_different_blocks_give_different_bytes(first, second):
+    assume(first != second)
+    assert encode_block(first) != encode_block(second)
+
+
+@pytest.mark.parametrize(
+    ("left", "right"),
+    [
+        (SetInfo(keywords=None), SetInfo(keywords=())),
+        (AddData(extra=None), AddData(extra={})),
+        (AddData(prev_offset=None), AddData(prev_offset=0)),
+        (SetVocab(offset_column=None), SetVocab(offset_column="")),
+        (SetDataSchema(raw_arrow_schema=b""), SetDataSchema(raw_arrow_schema=b"\x00")),
+    ],
+    ids=["keywords", "extra", "prev_offset", "vocab", "raw_schema"],
+)
+def test_absent_and_empty_are_distinct(left, right):
+    a = encode_block(MetadataBlock(_utc(2020, 1, 1), None, 1, left))
+    b = encode_block(MetadataBlock(_utc(2020, 1, 1), None, 1, right))
+    assert a != b
+    assert decode_block(a).event == left
+    assert decode_block(b).event == right
+
+
+def test_small_changes_change_bytes():
+    base = MetadataBlock(_utc(2020, 1, 1), Multihash.digest("sha3-256", b"p"), 5, AddData())
+    variants = [
+        MetadataBlock(_utc(2020, 1, 1, 0, 0, 0, 1), base.prev_block_hash, 5, AddData()),
+        MetadataBlock(base.system_time, Multihash.digest("blake3", b"p"), 5, AddData()),
+        MetadataBlock(base.system_time, None, 5, AddData()),
+        MetadataBlock(base.system_time, base.prev_block_hash, 6, AddData()),
+        MetadataBlock(base.system_time, base.prev_block_hash, 5, DisablePollingSource()),
+    ]
+    encoded = {encode_block(b) for b in [base, *variants]}
+    assert len(encoded) == len(variants) + 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Read-only events (written by other ODF tools)
+
+
+def _set_polling_source_t() -> SetPollingSourceT:
+    event = SetPollingSourceT()
+    fetch = FetchStepUrlT()
+    fetch.url = "https://example.org/data.csv"
+    event_time = EventTimeSourceFromPathT()
+    event_time.pattern = r"data-(\d+)\.csv"
+    event_time.timestampFormat = "%Y%m%d"
+    fetch.eventTimeType = EventTimeSource.EventTimeSourceFromPath
+    fetch.eventTime = event_time
+    header = RequestHeaderT()
+    header.name = "Accept"
+    header.value = "text/csv"
+    fetch.headers = [header]
+    event.fetchType = FetchStep.FetchStepUrl
+    event.fetch = fetch
+    read = ReadStepCsvT()
+    read.ddlSchema = ["id BIGINT", "name STRING"]
+    read.separator = ";"
+    read.header = True
+    read.nullValue = "NA"
+    event.readType = ReadStep.ReadStepCsv
+    event.read = read
+    merge = MergeStrategyLedgerT()
+    merge.primaryKey = ["id"]
+    event.mergeType = MergeStrategy.MergeStrategyLedger
+    event.merge = merge
+    return event
+
+
+_SET_POLLING_SOURCE_EXPECTED = SetPollingSource(
+    fetch={
+        "kind": "FetchStepUrl",
+        "url": "https://example.org/data.csv",
+        "event_time": {
+            "kind": "EventTimeSourceFromPath",
+            "pattern": r"data-(\d+)\.csv",
+            "timestamp_format": "%Y%m%d",
+        },
+        "cache": None,
+        "headers": ({"name": "Accept", "value": "text/csv"},),
+    },
+    prepare=None,
+    read={
+        "kind": "ReadStepCsv",
+        "ddl_schema": ("id BIGINT", "name STRING"),
+        "separator": ";",
+        "encoding": None,
+        "quote": None,
+        "escape": None,
+        "header": True,
+        "infer_schema": None,
+        "null_value": "NA",
+        "date_format": None,
+        "timestamp_format": None,
+        "schema": None,
+    },
+    preprocess=None,
+    merge={"kind": "MergeStrategyLedger", "primary_key": ("id",)},
+)
+
+
+def _set_transform_t() -> SetTransformT:
+    event = SetTransformT()
+    left, right = TransformInputT(), TransformInputT()
+    left.datasetRef, left.alias = "did:odf:fed01" + "ab" * 32, "left"
+    right.datasetRef, right.alias = "other", None
+    event.inputs = [left, right]
+    sql = TransformSqlT()
+    sql.engine = "datafusion"
+    sql.query = "select * from left"
+    step = SqlQueryStepT()
+    step.alias = "tmp"
+    step.query = "select 1"
+    sql.queries = [step]
+    temporal = TemporalTableT()
+    temporal.name = "right"
+    temporal.primaryKey = ["k1", "k2"]
+    sql.temporalTables = [temporal]
+    event.transformType = Transform.TransformSql
+    event.transform = sql
+    return event
+
+
+_SET_TRANSFORM_EXPECTED = SetTransform(
+    inputs=(
+        {"dataset_ref": "did:odf:fed01" + "ab" * 32, "alias": "left"},
+        {"dataset_ref": "other", "alias": None},
+    ),
+    transform={
+        "kind": "TransformSql",
+        "engine": "datafusion",
+        "version": None,
+        "query": "select * from left",
+        "queries": ({"alias": "tmp", "query": "select 1"},),
+        "temporal_tables": ({"name": "right", "primary_key": ("k1", "k2")},),
+    },
+)
+
+
+def _add_push_source_t() -> AddPushSourceT:
+    event = AddPushSourceT()
+    event.sourceName = "ingest"
+    read = ReadStepNdJsonT()
+    read.ddlSchema = ["a INT"]
+    read.encoding = "utf-8"
+    event.readType = ReadStep.ReadStepNdJson
+    event.read = read
+    pre = TransformSqlT()
+    pre.engine = "spark"
+    pre.query = "select a from input"
+    event.preprocessType = Transform.TransformSql
+    event.preprocess = pre
+    merge = MergeStrategySnapshotT()
+    merge.primaryKey = ["a"]
+    merge.compareColumns = ["b", "c"]
+    event.mergeType = MergeStrategy.MergeStrategySnapshot
+    event.merge = merge
+    return event
+
+
+_ADD_PUSH_SOURCE_EXPECTED = AddPushSource(
+    source_name="ingest",
+    read={
+        "kind": "ReadStepNdJson",
+        "ddl_schema": ("a INT",),
+        "date_format": None,
+        "encoding": "utf-8",
+        "timestamp_format": None,
+        "schema": None,
+    },
+    preprocess={
+        "kind": "TransformSql",
+        "engine": "spark",
+        "version": None,
+        "query": "select a from input",
+        "queries": None,
+        "temporal_tables": None,
+    },
+    merge={"kind": "MergeStrategySnapshot", "primary_key": ("a",), "compare_columns": ("b", "c")},
+)
+
+
+def _set_attachments_t() -> SetAttachmentsT:
+    event = SetAttachmentsT()
+    embedded = AttachmentsEmbeddedT()
+    readme, license_ = AttachmentEmbeddedT(), AttachmentEmbeddedT()
+    readme.path, readme.content = "README.md", "# Data\n\nÜber alles ✓"
+    license_.path, license_.content = "LICENSE", ""
+    embedded.items = [readme, license_]
+    event.attachmentsType = Attachments.AttachmentsEmbedded
+    event.attachments = embedded
+    return event
+
+
+_SET_ATTACHMENTS_EXPECTED = SetAttachments(
+    attachments={
+        "kind": "AttachmentsEmbedded",
+        "items": (
+            {"path": "README.md", "content": "# Data\n\nÜber alles ✓"},
+            {"path": "LICENSE", "content": ""},
+        ),
+    }
+)
+
+READ_ONLY_CASES = {
+    "SetPollingSource": (4, _set_polling_source_t, _SET_POLLING_SOURCE_EXPECTED),
+    "SetTransform": (5, _set_transform_t, _SET_TRANSFORM_EXPECTED),
+    "SetAttachments": (7, _set_attachments_t, _SET_ATTACHMENTS_EXPECTED),
+    "AddPushSource": (11, _add_push_source_t, _ADD_PUSH_SOURCE_EXPECTED),
+}
+
+
+def _read_only_block_bytes(name: str) -> bytes:
+    type_id, make, _ = READ_ONLY_CASES[name]
+    return _hand_manifest(_hand_content(type_id, _packer(make())))
+
+
+@pytest.mark.parametrize("name", sorted(READ_ONLY_CASES))
+def test_read_only_event_decodes(name):
+    _, _, expected = READ_ONLY_CASES[name]
+    block = decode_block(_read_only_block_bytes(name))
+    assert type(block.event) is type(expected)
+    assert block.event == expected
+    assert block.event_name == name
+    # The header around it decodes as built.
+    assert block.system_time == _utc(2021, 2, 1, 1, 0, 0, 5)
+    assert block.prev_block_hash == Multihash("sha3-256", bytes(range(32)))
+    assert block.sequence_number == 7
+
+
+@pytest.mark.parametrize("name", sorted(READ_ONLY_CASES))
+def test_read_only_event_cannot_be_encoded(name):
+    decoded = decode_block(_read_only_block_bytes(name))
+    with pytest.raises(FormatError):
+        encode_block(decoded)
+    with pytest.raises(FormatError):
+        encode_block(MetadataBlock(_utc(2020, 1, 1), None, 1, type(decoded.event)()))
+
+
+def test_add_push_source_append_merge_without_optional_parts():
+    event = AddPushSourceT()
+    event.sourceName = "s"
+    event.mergeType = MergeStrategy.MergeStrategyAppend
+    event.merge = MergeStrategyAppendT()
+    block = decode_block(_hand_manifest(_hand_content(11, event.Pack)))
+    assert block.event == AddPushSource(
+        source_name="s", read=None, preprocess=None, merge={"kind": "MergeStrategyAppend"}
+    )
+
+
+def _data_schema_packer(depth: int = 1) -> Callable[[flatbuffers.Builder], int]:
+    """SetDataSchema carrying only the structured ``schema`` (field id 1).
+
+    One field ``a`` whose type is ``depth`` nested DataTypeOption around nothing.
+    """
+
+    def pack(b: flatbuffers.Builder) -> int:
+        inner, inner_type = 0, DataType.NONE
+        for _ in range(depth):
+            fbDataTypeOption.Start(b)
+            if inner:
+                fbDataTypeOption.AddInnerType(b, inner_type)
+                fbDataTypeOption.AddInner(b, inner)
+            inner, inner_type = fbDataTypeOption.End(b), DataType.DataTypeOption
+        name = b.CreateString("a")
+        fbDataField.Start(b)
+        fbDataField.AddName(b, name)
+        fbDataField.AddTypeType(b, inner_type)
+        fbDataField.AddType(b, inner)
+        field = fbDataField.End(b)
+        fbDataSchema.StartFieldsVector(b, 1)
+        b.PrependUOffsetTRelative(field)
+        fields = b.EndVector()
+        fbDataSchema.Start(b)
+        fbDataSchema.AddFields(b, fields)
+        schema = fbDataSchema.End(b)
+        fbSetDataSchema.Start(b)
+        fbSetDataSchema.AddSchema(b, schema)
+        return fbSetDataSchema.End(b)
+
+    return pack
+
+
+def test_structured_data_schema_is_read_as_plain_data():
+    block = decode_block(_hand_manifest(_hand_content(10, _data_schema_packer(2))))
+    assert block.event == SetDataSchema(
+        raw_arrow_schema=None,
+        schema={
+            "fields": (
+                {
+                    "name": "a",
+                    "type": {
+                        "kind": "DataTypeOption",
+                        "inner": {"kind": "DataTypeOption", "inner": None},
+                    },
+                    "extra": None,
+                },
+            ),
+            "extra": None,
+        },
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Malformed input: always FormatError, never another exception
+
+
+def _valid_blocks() -> dict[str, bytes]:
+    full = MetadataBlock(
+        _utc(2024, 12, 31, 23, 59, 59, 999_999),
+        Multihash.digest("blake3", b"prev"),
+        UINT64_MAX,
+        AddData(**_FULL_ADD_DATA_FIELDS),
+    )
+    transform = MetadataBlock(
+        _utc(2000, 2, 29),
+        Multihash.digest("sha3-256", b"prev"),
+        9,
+        ExecuteTransform(
+            query_inputs=(
+                ExecuteTransformInput(
+                    DatasetId(bytes(range(32))),
+                    Multihash.digest("blake3", b"a"),
+                    Multihash.digest("blake3", b"b"),
+                    1,
+                    2,
+                ),
+            ),
+            new_watermark=_utc(2000, 1, 1),
+        ),
+    )
+    blocks = {
+        "add_data": encode_block(full),
+        "execute_transform": encode_block(transform),
+        "seed": encode_block(
+            MetadataBlock(_utc(2020, 1, 1), None, 0, Seed(DatasetId(b"\x07" * 32)))
+        ),
+        "set_info": encode_block(
+            MetadataBlock(_utc(2020, 1, 1), None, 1, SetInfo("d", ("k1", "k2")))
+        ),
+        "set_data_schema": encode_block(
+            MetadataBlock(_utc(2020, 1, 1), None, 2, SetDataSchema(b"\x0c\x00\x00\x00" * 8))
+        ),
+        "disable_push_source": encode_block(
+            MetadataBlock(_utc(2020, 1, 1), None, 1, DisablePushSource("x"))
+        ),
+    }
+    for name in READ_ONLY_CASES:
+        blocks[name] = _read_only_block_bytes(name)
+    blocks["structured_schema"] = _hand_manifest(_hand_content(10, _data_schema_packer(3)))
+    return blocks
+
+
+VALID_BLOCKS = _valid_blocks()
+
+
+def _decode_or_format_error(data: bytes) -> MetadataBlock | None:
+    try:
+        block = decode_block(data)
+    except FormatError:
+        return None
+    assert isinstance(block, MetadataBlock)
+    return block
+
+
+def test_valid_blocks_decode():
+    # Control for the corruption tests: the unmodified bytes are fine.
+    for data in VALID_BLOCKS.values():
+        assert isinstance(decode_block(data), MetadataBlock)
+
+
+@pytest.mark.parametrize("length", range(8))
+def test_too_short(length):
+    with pytest.raises(FormatError):
+        decode_block(bytes(length))
+    with pytest.raises(FormatError):
+        decode_block(b"\xff" * length)
+    with pytest.raises(FormatError):
+        decode_block(VALID_BLOCKS["add_data"][:length])
+
+
+@pytest.mark.parametrize("name", sorted(VALID_BLOCKS))
+def test_every_truncation(name):
+    data = VALID_BLOCKS[name]
+    for n in range(len(data)):
+        with pytest.raises(FormatError):
+            decode_block(data[:n])
+
+
+@pytest.mark.parametrize("name", sorted(VALID_BLOCKS))
+def test_byte_flip_at_every_position(name):
+    data = VALID_BLOCKS[name]
+    for pos in range(len(data)):
+        for mask in (0x01, 0x10, 0x80, 0xFF):
+            mutated = bytearray(data)
+            mutated[pos] ^= mask
+            _decode_or_format_error(bytes(mutated))
+
+
+@settings(max_examples=3000, deadline=None)
+@given(data=st.binary(max_size=600))
+def test_random_bytes(data):
+    _decode_or_format_error(data)
+
+
+@settings(max_examples=800, deadline=None)
+@given(
+    name=st.sampled_from(sorted(VALID_BLOCKS)),
+    edits=st.lists(st.tuples(st.integers(min_value=0), st.integers(0, 255)), max_size=6),
+    cut=st.integers(min_value=0, max_value=8),
+)
+def test_random_corruption_of_valid_blocks(name, edits, cut):
+    mutated = bytearray(VALID_BLOCKS[name])
+    for pos, value in edits:
+        mutated[pos % len(mutated)] = value
+    _decode_or_format_error(bytes(mutated[: len(mutated) - cut]))
+
+
+def test_hand_built_block_decodes():
+    # Control for the envelope tests below: the hand-built bytes are valid as such.
+    block = decode_block(_hand_manifest(_hand_content(1, _empty_add_data)))
+    assert block == MetadataBlock(
+        _utc(2021, 2, 1, 1, 0, 0, 5), Multihash("sha3-256", bytes(range(32))), 7, AddData()
+    )
+
+
+@pytest.mark.parametrize("kind", [0x400001, 0, 1, -0x400000, 0x7FFFFFFFFFFFFFFF])
+def test_unknown_manifest_kind(kind):
+    data = _hand_manifest(_hand_content(1, _empty_add_data), kind=kind)
+    with pytest.raises(FormatError, match="kind"):
+        decode_block(data)
+    with pytest.raises(FormatError):
+        read_manifest(data)
+
+
+def test_unknown_manifest_kind_is_named():
+    with pytest.raises(FormatError, match="0x400001"):
+        decode_block(_hand_manifest(_hand_content(1, _empty_add_data), kind=0x400001))
+
+
+@pytest.mark.parametrize("version", [1, 4, 0, -1, 2**31 - 1])
+def test_unknown_manifest_version(version):
+    data = _hand_manifest(_hand_content(1, _empty_add_data), version=version)
+    with pytest.raises(FormatError, match=rf"version {version}\b"):
+        decode_block(data)
+
+
+def test_manifest_without_content():
+    with pytest.raises(FormatError):
+        decode_block(_hand_manifest(None))
+
+
+@pytest.mark.parametrize("content", [b"", b"\x00" * 3, b"\x00" * 8, b"\xff" * 64])
+def test_manifest_with_garbage_content(content):
+    with pytest.raises(FormatError):
+        decode_block(_hand_manifest(content))
+
+
+@pytest.mark.parametrize("event_type", [99, 0, 14, 255])
+def test_unknown_event_type(event_type):
+    data = _hand_manifest(_hand_content(event_type, _empty_add_data))
+    with pytest.raises(FormatError, match=rf"\b{event_type}\b"):
+        decode_block(data)
+
+
+def test_missing_event_table():
+    with pytest.raises(FormatError):
+        decode_block(_hand_manifest(_hand_content(1, None)))
+
+
+def test_missing_system_time():
+    with pytest.raises(FormatError):
+        decode_block(_hand_manifest(_hand_content(1, _empty_add_data, timestamp=None)))
+
+
+@pytest.mark.parametrize(
+    "timestamp",
+    [
+        (2021, 0, 0, 0),  # ordinal is 1-based
+        (2021, 366, 0, 0),  # 2021 is not a leap year
+        (2020, 367, 0, 0),
+        (2021, 1, 86400, 0),
+        (2021, 1, 0, 1_000_000_000),
+        (0, 1, 0, 0),  # year 0 does not exist
+        (-5, 1, 0, 0),
+        (2**31 - 1, 1, 0, 0),
+    ],
+)
+def test_invalid_timestamp(timestamp):
+    with pytest.raises(FormatError):
+        decode_block(_hand_manifest(_hand_content(1, _empty_add_data, timestamp=timestamp)))
+
+
+@pytest.mark.parametrize(
+    "prev",
+    [
+        b"\x12\x20" + bytes(32),  # sha2-256
+        b"\x16\x20" + bytes(31),
+        b"\x16\x21" + bytes(33),
+        b"",
+        b"\x1e",
+    ],
+)
+def test_bad_prev_block_hash(prev):
+    with pytest.raises(FormatError):
+        decode_block(_hand_manifest(_hand_content(1, _empty_add_data, prev=prev)))
+
+
+def test_unknown_multihash_code_is_named():
+    data = _hand_manifest(_hand_content(1, _empty_add_data, prev=b"\x12\x20" + bytes(32)))
+    with pytest.raises(FormatError, match="0x12"):
+        decode_block(data)
+
+
+def _add_data_with_extra(text: str) -> bytes:
+    def pack(b: flatbuffers.Builder) -> int:
+        entries = b.CreateString(text)
+        fbExtra.Start(b)
+        fbExtra.AddEntries(b, entries)
+        extra = fbExtra.End(b)
+        fbAddData.Start(b)
+        fbAddData.AddExtra(b, extra)
+        return fbAddData.End(b)
+
+    return _hand_manifest(_hand_content(1, pack))
+
+
+def test_extra_control():
+    assert decode_block(_add_data_with_extra('{"a":[1]}')).event.extra == {"a": [1]}
+
+
+@pytest.mark.parametrize("text", ["", "{", "[1, 2]", '"s"', "1", "null", "{'a': 1}"])
+def test_extra_must_be_a_json_object(text):
+    with pytest.raises(FormatError):
+        decode_block(_add_data_with_extra(text))
+
+
+def test_deeply_nested_extra_json_is_a_format_error():
+    depth = 100_000
+    with pytest.raises(FormatError):
+        decode_block(_add_data_with_extra('{"a":' + "[" * depth + "]" * depth + "}"))
+
+
+def test_deeply_nested_structured_schema_is_a_format_error():
+    with pytest.raises(FormatError):
+        decode_block(_hand_manifest(_hand_content(10, _data_schema_packer(5000))))
+
+
+def _seed(dataset_id: bytes | None, kind: int) -> bytes:
+    def pack(b: flatbuffers.Builder) -> int:
+        raw = None if dataset_id is None else b.CreateByteVector(dataset_id)
+        fbSeed.Start(b)
+        if raw is not None:
+            fbSeed.AddDatasetId(b, raw)
+        fbSeed.AddDatasetKind(b, kind)
+        return fbSeed.End(b)
+
+    return _hand_manifest(_hand_content(3, pack))
+
+
+def test_seed_control():
+    event = decode_block(_seed(b"\xed\x01" + bytes(32), 1)).event
+    assert event == Seed(DatasetId(bytes(32)), DatasetKind.DERIVATIVE)
+
+
+@pytest.mark.parametrize(
+    ("dataset_id", "kind"),
+    [
+        (None, 0),
+        (b"\xed\x01" + bytes(32), 2),
+        (b"\xed\x01" + bytes(32), -1),
+        (b"\xed\x02" + bytes(32), 0),
+        (b"\xed\x01" + bytes(31), 0),
+    ],
+)
+def test_bad_seed(dataset_id, kind):
+    with pytest.raises(FormatError):
+        decode_block(_seed(dataset_id, kind))
+
+
+def test_set_data_schema_with_neither_form():
+    def pack(b: flatbuffers.Builder) -> int:
+        fbSetDataSchema.Start(b)
+        return fbSetDataSchema.End(b)
+
+    with pytest.raises(FormatError):
+        decode_block(_hand_manifest(_hand_content(10, pack)))
+
+
+def test_invalid_utf8_string():
+    def pack(b: flatbuffers.Builder) -> int:
+        entries = b.CreateByteVector(b"\xff\xfe")  # a string is a byte vector on the wire
+        fbExtra.Start(b)
+        fbExtra.AddEntries(b, entries)
+        extra = fbExtra.End(b)
+        fbAddData.Start(b)
+        fbAddData.AddExtra(b, extra)
+        return fbAddData.End(b)
+
+    with pytest.raises(FormatError):
+        decode_block(_hand_manifest(_hand_content(1, pack)))
+
+
+# -- encoder input errors --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "block",
+    [
+        MetadataBlock(datetime(2020, 1, 1), None, 1, AddData()),
+        MetadataBlock(_utc(2020, 1, 1), None, 1, AddData(new_watermark=datetime(2020, 1, 1))),
+        MetadataBlock(
+            _utc(2020, 1, 1), None, 1, ExecuteTransform(new_watermark=datetime(2020, 1, 1))
+        ),
+    ],
+    ids=["system_time", "add_data_watermark", "execute_transform_watermark"],
+)
+def test_naive_datetime_is_refused(block):
+    with pytest.raises(FormatError, match="naive"):
+        encode_block(block)
+
+
+def test_negative_sequence_number_is_refused():
+    with pytest.raises(FormatError):
+        encode_block(MetadataBlock(_utc(2020, 1, 1), None, -1, AddData()))
+
+
+@pytest.mark.parametrize("version", [2, 4])
+def test_only_current_version_is_written(version):
+    with pytest.raises(FormatError):
+        encode_block(MetadataBlock(_utc(2020, 1, 1), None, 1, AddData()), version=version)
+
+
+def test_structured_schema_is_not_written():
+    with pytest.raises(FormatError):
+        encode_block(MetadataBlock(_utc(2020, 1, 1), None, 1, SetDataSchema(schema={"fields": ()})))
+
+
+def test_manifest_struct_layout_is_flatbuffers():
+    """Sanity: the stored bytes start with a root uoffset inside the buffer."""
+    data = VALID_BLOCKS["add_data"]
+    (root,) = struct.unpack_from("<I", data, 0)
+    assert 4 <= root < len(data)
