@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from odf_chain import rules
-from odf_chain.errors import FormatError, IntegrityError, NotFoundError
+from odf_chain.errors import FormatError, IntegrityError, NotFoundError, RuleViolation
 from odf_chain.events import MetadataBlock, MetadataEvent
 from odf_chain.format.codec import decode_block, encode_block
 from odf_chain.format.multihash import BLAKE3, Multihash
@@ -128,7 +128,11 @@ def prepare(
     )
     data = encode_block(block)
     block_hash = Multihash.digest(state.hash_algorithm or algorithm or BLAKE3, data)
-    after = advance(state, block, block_hash)
+    try:
+        after = advance(state, block, block_hash)
+    except RuleViolation as violation:
+        # Name the would-be block by position only: its hash never reaches the disk.
+        raise violation.at(block.sequence_number, None) from None
     return PreparedBlock(BlockEntry(block_hash, block, len(data)), data, state, after)
 
 

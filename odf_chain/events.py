@@ -17,6 +17,7 @@ from typing import Any
 import pyarrow as pa
 
 from odf_chain.format.arrow_schema import schema_from_bare_flatbuffer, schema_to_bare_flatbuffer
+from odf_chain.format.data_schema import data_schema_to_arrow
 from odf_chain.format.did import DatasetId
 from odf_chain.format.multihash import Multihash
 
@@ -149,8 +150,6 @@ class SetDataSchema:
         """The schema as pyarrow sees it."""
         if self.raw_arrow_schema is not None:
             return schema_from_bare_flatbuffer(self.raw_arrow_schema)
-        from odf_chain.format.data_schema import data_schema_to_arrow
-
         return data_schema_to_arrow(self.schema)
 
 

@@ -1,0 +1,104 @@
+"""ODF's structured ``DataSchema`` (SetDataSchema field id 1) -> ``pyarrow.Schema``.
+
+Newer ODF tools may write the schema in this logical form instead of raw Arrow bytes. The codec
+keeps it as plain data (tables as dicts, union members tagged ``kind``); this module reads that
+into Arrow so the rest of odf_chain sees one kind of schema. Nullability is ODF's ``Option``
+wrapper: a field is nullable exactly when its type is wrapped in it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pyarrow as pa
+
+from odf_chain.errors import FormatError
+
+_UNITS = {0: "s", 1: "ms", 2: "us", 3: "ns"}
+
+_SIMPLE: dict[str, pa.DataType] = {
+    "DataTypeBool": pa.bool_(),
+    "DataTypeDate": pa.date32(),
+    "DataTypeFloat16": pa.float16(),
+    "DataTypeFloat32": pa.float32(),
+    "DataTypeFloat64": pa.float64(),
+    "DataTypeInt8": pa.int8(),
+    "DataTypeInt16": pa.int16(),
+    "DataTypeInt32": pa.int32(),
+    "DataTypeInt64": pa.int64(),
+    "DataTypeUInt8": pa.uint8(),
+    "DataTypeUInt16": pa.uint16(),
+    "DataTypeUInt32": pa.uint32(),
+    "DataTypeUInt64": pa.uint64(),
+    "DataTypeNull": pa.null(),
+    "DataTypeString": pa.string(),
+}
+
+
+def _unit(value: Any, default: str, where: str) -> str:
+    if value is None:
+        return default
+    if value not in _UNITS:
+        raise FormatError(f"{where}: unknown time unit {value}")
+    return _UNITS[value]
+
+
+def _type(spec: Mapping[str, Any] | None, where: str) -> tuple[pa.DataType, bool]:
+    """(Arrow type, nullable) for one DataType union value."""
+    if spec is None:
+        raise FormatError(f"{where}: missing type")
+    kind = spec.get("kind")
+    if kind == "DataTypeOption":
+        inner, _ = _type(spec.get("inner"), where)
+        return inner, True
+    if kind in _SIMPLE:
+        return _SIMPLE[kind], False
+    if kind == "DataTypeBinary":
+        n = spec.get("fixed_length")
+        return (pa.binary() if n is None else pa.binary(n)), False
+    if kind == "DataTypeDecimal":
+        precision, scale = spec.get("precision") or 0, spec.get("scale") or 0
+        if not 1 <= precision <= 76:
+            raise FormatError(f"{where}: decimal precision {precision} outside 1..76")
+        factory = pa.decimal128 if precision <= 38 else pa.decimal256
+        return factory(precision, scale), False
+    if kind == "DataTypeDuration":
+        return pa.duration(_unit(spec.get("unit"), "us", where)), False
+    if kind == "DataTypeTime":
+        unit = _unit(spec.get("unit"), "us", where)
+        return (pa.time32(unit) if unit in ("s", "ms") else pa.time64(unit)), False
+    if kind == "DataTypeTimestamp":
+        return pa.timestamp(_unit(spec.get("unit"), "us", where), tz=spec.get("timezone")), False
+    if kind == "DataTypeList":
+        item, item_nullable = _type(spec.get("item_type"), f"{where}.[item]")
+        field = pa.field("item", item, nullable=item_nullable)
+        n = spec.get("fixed_length")
+        return (pa.list_(field) if n is None else pa.list_(field, n)), False
+    if kind == "DataTypeMap":
+        key, _ = _type(spec.get("key_type"), f"{where}.[key]")
+        value, value_nullable = _type(spec.get("value_type"), f"{where}.[value]")
+        return pa.map_(
+            key, pa.field("value", value, nullable=value_nullable), bool(spec.get("keys_sorted"))
+        ), False
+    if kind == "DataTypeStruct":
+        return pa.struct(_fields(spec.get("fields") or (), where)), False
+    raise FormatError(f"{where}: unknown data type {kind!r}")
+
+
+def _fields(fields: Any, where: str) -> list[pa.Field]:
+    out = []
+    for i, spec in enumerate(fields):
+        name = spec.get("name")
+        if not isinstance(name, str):
+            raise FormatError(f"{where}: field #{i} has no name")
+        arrow_type, nullable = _type(spec.get("type"), f"{where}.{name}" if where else name)
+        out.append(pa.field(name, arrow_type, nullable=nullable))
+    return out
+
+
+def data_schema_to_arrow(schema: Mapping[str, Any] | None) -> pa.Schema:
+    """Read ODF's structured DataSchema (as decoded plain data) into Arrow."""
+    if schema is None:
+        raise FormatError("SetDataSchema carries no schema")
+    return pa.schema(_fields(schema.get("fields") or (), ""))

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Set up (first run only), lint, and run the whole test suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash tools/setup.sh
+export PATH="$PWD/.venv/bin:$PATH"
+.venv/bin/ruff check odf_chain tests tools
+.venv/bin/ruff format --check odf_chain tests tools
+exec .venv/bin/python -m pytest "$@"
