@@ -249,7 +249,11 @@ class _Encoder:
     def extra(self, v: Mapping[str, Any] | None) -> int | None:
         if v is None:
             return None
-        entries = self.string(json.dumps(dict(v), sort_keys=True, separators=(",", ":")))
+        try:
+            text = json.dumps(dict(v), sort_keys=True, separators=(",", ":"), allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise FormatError(f"AddData.extra must be a JSON object: {exc}") from None
+        entries = self.string(text)
         b = self.b
         fbExtraAttributes.Start(b)
         fbExtraAttributes.AddEntries(b, entries)
@@ -356,6 +360,8 @@ class _Encoder:
     def set_data_schema(self, e: SetDataSchema) -> int:
         if e.schema is not None:
             raise FormatError("writing the structured SetDataSchema.schema form is not supported")
+        if e.raw_arrow_schema is None:
+            raise FormatError("SetDataSchema needs raw_arrow_schema")
         raw = self.bytes_(e.raw_arrow_schema)
         b = self.b
         fbSetDataSchema.Start(b)
@@ -427,7 +433,14 @@ def encode_block(block: MetadataBlock, version: int = MANIFEST_VERSION) -> bytes
         raise FormatError(f"can only write manifest version {MANIFEST_VERSION}, not {version}")
     if block.sequence_number < 0:
         raise FormatError(f"sequence number must be non-negative, got {block.sequence_number}")
-    return _wrap_manifest(_Encoder(timestamp_alignment=4).block(block), version)
+    try:
+        return _wrap_manifest(_Encoder(timestamp_alignment=4).block(block), version)
+    except (struct.error, OverflowError, TypeError) as exc:
+        # flatbuffers packs with struct: an integer outside its field's range lands here.
+        raise FormatError(
+            f"cannot encode block {block.sequence_number}: a value is out of range for its "
+            f"field ({exc})"
+        ) from None
 
 
 def _encode_legacy_v2(block: MetadataBlock) -> bytes:
