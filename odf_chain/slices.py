@@ -7,7 +7,7 @@ columns and the same content-addressed files at scale.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow as pa
@@ -111,8 +111,6 @@ def max_event_time(table: pa.Table, vocab: Vocabulary) -> datetime | None:
         return None
     moment = pc.cast(value, TIME_TYPE).as_py() if pa.types.is_date(column.type) else value.as_py()
     if moment.tzinfo is None:
-        from datetime import UTC
-
         moment = moment.replace(tzinfo=UTC)
     return moment
 

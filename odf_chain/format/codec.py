@@ -47,69 +47,29 @@ from odf_chain.events import (
     SetVocab,
     SourceState,
 )
-from odf_chain.format import generated as g
 from odf_chain.format.did import DatasetId
 from odf_chain.format.generated import (
     AddData as fbAddData,
-)
-from odf_chain.format.generated import (
     AddPushSource as fbAddPushSource,
-)
-from odf_chain.format.generated import (
     Checkpoint as fbCheckpoint,
-)
-from odf_chain.format.generated import (
+    DataSchema as fbDataSchema,
     DataSlice as fbDataSlice,
-)
-from odf_chain.format.generated import (
     DisablePollingSource as fbDisablePollingSource,
-)
-from odf_chain.format.generated import (
     DisablePushSource as fbDisablePushSource,
-)
-from odf_chain.format.generated import (
     ExecuteTransform as fbExecuteTransform,
-)
-from odf_chain.format.generated import (
     ExecuteTransformInput as fbExecuteTransformInput,
-)
-from odf_chain.format.generated import (
     ExtraAttributes as fbExtraAttributes,
-)
-from odf_chain.format.generated import (
     Manifest as fbManifest,
-)
-from odf_chain.format.generated import (
     MetadataBlock as fbMetadataBlock,
-)
-from odf_chain.format.generated import (
     OffsetInterval as fbOffsetInterval,
-)
-from odf_chain.format.generated import (
     Seed as fbSeed,
-)
-from odf_chain.format.generated import (
     SetAttachments as fbSetAttachments,
-)
-from odf_chain.format.generated import (
     SetDataSchema as fbSetDataSchema,
-)
-from odf_chain.format.generated import (
     SetInfo as fbSetInfo,
-)
-from odf_chain.format.generated import (
     SetLicense as fbSetLicense,
-)
-from odf_chain.format.generated import (
     SetPollingSource as fbSetPollingSource,
-)
-from odf_chain.format.generated import (
     SetTransform as fbSetTransform,
-)
-from odf_chain.format.generated import (
     SetVocab as fbSetVocab,
-)
-from odf_chain.format.generated import (
     SourceState as fbSourceState,
 )
 from odf_chain.format.multihash import Multihash
@@ -238,13 +198,10 @@ class _Encoder:
     def source_state(self, v: SourceState | None) -> int | None:
         if v is None:
             return None
-        name, kind, value = self.string(v.source_name), self.string(v.kind), self.string(v.value)
-        b = self.b
-        fbSourceState.Start(b)
-        self.add(fbSourceState.AddSourceName, b, name)
-        self.add(fbSourceState.AddKind, b, kind)
-        self.add(fbSourceState.AddValue, b, value)
-        return fbSourceState.End(b)
+        return self.string_table(
+            fbSourceState,
+            [("AddSourceName", v.source_name), ("AddKind", v.kind), ("AddValue", v.value)],
+        )
 
     def extra(self, v: Mapping[str, Any] | None) -> int | None:
         if v is None:
@@ -316,24 +273,25 @@ class _Encoder:
         fbSeed.AddDatasetKind(b, int(e.dataset_kind))
         return fbSeed.End(b)
 
-    def set_vocab(self, e: SetVocab) -> int:
-        names = [
-            self.string(e.offset_column),
-            self.string(e.operation_type_column),
-            self.string(e.system_time_column),
-            self.string(e.event_time_column),
-        ]
+    def string_table(self, module: Any, fields: list[tuple[str, str | None]]) -> int:
+        """A table whose fields are all optional strings, given as (adder name, value)."""
+        offsets = [(adder, self.string(value)) for adder, value in fields]
         b = self.b
-        fbSetVocab.Start(b)
-        adders = (
-            fbSetVocab.AddOffsetColumn,
-            fbSetVocab.AddOperationTypeColumn,
-            fbSetVocab.AddSystemTimeColumn,
-            fbSetVocab.AddEventTimeColumn,
+        module.Start(b)
+        for adder, off in offsets:
+            self.add(getattr(module, adder), b, off)
+        return module.End(b)
+
+    def set_vocab(self, e: SetVocab) -> int:
+        return self.string_table(
+            fbSetVocab,
+            [
+                ("AddOffsetColumn", e.offset_column),
+                ("AddOperationTypeColumn", e.operation_type_column),
+                ("AddSystemTimeColumn", e.system_time_column),
+                ("AddEventTimeColumn", e.event_time_column),
+            ],
         )
-        for adder, off in zip(adders, names, strict=True):
-            self.add(adder, b, off)
-        return fbSetVocab.End(b)
 
     def set_info(self, e: SetInfo) -> int:
         description, keywords = self.string(e.description), self.strings(e.keywords)
@@ -344,18 +302,15 @@ class _Encoder:
         return fbSetInfo.End(b)
 
     def set_license(self, e: SetLicense) -> int:
-        parts = [self.string(v) for v in (e.short_name, e.name, e.spdx_id, e.website_url)]
-        b = self.b
-        fbSetLicense.Start(b)
-        adders = (
-            fbSetLicense.AddShortName,
-            fbSetLicense.AddName,
-            fbSetLicense.AddSpdxId,
-            fbSetLicense.AddWebsiteUrl,
+        return self.string_table(
+            fbSetLicense,
+            [
+                ("AddShortName", e.short_name),
+                ("AddName", e.name),
+                ("AddSpdxId", e.spdx_id),
+                ("AddWebsiteUrl", e.website_url),
+            ],
         )
-        for adder, off in zip(adders, parts, strict=True):
-            self.add(adder, b, off)
-        return fbSetLicense.End(b)
 
     def set_data_schema(self, e: SetDataSchema) -> int:
         if e.schema is not None:
@@ -369,11 +324,7 @@ class _Encoder:
         return fbSetDataSchema.End(b)
 
     def disable_push_source(self, e: DisablePushSource) -> int:
-        name = self.string(e.source_name)
-        b = self.b
-        fbDisablePushSource.Start(b)
-        fbDisablePushSource.AddSourceName(b, name)
-        return fbDisablePushSource.End(b)
+        return self.string_table(fbDisablePushSource, [("AddSourceName", e.source_name)])
 
     def disable_polling_source(self, e: DisablePollingSource) -> int:
         fbDisablePollingSource.Start(self.b)
@@ -633,7 +584,7 @@ def _read_set_data_schema(r: _Reader) -> SetDataSchema:
     raw = r.ubytes(0)
     structured = None
     if r.table(1) is not None:
-        structured = _plain_object(r, 1, g.DataSchema.DataSchemaT)
+        structured = _plain_object(r, 1, fbDataSchema.DataSchemaT)
     if raw is None and structured is None:
         raise FormatError("SetDataSchema carries neither raw_arrow_schema nor schema")
     return SetDataSchema(raw_arrow_schema=raw, schema=structured)
@@ -683,13 +634,6 @@ def _plain_object(r: _Reader, slot: int | None, cls: Any) -> dict[str, Any]:
     assert target is not None
     obj = cls.InitFromBuf(target.buf, target.tab.Pos)
     return _plain(obj)
-
-
-def _read_plain_event(event_cls: type, fb_cls: Any) -> Callable[[_Reader], Any]:
-    def read(r: _Reader) -> Any:
-        return event_cls(**_plain_object(r, None, fb_cls))
-
-    return read
 
 
 def _read_set_polling_source(r: _Reader) -> SetPollingSource:
