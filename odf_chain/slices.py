@@ -47,7 +47,28 @@ def with_system_fields(schema: pa.Schema, vocab: Vocabulary) -> pa.Schema:
     else:
         event_time = pa.field(vocab.event_time_column, TIME_TYPE, nullable=False)
         rest = list(schema)
-    return pa.schema([*fields, event_time, *rest])
+    return storable_schema(pa.schema([*fields, event_time, *rest]))
+
+
+def storable_schema(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with each type as a Parquet file stores it and reads it back.
+
+    Parquet has no second-resolution timestamps or times and no date64: pyarrow writes them as
+    milliseconds and date32. Declaring the stored types keeps the SetDataSchema equal to what the
+    data files hold (verify checks that), and lets the same data be written again without a
+    spurious schema change. Types Parquet cannot store at all are left for the writer to refuse.
+    """
+    sink = pa.BufferOutputStream()
+    try:
+        pq.write_table(schema.empty_table(), sink)
+        stored = pq.read_schema(pa.BufferReader(sink.getvalue()))
+    except pa.ArrowException:
+        return schema
+    fields = [
+        f if f.type.equals(s.type) else f.with_type(s.type)
+        for f, s in zip(schema, stored, strict=True)
+    ]
+    return pa.schema(fields, metadata=schema.metadata)
 
 
 def add_system_columns(
@@ -68,7 +89,13 @@ def add_system_columns(
         columns[vocab.event_time_column] = pa.repeat(time_value, n)
     for name in table.schema.names:
         columns.setdefault(name, table.column(name))
-    return pa.Table.from_arrays([columns[f.name] for f in schema], schema=schema)
+    arrays = [columns[f.name] for f in schema]
+    # where the stored type differs (seconds -> ms, date64 -> date32), store what Parquet would
+    arrays = [
+        a if a.type.equals(f.type) else a.cast(f.type, safe=False)
+        for a, f in zip(arrays, schema, strict=True)
+    ]
+    return pa.Table.from_arrays(arrays, schema=schema)
 
 
 def conform(table: pa.Table, schema: pa.Schema | None) -> pa.Table:
@@ -109,6 +136,9 @@ def max_event_time(table: pa.Table, vocab: Vocabulary) -> datetime | None:
     value = pc.max(column)
     if not value.is_valid:
         return None
+    if pa.types.is_timestamp(column.type) and column.type.unit == "ns":
+        # a datetime holds microseconds (as blocks do); as_py() refuses to drop nanoseconds
+        value = pc.cast(value, pa.timestamp("us", tz=column.type.tz), safe=False)
     moment = pc.cast(value, TIME_TYPE).as_py() if pa.types.is_date(column.type) else value.as_py()
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)

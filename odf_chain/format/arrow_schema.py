@@ -226,6 +226,20 @@ def _wrap_in_message(bare: bytes, schema_pos: int) -> bytes:
     return framed + b"\0" * (-len(framed) % 8)
 
 
+def _check_names(fields) -> None:
+    """Touch every field name, nested ones included: pyarrow decodes names lazily, so a name that
+    is not UTF-8 would otherwise raise ``UnicodeDecodeError`` later, wherever it is first read."""
+    for field in fields:
+        field.name  # noqa: B018 (the access is the check)
+        t = field.type
+        if pa.types.is_map(t):
+            _check_names([t.key_field, t.item_field])
+        elif hasattr(t, "value_field"):  # list, large_list, fixed_size_list, list_view
+            _check_names([t.value_field])
+        elif pa.types.is_struct(t) or pa.types.is_union(t):
+            _check_names(t.field(i) for i in range(t.num_fields))
+
+
 def schema_from_bare_flatbuffer(data: bytes) -> pa.Schema:
     """Decode a bare Arrow ``Schema`` flatbuffer (``SetDataSchema.raw_arrow_schema``).
 
@@ -246,7 +260,9 @@ def schema_from_bare_flatbuffer(data: bytes) -> pa.Schema:
         )
     root = _root_table(bare, "Schema")
     try:
-        return pa.ipc.read_schema(pa.py_buffer(_wrap_in_message(bare, root.pos)))
+        schema = pa.ipc.read_schema(pa.py_buffer(_wrap_in_message(bare, root.pos)))
+        _check_names(schema)
+        return schema
     except (
         pa.ArrowException,
         ValueError,
