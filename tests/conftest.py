@@ -1,0 +1,45 @@
+"""Shared helpers for tests that work on real dataset directories (imported as
+``tests.conftest``)."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import blake3
+import pyarrow as pa
+
+from odf_chain.events import SetDataSchema
+
+Snapshot = dict[str, bytes | None]
+
+
+def snapshot_tree(root: Path) -> Snapshot:
+    """Every directory (value None) and file (value: its bytes) under ``root``, by relative path.
+
+    Nothing is excluded: lock files, hidden staging directories and all.
+    """
+    out: Snapshot = {}
+    for path in sorted(Path(root).rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        out[rel] = path.read_bytes() if path.is_file() else None
+    return out
+
+
+def multihash_name(data: bytes, algorithm: str = "blake3") -> str:
+    """The multibase (base16) multihash of ``data``, computed without odf_chain:
+    ``f`` + hex(varint code, varint length 32, digest)."""
+    if algorithm == "blake3":
+        return "f1e20" + blake3.blake3(data).hexdigest()
+    if algorithm == "sha3-256":
+        return "f1620" + hashlib.sha3_256(data).hexdigest()
+    raise ValueError(algorithm)
+
+
+def non_utf8_schema(nested: bool) -> bytes:
+    """A well-formed Arrow schema whose (possibly nested) field name is not UTF-8."""
+    inner = pa.field("zq", pa.int64())
+    schema = pa.schema([pa.field("s", pa.struct([inner]))]) if nested else pa.schema([inner])
+    raw = SetDataSchema.from_arrow(schema).raw_arrow_schema
+    assert raw.count(b"zq") == 1
+    return raw.replace(b"zq", b"\xff\xfe")

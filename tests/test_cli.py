@@ -1,0 +1,351 @@
+"""The real console scripts, run as subprocesses: ``python -m odf_chain.cli`` and the installed
+``chain-verify`` entry point."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from odf_chain.dataset import Dataset
+from tests.conftest import multihash_name, snapshot_tree
+
+CHAIN_VERIFY = Path(sys.executable).parent / "chain-verify"
+HASH = r"f(1e|16)20[0-9a-f]{64}"
+
+
+def run(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "odf_chain.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=120,
+    )
+
+
+def run_verify(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(CHAIN_VERIFY), *map(str, args)], capture_output=True, text=True, timeout=120
+    )
+
+
+def assert_clean(p: subprocess.CompletedProcess[str]) -> None:
+    assert "Traceback" not in p.stdout and "Traceback" not in p.stderr, p.stderr
+
+
+def assert_one_line_error(p: subprocess.CompletedProcess[str], *fragments: str) -> str:
+    assert_clean(p)
+    assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
+    lines = p.stderr.splitlines()
+    assert len(lines) == 1, p.stderr
+    (line,) = lines
+    assert line.startswith("odf-chain: error: ")
+    for fragment in fragments:
+        assert fragment in line, (fragment, line)
+    return line
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Seed; schema {id}; 2 rows; schema {id, name}; 1 row."""
+    root = tmp_path_factory.mktemp("cli") / "ds"
+    ds = Dataset.create(root)
+    ds.write(pa.table({"id": pa.array([1, 2], pa.int64())}))
+    ds.write(pa.table({"id": pa.array([3], pa.int64()), "name": pa.array(["c"])}))
+    return root
+
+
+def block_names_by_seq(root: Path) -> list[str]:
+    return [str(e.hash) for e in Dataset.open(root).blocks()]
+
+
+# -- init -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("flags", "algorithm"), [((), "blake3"), (("--hash", "sha3-256"), "sha3-256")]
+)
+def test_init(tmp_path: Path, flags: tuple[str, ...], algorithm: str) -> None:
+    root = tmp_path / "new"
+    p = run("init", root, *flags)
+    assert_clean(p)
+    assert p.returncode == 0, p.stderr
+    assert p.stderr == ""
+    (name,) = [q.name for q in (root / "blocks").iterdir()]
+    assert name == multihash_name((root / "blocks" / name).read_bytes(), algorithm)
+    assert (root / "refs" / "head").read_text().strip() == name
+    out = p.stdout
+    assert f"created {root}" in out
+    assert re.search(rf"hash\s+{algorithm}\b", out)
+    assert re.search(rf"head\s+{name}\b", out)
+    did = re.search(r"dataset id\s+(did:odf:fed01[0-9a-f]{64})\b", out)
+    assert did is not None
+    assert (
+        bytes.fromhex(did.group(1).removeprefix("did:odf:fed01"))
+        in (root / "blocks" / name).read_bytes()
+    )
+
+
+def test_init_over_existing_dataset(dataset: Path) -> None:
+    before = snapshot_tree(dataset)
+    assert_one_line_error(run("init", dataset), "already a dataset", str(dataset))
+    assert_one_line_error(run("init", dataset, "--hash", "sha3-256"), "already a dataset")
+    assert snapshot_tree(dataset) == before
+
+
+def test_init_under_a_file(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x")
+    assert_one_line_error(run("init", tmp_path / "file" / "ds"), "file")
+
+
+# -- log ------------------------------------------------------------------------------------------
+
+
+def test_log_text(dataset: Path) -> None:
+    p = run("log", dataset)
+    assert_clean(p)
+    assert p.returncode == 0 and p.stderr == ""
+    names = block_names_by_seq(dataset)
+    lines = p.stdout.splitlines()
+    assert len(lines) == 5
+    expected_events = ["AddData", "SetDataSchema", "AddData", "SetDataSchema", "Seed"]
+    for line, seq, event in zip(lines, [4, 3, 2, 1, 0], expected_events, strict=True):
+        fields = line.split()
+        assert fields[0] == str(seq)
+        assert fields[1] == names[seq]
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", fields[2])
+        assert fields[3] == event
+    assert "offsets 2..2" in lines[0] and "offsets 0..1" in lines[2]
+    assert "name" in lines[1]
+    assert "did:odf:" in lines[4]
+
+
+def test_log_json(dataset: Path) -> None:
+    p = run("log", dataset, "--json")
+    assert_clean(p)
+    assert p.returncode == 0
+    blocks = json.loads(p.stdout)
+    names = block_names_by_seq(dataset)
+    assert [b["sequence_number"] for b in blocks] == [4, 3, 2, 1, 0]
+    assert [b["hash"] for b in blocks] == names[::-1]
+    assert [b["prev_block_hash"] for b in blocks] == [*names[::-1][1:], None]
+    for b in blocks:
+        raw = (dataset / "blocks" / b["hash"]).read_bytes()
+        assert b["hash"] == multihash_name(raw)
+    assert [b["event_type"] for b in blocks] == [
+        "AddData",
+        "SetDataSchema",
+        "AddData",
+        "SetDataSchema",
+        "Seed",
+    ]
+    add = blocks[0]["event"]
+    assert add["prev_offset"] == 1
+    assert add["new_data"]["offset_interval"] == {"start": 2, "end": 2}
+    data_name = add["new_data"]["physical_hash"]
+    data = (dataset / "data" / data_name).read_bytes()
+    assert data_name == multihash_name(data)
+    assert add["new_data"]["size"] == len(data)
+    schema_names = [f["name"] for f in blocks[1]["event"]["fields"]]
+    assert schema_names == ["offset", "op", "system_time", "event_time", "id", "name"]
+    assert blocks[4]["event"]["dataset_id"].startswith("did:odf:fed01")
+
+
+# -- schema ---------------------------------------------------------------------------------------
+
+
+def test_schema_at_two_blocks_text(dataset: Path) -> None:
+    names = block_names_by_seq(dataset)
+    p = run("schema", dataset, "--at", "2")
+    assert_clean(p)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert lines[0].split() == ["block", "2", names[2]]
+    assert lines[1] == "schema set at block 1"
+    assert [line.split(":")[0] for line in lines[2:]] == [
+        "offset",
+        "op",
+        "system_time",
+        "event_time",
+        "id",
+    ]
+    assert "id: int64" in lines
+
+    p = run("schema", dataset, "--at", names[4])
+    assert_clean(p)
+    lines = p.stdout.splitlines()
+    assert lines[0].split() == ["block", "4", names[4]]
+    assert lines[1] == "schema set at block 3"
+    assert "name: string" in lines
+
+    p = run("schema", dataset, "--at", "0")
+    assert p.returncode == 0
+    assert "no schema declared yet" in p.stdout
+
+
+def test_schema_at_two_blocks_json(dataset: Path) -> None:
+    names = block_names_by_seq(dataset)
+    at2 = json.loads(run("schema", dataset, "--at", names[2], "--json").stdout)
+    at4 = json.loads(run("schema", dataset, "--json").stdout)  # head
+    assert (at2["sequence_number"], at2["head"], at2["schema_block"]) == (2, names[2], 1)
+    assert (at4["sequence_number"], at4["head"], at4["schema_block"]) == (4, names[4], 3)
+    assert [f["name"] for f in at2["schema"]] == ["offset", "op", "system_time", "event_time", "id"]
+    assert at4["schema"][-1] == {"name": "name", "type": "string", "nullable": True}
+    assert at4["schema"][0] == {"name": "offset", "type": "int64", "nullable": False}
+    assert (at2["last_offset"], at2["num_records"]) == (1, 2)
+    assert (at4["last_offset"], at4["num_records"]) == (2, 3)
+    assert at2["dataset_id"] == at4["dataset_id"]
+
+
+def test_schema_at_time(dataset: Path) -> None:
+    blocks = json.loads(run("log", dataset, "--json").stdout)
+    seed_time = blocks[-1]["system_time"]
+    p = run("schema", dataset, "--at", seed_time, "--json")
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["sequence_number"] == 0
+
+
+# -- verify ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("runner", ["odf-chain", "chain-verify"])
+def test_verify_good_dataset(dataset: Path, runner: str) -> None:
+    p = run("verify", dataset) if runner == "odf-chain" else run_verify(dataset)
+    assert_clean(p)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stderr == ""
+    (line,) = p.stdout.splitlines()
+    assert line.startswith("OK: 5 blocks, 2 slices")
+    assert "0 errors, 0 warnings" in line
+    assert line.endswith(block_names_by_seq(dataset)[-1])
+
+    p = (
+        run_verify(dataset, "--json")
+        if runner == "chain-verify"
+        else run("verify", dataset, "--json")
+    )
+    report = json.loads(p.stdout)
+    assert p.returncode == 0
+    assert (report["ok"], report["errors"], report["blocks_checked"]) == (True, 0, 5)
+
+
+def test_verify_no_data(dataset: Path) -> None:
+    p = run_verify(dataset, "--no-data", "--json")
+    assert p.returncode == 0
+    assert json.loads(p.stdout)["slices_checked"] == 0
+
+
+@pytest.fixture
+def tampered(dataset: Path, tmp_path: Path) -> tuple[Path, int, str]:
+    """A copy of the dataset with one byte of block 2 flipped."""
+    import shutil
+
+    root = tmp_path / "ds"
+    shutil.copytree(dataset, root)
+    name = block_names_by_seq(root)[2]
+    path = root / "blocks" / name
+    data = bytearray(path.read_bytes())
+    data[-5] ^= 0x40
+    path.write_bytes(bytes(data))
+    return root, 2, name
+
+
+@pytest.mark.parametrize("runner", ["odf-chain", "chain-verify"])
+def test_verify_tampered(tampered: tuple[Path, int, str], runner: str) -> None:
+    root, _, name = tampered
+    p = run("verify", root) if runner == "odf-chain" else run_verify(root)
+    assert_clean(p)
+    assert p.returncode == 1, p.stdout + p.stderr
+    lines = p.stdout.splitlines()
+    errors = [line for line in lines if line.startswith("ERROR ")]
+    assert errors
+    assert any(name in line for line in errors), errors
+    assert lines[-1].startswith("FAILED: ")
+    p = run("verify", root, "--json")
+    report = json.loads(p.stdout)
+    assert p.returncode == 1 and report["ok"] is False
+    assert any(problem["block_hash"] == name for problem in report["problems"])
+
+
+def test_verify_tampered_data(dataset: Path, tmp_path: Path) -> None:
+    import shutil
+
+    root = tmp_path / "ds"
+    shutil.copytree(dataset, root)
+    blocks = json.loads(run("log", root, "--json").stdout)
+    add = blocks[0]
+    data = root / "data" / add["event"]["new_data"]["physical_hash"]
+    raw = bytearray(data.read_bytes())
+    raw[len(raw) // 2] ^= 1
+    data.write_bytes(bytes(raw))
+    p = run_verify(root)
+    assert_clean(p)
+    assert p.returncode == 1
+    (error,) = [line for line in p.stdout.splitlines() if line.startswith("ERROR ")]
+    assert f"block {add['sequence_number']}" in error
+    assert add["hash"] in error and f"data/{data.name}" in error and "[data-hash]" in error
+
+
+def test_tampered_block_makes_other_commands_fail_cleanly(tampered: tuple[Path, int, str]) -> None:
+    root, _, name = tampered
+    assert_one_line_error(run("log", root), name)
+    assert_one_line_error(run("schema", root), name)
+
+
+# -- errors ---------------------------------------------------------------------------------------
+
+
+def test_nonexistent_dir(tmp_path: Path) -> None:
+    missing = tmp_path / "nope"
+    for p in (
+        run("log", missing),
+        run("log", missing, "--json"),
+        run("schema", missing),
+        run("verify", missing),
+        run_verify(missing),
+    ):
+        assert_one_line_error(p, str(missing))
+        assert p.stdout == ""
+    assert not missing.exists()
+
+
+@pytest.mark.parametrize(
+    ("ref", "fragment"),
+    [
+        ("bogus", "unrecognised ref 'bogus'"),
+        ("99", "sequence number 99"),
+        ("f1e20" + "00" * 32, "f1e20" + "00" * 32),
+        ("1999-01-01T00:00:00Z", "1999-01-01"),
+    ],
+)
+def test_bad_ref(dataset: Path, ref: str, fragment: str) -> None:
+    p = run("schema", dataset, "--at", ref)
+    assert_one_line_error(p, fragment)
+    assert p.stdout == ""
+    assert_one_line_error(run("schema", dataset, "--at", ref, "--json"), fragment)
+
+
+def test_bad_head_is_one_line(dataset: Path, tmp_path: Path) -> None:
+    import shutil
+
+    root = tmp_path / "ds"
+    shutil.copytree(dataset, root)
+    (root / "refs" / "head").write_text("f1e20" + "ab" * 32)
+    assert_one_line_error(run("log", root), "f1e20" + "ab" * 32)
+    p = run_verify(root)
+    assert_clean(p)
+    assert p.returncode == 1
+    assert any("[block-missing]" in line for line in p.stdout.splitlines())
+
+
+def test_usage_errors_do_not_trace(tmp_path: Path) -> None:
+    for p in (run(), run("frobnicate"), run("init", tmp_path / "x", "--hash", "md5"), run_verify()):
+        assert_clean(p)
+        assert p.returncode == 2
+        assert "usage:" in p.stderr

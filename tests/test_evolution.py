@@ -1,0 +1,221 @@
+"""check_evolution on its own: DataMine's four rules, applied recursively through structs, lists
+and maps. Every expected violation is written out by hand (path, rule, old type, new type)."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from odf_chain.schema.evolution import EvolutionViolation, check_evolution
+
+BASE = pa.schema(
+    [
+        pa.field("id", pa.int64(), nullable=False),
+        pa.field("name", pa.string()),
+        pa.field(
+            "address",
+            pa.struct([pa.field("city", pa.string()), pa.field("zip", pa.int32())]),
+        ),
+        pa.field("tags", pa.list_(pa.int64())),
+        pa.field("attrs", pa.map_(pa.string(), pa.int64())),
+    ]
+)
+
+
+def _replace(schema: pa.Schema, name: str, field: pa.Field | None) -> pa.Schema:
+    """``schema`` with the field ``name`` replaced by ``field`` (or dropped when None)."""
+    fields = []
+    for f in schema:
+        if f.name != name:
+            fields.append(f)
+        elif field is not None:
+            fields.append(field)
+    return pa.schema(fields)
+
+
+def _as_tuples(violations: list[EvolutionViolation]) -> list[tuple]:
+    return [(v.path, v.rule, v.old, v.new) for v in violations]
+
+
+def test_identical_schemas_are_compatible() -> None:
+    assert check_evolution(BASE, BASE) == []
+    # an equal schema built separately, not the same object
+    copy = pa.schema(list(BASE))
+    assert check_evolution(BASE, copy) == []
+
+
+def test_field_order_does_not_matter() -> None:
+    reordered = pa.schema(list(reversed(list(BASE))))
+    assert check_evolution(BASE, reordered) == []
+
+
+# -- incompatible changes ------------------------------------------------------------------------
+
+INCOMPATIBLE = {
+    "field removed": (
+        _replace(BASE, "name", None),
+        [("name", "field-removed", "string", None)],
+    ),
+    "type change int64 -> string": (
+        _replace(BASE, "id", pa.field("id", pa.string(), nullable=False)),
+        [("id", "type-change", "int64", "string")],
+    ),
+    "type widening int32 -> int64 is still a change": (
+        _replace(
+            BASE,
+            "address",
+            pa.field(
+                "address",
+                pa.struct([pa.field("city", pa.string()), pa.field("zip", pa.int64())]),
+            ),
+        ),
+        [("address.zip", "type-change", "int32", "int64")],
+    ),
+    "optional -> required": (
+        _replace(BASE, "name", pa.field("name", pa.string(), nullable=False)),
+        [("name", "optional-to-required", "string", "string")],
+    ),
+    "new required field": (
+        pa.schema([*BASE, pa.field("extra", pa.float64(), nullable=False)]),
+        [("extra", "new-required-field", None, "double")],
+    ),
+    "nested struct field removed": (
+        _replace(BASE, "address", pa.field("address", pa.struct([pa.field("city", pa.string())]))),
+        [("address.zip", "field-removed", "int32", None)],
+    ),
+    "nested new required struct member": (
+        _replace(
+            BASE,
+            "address",
+            pa.field(
+                "address",
+                pa.struct(
+                    [
+                        pa.field("city", pa.string()),
+                        pa.field("zip", pa.int32()),
+                        pa.field("street", pa.string(), nullable=False),
+                    ]
+                ),
+            ),
+        ),
+        [("address.street", "new-required-field", None, "string")],
+    ),
+    "nested optional -> required": (
+        _replace(
+            BASE,
+            "address",
+            pa.field(
+                "address",
+                pa.struct(
+                    [pa.field("city", pa.string(), nullable=False), pa.field("zip", pa.int32())]
+                ),
+            ),
+        ),
+        [("address.city", "optional-to-required", "string", "string")],
+    ),
+    "list item type change": (
+        _replace(BASE, "tags", pa.field("tags", pa.list_(pa.string()))),
+        [("tags.[item]", "type-change", "int64", "string")],
+    ),
+    "list -> large_list": (
+        _replace(BASE, "tags", pa.field("tags", pa.large_list(pa.int64()))),
+        [("tags", "type-change", "list<item: int64>", "large_list<item: int64>")],
+    ),
+    "map value type change": (
+        _replace(BASE, "attrs", pa.field("attrs", pa.map_(pa.string(), pa.string()))),
+        [("attrs.[value]", "type-change", "int64", "string")],
+    ),
+    "map key type change": (
+        _replace(BASE, "attrs", pa.field("attrs", pa.map_(pa.int32(), pa.int64()))),
+        [("attrs.[key]", "type-change", "string", "int32")],
+    ),
+    "struct -> leaf": (
+        _replace(BASE, "address", pa.field("address", pa.string())),
+        [
+            (
+                "address",
+                "type-change",
+                "struct<city: string, zip: int32>",
+                "string",
+            )
+        ],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(INCOMPATIBLE))
+def test_incompatible_change_is_named(case: str) -> None:
+    new, expected = INCOMPATIBLE[case]
+    violations = check_evolution(BASE, new)
+    assert _as_tuples(violations) == expected
+    # the human text names the field path
+    for violation, (path, *_rest) in zip(violations, expected, strict=True):
+        assert path in str(violation)
+
+
+def test_struct_inside_a_list_loses_a_member() -> None:
+    item_old = pa.struct([pa.field("x", pa.int64()), pa.field("y", pa.string())])
+    item_new = pa.struct([pa.field("x", pa.int64())])
+    old = pa.schema([pa.field("points", pa.list_(item_old))])
+    new = pa.schema([pa.field("points", pa.list_(item_new))])
+    assert _as_tuples(check_evolution(old, new)) == [
+        ("points.[item].y", "field-removed", "string", None)
+    ]
+
+
+def test_messages_say_what_changed() -> None:
+    new = _replace(BASE, "id", pa.field("id", pa.string(), nullable=False))
+    (violation,) = check_evolution(BASE, new)
+    text = str(violation)
+    assert "id" in text and "int64" in text and "string" in text
+    (removed,) = check_evolution(BASE, _replace(BASE, "name", None))
+    assert "name" in str(removed) and "removed" in str(removed)
+
+
+def test_several_violations_are_all_reported() -> None:
+    new = pa.schema(
+        [
+            pa.field("id", pa.string(), nullable=False),  # retyped
+            # name removed
+            pa.field("address", BASE.field("address").type),
+            pa.field("tags", pa.list_(pa.int64())),
+            pa.field("attrs", pa.map_(pa.string(), pa.int64())),
+            pa.field("must", pa.int8(), nullable=False),  # new required
+        ]
+    )
+    got = sorted(_as_tuples(check_evolution(BASE, new)), key=lambda t: t[0])
+    assert got == [
+        ("id", "type-change", "int64", "string"),
+        ("must", "new-required-field", None, "int8"),
+        ("name", "field-removed", "string", None),
+    ]
+
+
+# -- compatible changes --------------------------------------------------------------------------
+
+COMPATIBLE = {
+    "new nullable field": pa.schema([*BASE, pa.field("extra", pa.float64())]),
+    "required -> optional": _replace(BASE, "id", pa.field("id", pa.int64(), nullable=True)),
+    "nested new nullable struct member": _replace(
+        BASE,
+        "address",
+        pa.field(
+            "address",
+            pa.struct(
+                [
+                    pa.field("city", pa.string()),
+                    pa.field("zip", pa.int32()),
+                    pa.field("street", pa.string()),
+                ]
+            ),
+        ),
+    ),
+    "new nullable nested struct column": pa.schema(
+        [*BASE, pa.field("geo", pa.struct([pa.field("lat", pa.float64(), nullable=False)]))]
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(COMPATIBLE))
+def test_compatible_change_is_accepted(case: str) -> None:
+    assert check_evolution(BASE, COMPATIBLE[case]) == []

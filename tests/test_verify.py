@@ -1,0 +1,387 @@
+"""verify: a clean dataset checks out; any single flipped byte in any block or data file is caught
+and located; leftovers are warnings; the JSON report says what was checked."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from odf_chain.dataset import Dataset
+from odf_chain.events import AddData, DataSlice, OffsetInterval
+from odf_chain.format.multihash import Multihash
+from odf_chain.verify import VerifyReport, verify_path
+from tests.conftest import multihash_name, snapshot_tree
+
+MS_UTC = pa.timestamp("ms", tz="UTC")
+
+
+def build(root: Path, algorithm: str = "blake3") -> Dataset:
+    """Four writes, one of which evolves the schema (a new nullable column)."""
+    ds = Dataset.create(root, hash=algorithm)
+    ds.write(
+        pa.table(
+            {
+                "id": pa.array([1, 2, 3], pa.int64()),
+                "name": pa.array(["a", "b", None]),
+                "event_time": pa.array(
+                    [datetime(2024, 1, d, tzinfo=UTC) for d in (1, 2, 3)], MS_UTC
+                ),
+            }
+        )
+    )
+    ds.write(pa.table({"id": pa.array([4], pa.int64()), "name": pa.array(["d"])}))
+    ds.write(
+        pa.table(
+            {
+                "id": pa.array([5, 6], pa.int64()),
+                "name": pa.array(["e", "f"]),
+                "score": pa.array([0.5, None], pa.float64()),
+            }
+        )
+    )
+    ds.write(pa.table({"id": pa.array([7], pa.int64())}))
+    return ds
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("verify") / "ds"
+    build(root)
+    return root
+
+
+@pytest.fixture
+def dataset(pristine: Path, tmp_path: Path) -> Path:
+    root = tmp_path / "ds"
+    shutil.copytree(pristine, root)
+    return root
+
+
+def chain_info(root: Path) -> tuple[list, dict[str, tuple[int, str]]]:
+    """(blocks oldest first, {data file name: (sequence number, block hash) of its AddData})."""
+    entries = Dataset.open(root).blocks()
+    referenced = {
+        str(e.block.event.new_data.physical_hash): (e.block.sequence_number, str(e.hash))
+        for e in entries
+        if isinstance(e.block.event, AddData)
+    }
+    return entries, referenced
+
+
+def test_clean_dataset_verifies(dataset: Path) -> None:
+    report = verify_path(dataset)
+    assert report.ok
+    assert report.errors == [] and report.warnings == [] and report.problems == []
+    entries, referenced = chain_info(dataset)
+    assert [e.block.event_name for e in entries] == [
+        "Seed",
+        "SetDataSchema",
+        "AddData",
+        "AddData",
+        "SetDataSchema",
+        "AddData",
+        "AddData",
+    ]
+    assert report.blocks_checked == 7
+    assert report.slices_checked == 4
+    block_bytes = sum(p.stat().st_size for p in (dataset / "blocks").iterdir())
+    data_bytes = sum(p.stat().st_size for p in (dataset / "data").iterdir())
+    assert report.bytes_hashed == block_bytes + data_bytes
+    assert report.head == (dataset / "refs" / "head").read_text().strip()
+    assert sorted(referenced) == sorted(p.name for p in (dataset / "data").iterdir())
+
+
+def _flip(path: Path, pos: int) -> bytes:
+    original = path.read_bytes()
+    damaged = bytearray(original)
+    damaged[pos] ^= 0xFF if pos % 2 == 0 else 1 << (pos % 8)
+    path.write_bytes(bytes(damaged))
+    return original
+
+
+def _positions(size: int, limit: int) -> list[int]:
+    if size <= limit:
+        return list(range(size))
+    step = (size - 1) / (limit - 1)
+    return sorted({round(i * step) for i in range(limit)} | {0, size - 1})
+
+
+def test_every_flipped_byte_is_caught(dataset: Path) -> None:
+    """The acceptance property: flip one byte anywhere in any block or data file, and verify
+    fails with an error that names the affected block."""
+    entries, referenced = chain_info(dataset)
+    by_hash = {str(e.hash): e.block.sequence_number for e in entries}
+    before = snapshot_tree(dataset)
+    cases = 0
+
+    def check(path: Path, pos: int, seq: int, block_hash: str) -> None:
+        nonlocal cases
+        original = _flip(path, pos)
+        try:
+            report = verify_path(dataset)
+        finally:
+            path.write_bytes(original)
+        cases += 1
+        where = f"{path.relative_to(dataset)} byte {pos}"
+        assert not report.ok, where
+        lines = [p.line() for p in report.errors]
+        assert any(block_hash in line or f"block {seq} " in line for line in lines), (where, lines)
+
+    for path in sorted((dataset / "blocks").iterdir()):
+        size = path.stat().st_size
+        assert size <= 1024  # every position of every block, and still fast
+        for pos in range(size):
+            check(path, pos, by_hash[path.name], path.name)
+    for path in sorted((dataset / "data").iterdir()):
+        seq, block_hash = referenced[path.name]
+        for pos in _positions(path.stat().st_size, 50):
+            check(path, pos, seq, block_hash)
+
+    block_bytes = sum(p.stat().st_size for p in (dataset / "blocks").iterdir())
+    assert cases >= block_bytes + 4 * 50
+    assert snapshot_tree(dataset) == before
+    assert verify_path(dataset).ok
+
+
+def test_flipped_data_byte_names_block_and_file(dataset: Path) -> None:
+    _, referenced = chain_info(dataset)
+    name, (seq, block_hash) = sorted(referenced.items())[0]
+    _flip(dataset / "data" / name, 100)
+    (problem,) = verify_path(dataset).errors
+    assert problem.rule == "data-hash"
+    assert (problem.sequence_number, problem.block_hash, problem.path) == (
+        seq,
+        block_hash,
+        f"data/{name}",
+    )
+
+
+@pytest.mark.parametrize("algorithm", ["sha3-256"])
+def test_flips_caught_in_sha3_datasets(tmp_path: Path, algorithm: str) -> None:
+    root = tmp_path / "ds"
+    build(root, algorithm)
+    assert verify_path(root).problems == []
+    entries, referenced = chain_info(root)
+    targets = [(root / "blocks" / str(e.hash), str(e.hash)) for e in entries]
+    targets += [(root / "data" / n, h) for n, (_, h) in referenced.items()]
+    for path, block_hash in targets:
+        for pos in (0, path.stat().st_size // 2, path.stat().st_size - 1):
+            original = _flip(path, pos)
+            report = verify_path(root)
+            path.write_bytes(original)
+            assert not report.ok
+            assert any(block_hash in p.line() for p in report.errors)
+
+
+# -- what check_data skips ------------------------------------------------------------------------
+
+
+def test_check_data_false_skips_data(dataset: Path) -> None:
+    _, referenced = chain_info(dataset)
+    for name in referenced:
+        (dataset / "data" / name).unlink()
+    full = verify_path(dataset)
+    assert not full.ok
+    assert {p.rule for p in full.errors} == {"data-missing"}
+    assert len(full.errors) == 4
+    blocks_only = verify_path(dataset, check_data=False)
+    assert blocks_only.ok and blocks_only.problems == []
+    assert blocks_only.slices_checked == 0
+    block_bytes = sum(p.stat().st_size for p in (dataset / "blocks").iterdir())
+    assert blocks_only.bytes_hashed == block_bytes
+    assert Dataset.open(dataset).verify(check_data=False).ok
+
+
+def test_check_data_false_still_catches_block_damage(dataset: Path) -> None:
+    head = (dataset / "refs" / "head").read_text().strip()
+    _flip(dataset / "blocks" / head, 40)
+    report = verify_path(dataset, check_data=False)
+    assert not report.ok
+    assert any(p.block_hash == head for p in report.errors)
+
+
+# -- leftovers are warnings -----------------------------------------------------------------------
+
+
+def test_orphan_data_file_is_a_warning(dataset: Path) -> None:
+    stray = b"not referenced by any block"
+    name = multihash_name(stray)
+    (dataset / "data" / name).write_bytes(stray)
+    report = verify_path(dataset)
+    assert report.ok
+    (warning,) = report.warnings
+    assert (warning.severity, warning.rule, warning.path) == (
+        "warning",
+        "orphan-data",
+        f"data/{name}",
+    )
+    assert warning.line().startswith("WARNING ") and f"data/{name}" in warning.line()
+
+
+def test_orphan_block_is_a_warning(dataset: Path, tmp_path: Path) -> None:
+    other = Dataset.create(tmp_path / "other")
+    (seed,) = other.blocks()
+    shutil.copy(tmp_path / "other" / "blocks" / str(seed.hash), dataset / "blocks")
+    report = verify_path(dataset)
+    assert report.ok
+    (warning,) = report.warnings
+    assert (warning.rule, warning.block_hash) == ("orphan-block", str(seed.hash))
+    assert warning.path == f"blocks/{seed.hash}"
+
+
+def test_staging_leftover_is_a_warning(dataset: Path) -> None:
+    staging = dataset / ".staging"
+    staging.mkdir(exist_ok=True)
+    (staging / "data.abc123.parquet").write_bytes(b"half a file")
+    report = verify_path(dataset)
+    assert report.ok
+    (warning,) = report.warnings
+    assert (warning.rule, warning.path) == ("staging-leftover", ".staging/data.abc123.parquet")
+
+
+def test_all_leftovers_together(dataset: Path, tmp_path: Path) -> None:
+    (dataset / "data" / multihash_name(b"x")).write_bytes(b"x")
+    other = Dataset.create(tmp_path / "other")
+    (seed,) = other.blocks()
+    shutil.copy(tmp_path / "other" / "blocks" / str(seed.hash), dataset / "blocks")
+    (dataset / ".staging").mkdir(exist_ok=True)
+    (dataset / ".staging" / "leftover").write_bytes(b"")
+    report = verify_path(dataset)
+    assert report.ok
+    assert sorted(p.rule for p in report.warnings) == [
+        "orphan-block",
+        "orphan-data",
+        "staging-leftover",
+    ]
+    assert report.to_dict()["warnings"] == 3 and report.to_dict()["errors"] == 0
+
+
+# -- slices that hash fine but do not hold what their block says -----------------------------------
+
+
+def _append_file_slice(ds: Dataset, data: bytes, start: int, end: int) -> tuple[str, str]:
+    """Store ``data`` as a slice under its true hash and append an AddData naming it."""
+    name = multihash_name(data)
+    (ds.path / "data" / name).write_bytes(data)
+    entry = ds.append(
+        AddData(
+            prev_offset=ds.state.last_offset,
+            new_data=DataSlice(
+                logical_hash=Multihash.from_multibase(name),
+                physical_hash=Multihash.from_multibase(name),
+                offset_interval=OffsetInterval(start, end),
+                size=len(data),
+            ),
+            new_watermark=ds.state.watermark,
+        )
+    )
+    return name, str(entry.hash)
+
+
+def _parquet_bytes(table: pa.Table, tmp_path: Path) -> bytes:
+    path = tmp_path / "slice.parquet"
+    pq.write_table(table, path)
+    return path.read_bytes()
+
+
+def test_row_count_mismatch(dataset: Path, tmp_path: Path) -> None:
+    ds = Dataset.open(dataset)
+    schema = ds.state.schema
+    # a slice with the right columns but 2 rows, declared as offsets 7..9 (3 rows)
+    rows = {
+        "offset": [7, 8],
+        "op": [0, 0],
+        "system_time": [datetime(2024, 5, 1, tzinfo=UTC)] * 2,
+        "event_time": [datetime(2024, 5, 1, tzinfo=UTC)] * 2,
+        "id": [8, 9],
+        "name": ["x", "y"],
+        "score": [None, None],
+    }
+    data = _parquet_bytes(pa.table(rows, schema=schema), tmp_path)
+    name, block_hash = _append_file_slice(ds, data, 7, 9)
+    (problem,) = verify_path(dataset).errors
+    assert (problem.rule, problem.block_hash, problem.path) == (
+        "data-rows",
+        block_hash,
+        f"data/{name}",
+    )
+    assert "3 rows" in problem.message and "2" in problem.message
+
+
+def test_columns_differ_from_schema(dataset: Path, tmp_path: Path) -> None:
+    ds = Dataset.open(dataset)
+    data = _parquet_bytes(pa.table({"id": pa.array([8], pa.int64())}), tmp_path)
+    name, block_hash = _append_file_slice(ds, data, 7, 7)
+    (problem,) = verify_path(dataset).errors
+    assert (problem.rule, problem.block_hash, problem.path) == (
+        "data-schema",
+        block_hash,
+        f"data/{name}",
+    )
+
+
+def test_slice_that_is_not_parquet(dataset: Path) -> None:
+    ds = Dataset.open(dataset)
+    name, block_hash = _append_file_slice(ds, b"definitely not parquet", 7, 7)
+    (problem,) = verify_path(dataset).errors
+    assert (problem.rule, problem.block_hash, problem.path) == (
+        "data-format",
+        block_hash,
+        f"data/{name}",
+    )
+
+
+# -- the report ------------------------------------------------------------------------------------
+
+
+def test_report_to_dict(dataset: Path) -> None:
+    _, referenced = chain_info(dataset)
+    name, (seq, block_hash) = sorted(referenced.items())[-1]
+    (dataset / "data" / name).unlink()
+    report = verify_path(dataset)
+    d = report.to_dict()
+    assert json.loads(json.dumps(d)) == d
+    assert set(d) == {
+        "dataset",
+        "ok",
+        "head",
+        "blocks_checked",
+        "slices_checked",
+        "bytes_hashed",
+        "errors",
+        "warnings",
+        "problems",
+    }
+    assert d["dataset"] == str(dataset)
+    assert d["ok"] is False
+    assert d["head"] == (dataset / "refs" / "head").read_text().strip()
+    assert (d["blocks_checked"], d["slices_checked"], d["errors"], d["warnings"]) == (7, 4, 1, 0)
+    block_bytes = sum(p.stat().st_size for p in (dataset / "blocks").iterdir())
+    data_bytes = sum(p.stat().st_size for p in (dataset / "data").iterdir())
+    assert d["bytes_hashed"] == block_bytes + data_bytes
+    assert d["problems"] == [
+        {
+            "severity": "error",
+            "rule": "data-missing",
+            "message": "data slice file is missing",
+            "sequence_number": seq,
+            "block_hash": block_hash,
+            "path": f"data/{name}",
+        }
+    ]
+
+
+def test_report_ok_reflects_errors_only() -> None:
+    report = VerifyReport(dataset="x")
+    assert report.ok
+    report.add("warning", "orphan-data", "w", path="data/f")
+    assert report.ok and report.to_dict()["ok"] is True
+    report.add("error", "block-hash", "e", sequence_number=3, block_hash="fab")
+    assert not report.ok
+    assert report.problems[-1].line() == "ERROR block 3 fab: [block-hash] e"
