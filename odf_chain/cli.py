@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 
@@ -130,6 +131,9 @@ def _run(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace)
     except OdfChainError as exc:
         print(f"odf-chain: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
+    except BrokenPipeError:  # `odf-chain log DIR | head`: the reader has seen enough
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - keeps interpreter exit quiet
+        return EXIT_OK
     except OSError as exc:  # unreadable paths, permissions, full disks
         print(f"odf-chain: error: {exc}", file=sys.stderr)
         return EXIT_ERROR

@@ -21,7 +21,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from odf_chain.chain import BlockEntry, advance, parse_block_name
-from odf_chain.errors import FormatError, NotFoundError, OdfChainError, RuleViolation
+from odf_chain.errors import (
+    FormatError,
+    IntegrityError,
+    NotFoundError,
+    OdfChainError,
+    RuleViolation,
+)
 from odf_chain.events import AddData, DataSlice, ExecuteTransform
 from odf_chain.format.codec import decode_block
 from odf_chain.format.multihash import Multihash
@@ -118,6 +124,11 @@ def _walk(storage: LocalStorage, report: VerifyReport) -> tuple[list[BlockEntry]
         seen.add(current)
         try:
             data = storage.read_block(name)
+        except IntegrityError as exc:
+            report.add(
+                "error", "block-unreadable", str(exc), sequence_number=expected_seq, block_hash=name
+            )
+            return _oldest_first(entries), False
         except NotFoundError:
             referrer = "refs/head" if not entries else f"block {entries[-1].block.sequence_number}"
             report.add(

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from odf_chain.errors import FormatError
 from odf_chain.format import arrow_schema

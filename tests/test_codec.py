@@ -15,8 +15,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import flatbuffers
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 import odf_chain.format.generated.AddData as fbAddData
 import odf_chain.format.generated.DataField as fbDataField

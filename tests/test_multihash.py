@@ -7,8 +7,7 @@ import io
 
 import blake3
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from odf_chain.errors import FormatError
 from odf_chain.format.multihash import Multihash, decode_varint, encode_varint

@@ -13,7 +13,7 @@ import errno
 import fcntl
 import os
 import re
-import tempfile
+import secrets
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -55,11 +55,23 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _create_unique(directory: Path, prefix: str, suffix: str) -> tuple[int, str]:
+    """Create a new, uniquely named file; unlike ``mkstemp`` it honours the umask (0666 base), so
+    datasets stay readable by the people the umask allows, not only their writer."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    while True:
+        path = directory / f"{prefix}{secrets.token_hex(8)}{suffix}"
+        try:
+            return os.open(path, flags, 0o666), str(path)
+        except FileExistsError:
+            continue
+
+
 def write_atomic(path: Path, data: bytes, staging_dir: Path | None = None) -> None:
     """Make ``path`` hold ``data`` all at once: write a unique staging file (in ``staging_dir``,
     default ``path``'s directory; it must be on the same filesystem), fsync, rename, fsync dir."""
     staging_dir = path.parent if staging_dir is None else staging_dir
-    fd, tmp = tempfile.mkstemp(dir=staging_dir, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = _create_unique(staging_dir, f".{path.name}.", ".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -144,6 +156,8 @@ class LocalStorage:
             return self._block_path(name).read_bytes()
         except FileNotFoundError:
             raise NotFoundError(f"block {name} not found in {self._root}") from None
+        except OSError as exc:  # a directory or unreadable file where a block should be
+            raise IntegrityError(f"block {name} cannot be read: {exc.strerror}") from None
 
     def has_block(self, name: str) -> bool:
         return self._block_path(name).is_file()
@@ -158,7 +172,7 @@ class LocalStorage:
         :meth:`commit_data`; the name is reserved by creating it."""
         if not _SUFFIX.fullmatch(suffix):
             raise OdfChainError(f"invalid staging suffix {suffix!r}")
-        fd, tmp = tempfile.mkstemp(dir=self.staging_dir, prefix="data.", suffix=suffix)
+        fd, tmp = _create_unique(self.staging_dir, "data.", suffix)
         os.close(fd)
         return Path(tmp)
 
