@@ -17,6 +17,11 @@ class FormatError(OdfChainError):
     an unknown multihash code, a malformed Arrow schema."""
 
 
+class SchemaError(FormatError):
+    """A schema document (Avro, DataMine, Arrow) that is malformed or cannot be mapped; the
+    message names the offending table or field."""
+
+
 class IntegrityError(OdfChainError):
     """Stored content does not match its hash or recorded size: a tampered or damaged block or
     data slice."""
