@@ -81,6 +81,10 @@ class Dataset:
     def state_at(self, ref: replay.Ref = "head") -> DatasetState:
         return replay.state_at(self.storage, ref)
 
+    def schema_history(self) -> list[replay.SchemaChange]:
+        """Every SetDataSchema, oldest first, with the diff from the schema before it."""
+        return replay.schema_history(self.storage)
+
     def verify(self, *, check_data: bool = True):  # -> VerifyReport
         from odf_chain.verify import verify
 

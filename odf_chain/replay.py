@@ -10,9 +10,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+import pyarrow as pa
+
 from odf_chain.chain import BlockEntry, advance, read_head, walk_back
 from odf_chain.errors import FormatError, NotFoundError
+from odf_chain.events import SetDataSchema
 from odf_chain.format.multihash import Multihash
+from odf_chain.schema.evolution import SchemaDiff, diff_schemas
 from odf_chain.state import EMPTY, DatasetState
 from odf_chain.storage import LocalStorage
 
@@ -97,3 +101,27 @@ def state_at(storage: LocalStorage, ref: Ref = "head") -> DatasetState:
     """The state as of the block ``ref`` names, validated by every rule on the way."""
     entries = load_chain(storage)
     return fold(entries[: select(entries, ref) + 1])
+
+
+@dataclass(frozen=True)
+class SchemaChange:
+    """One SetDataSchema in the chain and what it changed from the schema before it."""
+
+    entry: BlockEntry
+    schema: pa.Schema
+    diff: SchemaDiff | None  # None for the first schema
+
+
+def schema_history(storage: LocalStorage) -> list[SchemaChange]:
+    """Every schema the dataset has had, oldest first, each with its diff from the previous."""
+    history: list[SchemaChange] = []
+    previous: pa.Schema | None = None
+    state = EMPTY
+    for entry in load_chain(storage):
+        state = advance(state, entry.block, entry.hash)
+        if isinstance(entry.block.event, SetDataSchema):
+            assert state.schema is not None
+            diff = None if previous is None else diff_schemas(previous, state.schema)
+            history.append(SchemaChange(entry, state.schema, diff))
+            previous = state.schema
+    return history

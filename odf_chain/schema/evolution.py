@@ -1,26 +1,115 @@
-"""Schema evolution rules (DataMine's four), applied recursively.
+"""Schema evolution: DataMine's four rules, and a plain diff for history views.
 
-A dataset's schema may only grow in ways old readers and old data survive:
+A dataset's schema may only change in ways that old data and old readers survive:
 
-1. no new required field (old slices cannot have a value for it);
+1. no new required field (old slices have no value for it);
 2. an optional field never becomes required (old slices hold nulls); required -> optional is fine;
 3. no type change;
-4. no field removal (old queries and lineage point at it).
+4. no field removal (queries and lineage point at it).
 
-The rules recurse into structs, list items and map keys/values, so a nested field is held to
-the same standard as a top-level column.
+Both functions walk the two schemas together, into struct members, list items and map
+keys/values, so a nested field is held to the same standard as a column. Fields are named by
+their DataHub v2 path (the same URN lineage uses); the walk itself uses name paths
+(``("address", "zip")``, ``("tags", "[item]")``), iteratively, so depth is no concern.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 
 import pyarrow as pa
+
+NamePath = tuple[str, ...]
+
+ITEM, KEY, VALUE = "[item]", "[key]", "[value]"
+
+
+def children(t: pa.DataType) -> list[tuple[str, pa.Field]] | None:
+    """Named child fields of a nested type; None for a leaf type."""
+    if pa.types.is_struct(t):
+        return [(t.field(i).name, t.field(i)) for i in range(t.num_fields)]
+    if pa.types.is_map(t):
+        return [(KEY, t.key_field), (VALUE, t.item_field)]
+    if (
+        pa.types.is_list(t)
+        or pa.types.is_large_list(t)
+        or pa.types.is_fixed_size_list(t)
+        or pa.types.is_list_view(t)
+        or pa.types.is_large_list_view(t)
+    ):
+        return [(ITEM, t.value_field)]
+    return None
+
+
+def _shape(t: pa.DataType) -> str:
+    """The type with its children abstracted away: what must not change at this level."""
+    if pa.types.is_struct(t):
+        return "struct"
+    if pa.types.is_map(t):
+        return "map"
+    if pa.types.is_fixed_size_list(t):
+        return f"fixed_size_list[{t.list_size}]"
+    if pa.types.is_large_list(t):
+        return "large_list"
+    if pa.types.is_list_view(t) or pa.types.is_large_list_view(t):
+        return "list_view" if pa.types.is_list_view(t) else "large_list_view"
+    if pa.types.is_list(t):
+        return "list"
+    return str(t)
+
+
+def _describe(t: pa.DataType) -> str:
+    return str(t)
+
+
+@dataclass(frozen=True, slots=True)
+class _Pair:
+    path: NamePath
+    old: pa.Field | None
+    new: pa.Field | None
+
+
+def _walk_pairs(old: pa.Schema, new: pa.Schema) -> Iterator[_Pair]:
+    """Every field of either schema, matched by name path, parents before children.
+
+    A field that changed shape is yielded but not descended into (its children are not
+    comparable); a field present on one side only is yielded without its children.
+    """
+    stack: list[tuple[NamePath, list[tuple[str, pa.Field]], list[tuple[str, pa.Field]]]] = [
+        ((), [(f.name, f) for f in old], [(f.name, f) for f in new])
+    ]
+    while stack:
+        prefix, old_children, new_children = stack.pop()
+        new_by_name = dict(new_children)
+        old_names = {name for name, _ in old_children}
+        level: list[_Pair] = []
+        descend: list[tuple[NamePath, list, list]] = []
+        for name, old_field in old_children:
+            path = (*prefix, name)
+            new_field = new_by_name.get(name)
+            level.append(_Pair(path, old_field, new_field))
+            if new_field is not None and _shape(old_field.type) == _shape(new_field.type):
+                old_kids, new_kids = children(old_field.type), children(new_field.type)
+                if old_kids is not None and new_kids is not None:
+                    descend.append((path, old_kids, new_kids))
+        for name, new_field in new_children:
+            if name not in old_names:
+                level.append(_Pair((*prefix, name), None, new_field))
+        yield from level
+        stack.extend(reversed(descend))
+
+
+Namer = Callable[[NamePath], str]
+
+
+def dotted(path: NamePath) -> str:
+    return ".".join(path)
 
 
 @dataclass(frozen=True, slots=True)
 class EvolutionViolation:
-    path: str  # the field, e.g. "address.city" or "tags.[item]"
+    path: str  # the field's v2 path (or dotted name path when no v2 path is known)
     rule: str  # new-required-field | optional-to-required | type-change | field-removed
     old: str | None
     new: str | None
@@ -36,77 +125,97 @@ class EvolutionViolation:
         return messages[self.rule]
 
 
-def _children(t: pa.DataType) -> list[tuple[str, pa.Field]] | None:
-    """Named child fields of a nested type; None for a leaf type."""
-    if pa.types.is_struct(t):
-        return [(t.field(i).name, t.field(i)) for i in range(t.num_fields)]
-    if pa.types.is_map(t):
-        return [("[key]", t.key_field), ("[value]", t.item_field)]
-    if (
-        pa.types.is_list(t)
-        or pa.types.is_large_list(t)
-        or pa.types.is_fixed_size_list(t)
-        or pa.types.is_list_view(t)
-        or pa.types.is_large_list_view(t)
-    ):
-        return [("[item]", t.value_field)]
-    return None
+def _v2_namer(old: pa.Schema, new: pa.Schema) -> Namer:
+    """Name fields by v2 path: the old schema's for fields it has, the new one's otherwise."""
+    from odf_chain.schema.paths import field_index
+
+    try:
+        old_index, new_index = field_index(old), field_index(new)
+    except Exception:  # a schema with no v2 mapping still gets checked, by dotted names
+        return dotted
+    return lambda path: old_index.get(path) or new_index.get(path) or dotted(path)
 
 
-def _shape(t: pa.DataType) -> str:
-    """The type with nested children abstracted away: what must not change at this level."""
-    if pa.types.is_struct(t):
-        return "struct"
-    if pa.types.is_map(t):
-        return "map"
-    if pa.types.is_fixed_size_list(t):
-        return f"fixed_size_list[{t.list_size}]"
-    if pa.types.is_large_list(t):
-        return "large_list"
-    if pa.types.is_list(t):
-        return "list"
-    return str(t)
-
-
-def _compare_fields(
-    old: list[tuple[str, pa.Field]],
-    new: list[tuple[str, pa.Field]],
-    prefix: str,
-    out: list[EvolutionViolation],
-) -> None:
-    new_by_name = dict(new)
-    old_names = {name for name, _ in old}
-    for name, old_field in old:
-        path = f"{prefix}{name}"
-        new_field = new_by_name.get(name)
-        if new_field is None:
-            out.append(EvolutionViolation(path, "field-removed", str(old_field.type), None))
+def check_evolution(
+    old: pa.Schema, new: pa.Schema, *, namer: Namer | None = None
+) -> list[EvolutionViolation]:
+    """Every way ``new`` breaks the evolution rules relative to ``old`` (empty if compatible)."""
+    name = namer or _v2_namer(old, new)
+    out: list[EvolutionViolation] = []
+    for pair in _walk_pairs(old, new):
+        if pair.old is None:
+            assert pair.new is not None
+            if not pair.new.nullable:
+                out.append(
+                    EvolutionViolation(
+                        name(pair.path), "new-required-field", None, _describe(pair.new.type)
+                    )
+                )
             continue
-        _compare_field(old_field, new_field, path, out)
-    for name, new_field in new:
-        if name not in old_names and not new_field.nullable:
+        if pair.new is None:
+            out.append(
+                EvolutionViolation(name(pair.path), "field-removed", _describe(pair.old.type), None)
+            )
+            continue
+        if pair.old.nullable and not pair.new.nullable:
             out.append(
                 EvolutionViolation(
-                    f"{prefix}{name}", "new-required-field", None, str(new_field.type)
+                    name(pair.path),
+                    "optional-to-required",
+                    _describe(pair.old.type),
+                    _describe(pair.new.type),
                 )
             )
-
-
-def _compare_field(old: pa.Field, new: pa.Field, path: str, out: list[EvolutionViolation]) -> None:
-    if old.nullable and not new.nullable:
-        out.append(EvolutionViolation(path, "optional-to-required", str(old.type), str(new.type)))
-    # Iterative descent is not needed for realistic depth, but keep recursion bounded by the
-    # schema itself (Arrow types are finite trees).
-    old_children, new_children = _children(old.type), _children(new.type)
-    if _shape(old.type) != _shape(new.type) or (old_children is None) != (new_children is None):
-        out.append(EvolutionViolation(path, "type-change", str(old.type), str(new.type)))
-        return
-    if old_children is not None and new_children is not None:
-        _compare_fields(old_children, new_children, f"{path}.", out)
-
-
-def check_evolution(old: pa.Schema, new: pa.Schema) -> list[EvolutionViolation]:
-    """Every way ``new`` breaks the evolution rules relative to ``old`` (empty if compatible)."""
-    out: list[EvolutionViolation] = []
-    _compare_fields([(f.name, f) for f in old], [(f.name, f) for f in new], "", out)
+        if _shape(pair.old.type) != _shape(pair.new.type):
+            out.append(
+                EvolutionViolation(
+                    name(pair.path),
+                    "type-change",
+                    _describe(pair.old.type),
+                    _describe(pair.new.type),
+                )
+            )
     return out
+
+
+@dataclass(frozen=True)
+class SchemaDiff:
+    """What changed between two schemas, field by field (v2 paths)."""
+
+    added: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    retyped: list[tuple[str, str, str]] = field(default_factory=list)  # path, old, new
+    nullability: list[tuple[str, bool, bool]] = field(default_factory=list)  # path, old, new
+
+    @property
+    def empty(self) -> bool:
+        return not (self.added or self.removed or self.retyped or self.nullability)
+
+    def lines(self) -> list[str]:
+        out = [f"+ {p}" for p in self.added]
+        out += [f"- {p}" for p in self.removed]
+        out += [f"~ {p}: {a} -> {b}" for p, a, b in self.retyped]
+        out += [
+            f"~ {p}: {'nullable' if a else 'required'} -> {'nullable' if b else 'required'}"
+            for p, a, b in self.nullability
+        ]
+        return out
+
+
+def diff_schemas(old: pa.Schema, new: pa.Schema, *, namer: Namer | None = None) -> SchemaDiff:
+    """Added, removed and retyped fields, and nullability changes, from ``old`` to ``new``."""
+    name = namer or _v2_namer(old, new)
+    diff = SchemaDiff()
+    for pair in _walk_pairs(old, new):
+        if pair.old is None:
+            diff.added.append(name(pair.path))
+        elif pair.new is None:
+            diff.removed.append(name(pair.path))
+        else:
+            if _shape(pair.old.type) != _shape(pair.new.type):
+                diff.retyped.append(
+                    (name(pair.path), _describe(pair.old.type), _describe(pair.new.type))
+                )
+            if pair.old.nullable != pair.new.nullable:
+                diff.nullability.append((name(pair.path), pair.old.nullable, pair.new.nullable))
+    return diff
