@@ -66,8 +66,8 @@ expressible in DataMine (items come back nullable); types with no DataMine equiv
 and decimal numbers, temporal types, maps, fixed-size types, ...) are a SchemaError naming the
 field. Structs are written inline unless they carry a table name (or ``struct_tables=True``):
 JSON text nests three levels per STRUCT level, so the standard library's ``json`` cannot write
-(or read) an inline STRUCT nested a few hundred levels deep, while the table form stays flat at
-any depth.
+an inline STRUCT nested a few hundred levels deep (reading one works: documents too deep for
+``json.loads`` are read by a non-recursive reader here), while the table form stays flat.
 
 Nothing here recurses per nesting level: deep documents and schemas are walked with explicit
 stacks.
@@ -282,12 +282,10 @@ def _load(doc: Any) -> Mapping[str, Any]:
             raise SchemaError(f"DataMine document is not UTF-8: {exc}") from None
     if isinstance(doc, str):
         try:
-            doc = json.loads(doc, object_pairs_hook=_no_duplicate_keys)
-        except RecursionError:
-            raise SchemaError(
-                "DataMine document is nested too deeply for JSON text; declare deeply nested "
-                "STRUCTs as tables of their own and refer to them by name"
-            ) from None
+            try:
+                doc = json.loads(doc, object_pairs_hook=_no_duplicate_keys)
+            except RecursionError:  # deeper than the C scanner goes: read it without recursion
+                doc = _loads_deep(doc)
         except ValueError as exc:  # JSONDecodeError and duplicate keys
             raise SchemaError(f"DataMine document is not valid JSON: {exc}") from None
     if not isinstance(doc, Mapping):
@@ -296,6 +294,100 @@ def _load(doc: Any) -> Mapping[str, Any]:
             f"got {type(doc).__name__}"
         )
     return doc
+
+
+_WS = re.compile(r"[ \t\n\r]*")
+_NUMBER = re.compile(r"(-?(?:0|[1-9][0-9]*))(\.[0-9]+)?([eE][-+]?[0-9]+)?")
+_LITERALS = {
+    "true": True,
+    "false": False,
+    "null": None,
+    "NaN": float("nan"),
+    "Infinity": float("inf"),
+    "-Infinity": float("-inf"),
+}
+
+
+def _loads_deep(s: str) -> Any:
+    """``json.loads`` without recursion (and refusing duplicate keys), for documents nested
+    deeper than the standard library's scanner allows (an inline STRUCT a few hundred levels
+    deep). Raises ValueError like json does."""
+    stack: list[list[Any]] = []  # [container, pending key]
+
+    def fail(message: str, pos: int) -> NoReturn:
+        raise json.JSONDecodeError(message, s, pos)
+
+    def key_at(pos: int) -> tuple[str, int]:
+        pos = _WS.match(s, pos).end()
+        if not s.startswith('"', pos):
+            fail("Expecting property name enclosed in double quotes", pos)
+        key, pos = json.decoder.scanstring(s, pos + 1)
+        pos = _WS.match(s, pos).end()
+        if not s.startswith(":", pos):
+            fail("Expecting ':' delimiter", pos)
+        return key, pos + 1
+
+    pos = 0
+    while True:  # read one value at pos
+        pos = _WS.match(s, pos).end()
+        c = s[pos : pos + 1]
+        if c == "{":
+            after = _WS.match(s, pos + 1).end()
+            if s.startswith("}", after):
+                value, pos = {}, after + 1
+            else:
+                key, pos = key_at(pos + 1)
+                stack.append([{}, key])
+                continue
+        elif c == "[":
+            after = _WS.match(s, pos + 1).end()
+            if s.startswith("]", after):
+                value, pos = [], after + 1
+            else:
+                stack.append([[], None])
+                pos += 1
+                continue
+        elif c == '"':
+            value, pos = json.decoder.scanstring(s, pos + 1)
+        else:
+            for literal, literal_value in _LITERALS.items():
+                if s.startswith(literal, pos):
+                    value, pos = literal_value, pos + len(literal)
+                    break
+            else:
+                number = _NUMBER.match(s, pos)
+                if number is None:
+                    fail("Expecting value", pos)
+                integer, frac, exp = number.groups()
+                value = float(integer + (frac or "") + (exp or "")) if frac or exp else int(integer)
+                pos = number.end()
+        while True:  # hand the value to its container; close containers that end here
+            if not stack:
+                pos = _WS.match(s, pos).end()
+                if pos != len(s):
+                    fail("Extra data", pos)
+                return value
+            frame = stack[-1]
+            container = frame[0]
+            if isinstance(container, dict):
+                if frame[1] in container:
+                    raise ValueError(f"duplicate key {frame[1]!r} in a JSON object")
+                container[frame[1]] = value
+            else:
+                container.append(value)
+            pos = _WS.match(s, pos).end()
+            c = s[pos : pos + 1]
+            if c == ",":
+                if isinstance(container, dict):
+                    frame[1], pos = key_at(pos + 1)
+                else:
+                    pos += 1
+                break
+            if c == ("}" if isinstance(container, dict) else "]"):
+                stack.pop()
+                value, pos = container, pos + 1
+                continue
+            fail("Expecting ',' delimiter", pos)
 
 
 def _split_type(spelled: str) -> tuple[int, str]:
