@@ -124,7 +124,7 @@ def unwrap_encoding(t: pa.DataType) -> pa.DataType:
     while True:
         if pa.types.is_dictionary(t) or _is_run_end_encoded(t):
             t = t.value_type
-        elif isinstance(t, pa.ExtensionType):
+        elif isinstance(t, pa.BaseExtensionType):
             t = t.storage_type
         else:
             return t
