@@ -1005,7 +1005,7 @@ def _reachable(doc: dict, table: str) -> dict[str, dict]:
     return {name: by_name[name] for name in seen}
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(documents())
 def test_generated_documents_round_trip(doc: dict) -> None:
     with warnings.catch_warnings():

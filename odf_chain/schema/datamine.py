@@ -130,6 +130,7 @@ _LIST = "List:"
 CONSTRAINTS = ("isRequired", "isAscSortKey", "isDesSortKey", "isFrequentlyUsed", "isDerived")
 #: The seed's recommended naming pattern (footnote 1); names outside it are warned about.
 NAME_PATTERN = re.compile(r"[a-zA-Z][a-zA-Z0-9_]*")
+_PATTERN_TEXT = "'^[a-zA-Z][a-zA-Z0-9_]*$'"  # as the seed writes it (matched with fullmatch)
 
 _FIELD_KEYS = frozenset({"id", "name", "type", "default", "constraints", "fields", *CONSTRAINTS})
 _TABLE_KEYS = frozenset({"table", "fields", "version"})
@@ -254,7 +255,7 @@ def _fail(table: str, field: str | None, message: str) -> NoReturn:
 
 
 def _warn(table: str, field: str | None, message: str) -> None:
-    warnings.warn(f"{_where(table, field)}: {message}", DataMineWarning, stacklevel=4)
+    warnings.warn(f"{_where(table, field)}: {message}", DataMineWarning, stacklevel=5)
 
 
 def _json(value: Any) -> str:
@@ -510,8 +511,7 @@ class _Parser:
         where = f"DataMine schema {name!r}"
         if not NAME_PATTERN.fullmatch(name):
             warnings.warn(
-                f"{where}: name {name!r} is outside the recommended pattern "
-                f"{NAME_PATTERN.pattern!r}",
+                f"{where}: name {name!r} is outside the recommended pattern {_PATTERN_TEXT}",
                 DataMineWarning,
                 stacklevel=4,
             )
@@ -552,7 +552,7 @@ class _Parser:
             if version is not None and not (_is_int(version) and version >= 0):
                 _fail(tname, None, f"'version' must be a non-negative integer, got {version!r}")
             if not NAME_PATTERN.fullmatch(tname):
-                _warn(tname, None, f"name outside the recommended pattern {NAME_PATTERN.pattern!r}")
+                _warn(tname, None, f"name outside the recommended pattern {_PATTERN_TEXT}")
             out.append((tname, version, table["fields"]))
         return out
 
@@ -634,9 +634,7 @@ class _Parser:
             if other != name:
                 _warn(table, label, f"name differs only in case from field {other!r}")
             if not NAME_PATTERN.fullmatch(name):
-                _warn(
-                    table, label, f"name outside the recommended pattern {NAME_PATTERN.pattern!r}"
-                )
+                _warn(table, label, f"name outside the recommended pattern {_PATTERN_TEXT}")
             if derived:
                 if required:
                     _fail(table, label, "a derived field must be optional, but isRequired is true")
