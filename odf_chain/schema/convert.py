@@ -262,7 +262,7 @@ def _load(schema: str | bytes | dict) -> Any:
             schema = schema.decode("utf-8")
         except UnicodeDecodeError as e:
             raise SchemaError(f"the Avro schema is not UTF-8: {e}") from None
-    if isinstance(schema, dict):
+    if isinstance(schema, dict | list):
         return schema
     if not isinstance(schema, str):
         raise SchemaError(f"an Avro schema is JSON text or a dict, not {type(schema).__name__}")
@@ -329,6 +329,7 @@ def _default_matches(value: Any, schema: Any, lookup: Callable[[str], Any]) -> b
 
 
 _COMPLEX = frozenset({"record", "error", "enum", "fixed", "array", "map"})
+_RESERVED = PRIMITIVES | _COMPLEX | {"union"}
 
 
 # --------------------------------------------------------------------------------------------
@@ -360,9 +361,10 @@ class _AvroToArrow:
         return lambda name: self.defined.get(self.resolve(name, ns) or name)
 
     def resolve(self, name: str, ns: str) -> str | None:
-        if "." not in name and ns and f"{ns}.{name}" in self.defined:
-            return f"{ns}.{name}"
-        return name if name in self.defined else None
+        """The full name a reference stands for (a name without a dot is in the enclosing
+        namespace, with no fallback to the null namespace: as fastavro and the spec say)."""
+        fullname = f"{ns}.{name}" if "." not in name and ns else name
+        return fullname if fullname in self.defined else None
 
     def define(self, schema: dict, ns: str, where: str) -> tuple[str, str]:
         name = schema.get("name")
@@ -546,20 +548,26 @@ class _AvroToArrow:
 
 
 def _decimal(schema: dict, where: str, max_digits: int | None) -> pa.DataType | None:
-    """The Arrow decimal for a valid ``decimal`` logical type, else None (ignored, per spec)."""
+    """The Arrow decimal of a ``decimal`` logical type; None when it has no precision (then it
+    is ignored, per spec). Parameters fastavro refuses are refused here, naming the field."""
     if schema.get("logicalType") != "decimal":
         return None
     precision, scale = schema.get("precision"), schema.get("scale", 0)
-    if (
-        not isinstance(precision, int)
-        or isinstance(precision, bool)
-        or not isinstance(scale, int)
-        or isinstance(scale, bool)
-        or precision < 1
-        or not 0 <= scale <= precision
-        or (max_digits is not None and precision > max_digits)
-    ):
+    if precision is None or precision == 0 or precision is False:
         return None
+    if not isinstance(precision, int) or isinstance(precision, bool) or precision < 0:
+        raise SchemaError(f"{_where(where)}: decimal precision {precision!r} is not a positive int")
+    if scale is None or scale is False:
+        scale = 0
+    if not isinstance(scale, int) or isinstance(scale, bool) or not 0 <= scale <= precision:
+        raise SchemaError(
+            f"{_where(where)}: decimal scale {scale!r} is not an int from 0 to the precision"
+        )
+    if max_digits is not None and precision > max_digits:
+        raise SchemaError(
+            f"{_where(where)}: decimal precision {precision} does not fit in "
+            f"{schema.get('size')} bytes"
+        )
     if precision > 76:
         raise SchemaError(
             f"{_where(where)}: decimal({precision},{scale}) is wider than Arrow's 76 digits"
@@ -687,7 +695,7 @@ class _ArrowToAvro:
         wanted = meta.get(AVRO_NAME_KEY)
         if wanted is not None:
             wanted = wanted.decode("utf-8", errors="replace")
-            if _valid_fullname(wanted) and wanted.rsplit(".", 1)[-1] not in PRIMITIVES:
+            if _valid_fullname(wanted) and wanted.rsplit(".", 1)[-1] not in _RESERVED:
                 if wanted not in self.defined:
                     return wanted, False
                 source = self.sources.get(wanted)
@@ -695,11 +703,15 @@ class _ArrowToAvro:
                     source is not None
                     and source[0].equals(t, check_metadata=True)
                     and source[1] == {k: meta[k] for k in _TYPE_KEYS if k in meta}
+                    # A type in the null namespace cannot be referred to from inside another.
+                    and ("." in wanted or not ns)
                 ):
                     return wanted, True
         base = re.sub(r"[^A-Za-z0-9_]", "_", hint) or "type"
         if not _NAME.fullmatch(base):
             base = f"_{base}"
+        if base in _RESERVED:
+            base = f"{base}_"
         candidate, n = base, 1
         while (f"{ns}.{candidate}" if ns else candidate) in self.defined:
             n += 1
