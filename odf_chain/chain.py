@@ -8,6 +8,7 @@ readers, reported by verify) and the caller gets :class:`ConflictError`.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -90,9 +91,13 @@ def walk_back(
         raise NotFoundError(f"block {stop_at} is not an ancestor of {head}")
 
 
-def now() -> datetime:
-    """Block system time: UTC, truncated to microseconds (what the wire format keeps)."""
-    return datetime.now(UTC)
+def now(not_before: datetime | None = None) -> datetime:
+    """A transaction's system time: UTC, in whole milliseconds (the resolution of the
+    ``system_time`` column, so block and rows carry the same instant), and never before
+    ``not_before`` (a clock stepping back must not break the chain)."""
+    moment = datetime.now(UTC)
+    moment = moment.replace(microsecond=moment.microsecond // 1000 * 1000)
+    return moment if not_before is None or moment >= not_before else not_before
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,9 +122,7 @@ def prepare(
     Lets a writer refuse a bad event (say, an incompatible schema) before it writes any data.
     """
     if system_time is None:
-        system_time = now()
-    if state.system_time is not None and system_time < state.system_time:
-        system_time = state.system_time  # a clock stepping back must not break the chain
+        system_time = now(state.system_time)
     block = MetadataBlock(
         system_time=system_time,
         prev_block_hash=state.head,
@@ -136,17 +139,25 @@ def prepare(
     return PreparedBlock(BlockEntry(block_hash, block, len(data)), data, state, after)
 
 
-def commit(storage: LocalStorage, prepared: PreparedBlock) -> DatasetState:
-    """Write the block file, then move the head from the state it was built on.
+def commit(storage: LocalStorage, *prepared: PreparedBlock) -> DatasetState:
+    """Write the block files, then move the head once, from the state the first was built on
+    to the last: several blocks of one transaction become visible together or not at all.
 
-    Raises :class:`ConflictError` if another writer moved the head meanwhile; the block file
-    then stays unreferenced (harmless, and reported by verify).
+    Raises :class:`ConflictError` if another writer moved the head meanwhile; the block files
+    then stay unreferenced (harmless; reported by verify, removable by the writer).
     """
-    name = str(prepared.entry.hash)
-    storage.write_block(name, prepared.data)
-    expected = prepared.before.head
-    storage.compare_and_swap_head(None if expected is None else str(expected), name)
-    return prepared.after
+    if not prepared:
+        raise ValueError("commit needs at least one prepared block")
+    for earlier, later in itertools.pairwise(prepared):
+        if later.before is not earlier.after:
+            raise ValueError("prepared blocks must each be built on the one before")
+    for block in prepared:
+        storage.write_block(str(block.entry.hash), block.data)
+    expected = prepared[0].before.head
+    storage.compare_and_swap_head(
+        None if expected is None else str(expected), str(prepared[-1].entry.hash)
+    )
+    return prepared[-1].after
 
 
 def append(

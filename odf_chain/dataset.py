@@ -20,6 +20,7 @@ from odf_chain.format.did import DatasetId
 from odf_chain.format.multihash import BLAKE3, check_algorithm
 from odf_chain.state import EMPTY, DatasetState
 from odf_chain.storage import LocalStorage
+from odf_chain.verify import VerifyReport, verify
 
 
 class Dataset:
@@ -85,19 +86,17 @@ class Dataset:
         """Every SetDataSchema, oldest first, with the diff from the schema before it."""
         return replay.schema_history(self.storage)
 
-    def verify(self, *, check_data: bool = True):  # -> VerifyReport
-        from odf_chain.verify import verify
-
+    def verify(self, *, check_data: bool = True) -> VerifyReport:
         return verify(self.storage, check_data=check_data)
 
     # -- writing ------------------------------------------------------------------------------
 
-    def _commit(self, prepared: chain.PreparedBlock) -> BlockEntry:
-        self._state = chain.commit(self.storage, prepared)
-        return prepared.entry
+    def _commit(self, *prepared: chain.PreparedBlock) -> list[BlockEntry]:
+        self._state = chain.commit(self.storage, *prepared)
+        return [p.entry for p in prepared]
 
     def _append(self, event: MetadataEvent, *, algorithm: str | None = None) -> BlockEntry:
-        return self._commit(chain.prepare(self._state, event, algorithm=algorithm))
+        return self._commit(chain.prepare(self._state, event, algorithm=algorithm))[0]
 
     def append(self, event: MetadataEvent) -> BlockEntry:
         """Append one event after checking every rule. Raises before writing if one is broken."""
@@ -121,14 +120,19 @@ class Dataset:
         Adds the system columns; when the slice's schema differs from the one in force,
         prepares a SetDataSchema and checks it by the evolution rules *before* writing any
         file; writes ``data/<physical hash>``; then appends the SetDataSchema (if any) and the
-        AddData. An empty table appends nothing.
+        AddData together, with one move of the head: both become visible, or neither. If another
+        writer appended meanwhile, raises :class:`ConflictError` and removes what this call
+        wrote. An empty table appends nothing.
         """
         state = self.refresh()
         if table.num_rows == 0:
             return []
-        system_time = chain.now()
+        system_time = chain.now(state.system_time)
         data = slices.add_system_columns(
-            table.replace_schema_metadata(None), state.vocab, state.next_offset, system_time
+            table.replace_schema_metadata(slices.own_metadata(table.schema)),
+            state.vocab,
+            state.next_offset,
+            system_time,
         )
         data = slices.conform(data, state.schema)
         schema_block = None
@@ -163,8 +167,5 @@ class Dataset:
         except BaseException:
             self.storage.discard(staged)
             raise
-        appended = []
-        if schema_block is not None:
-            appended.append(self._commit(schema_block))
-        appended.append(self._commit(add_block))
-        return appended
+        blocks = [add_block] if schema_block is None else [schema_block, add_block]
+        return self._commit(*blocks)

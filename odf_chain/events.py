@@ -9,6 +9,7 @@ by other ODF tools (sources, transforms, attachments) keep their nested content 
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -145,6 +146,11 @@ class SetDataSchema:
     @classmethod
     def from_arrow(cls, schema: pa.Schema) -> SetDataSchema:
         return cls(raw_arrow_schema=schema_to_bare_flatbuffer(schema))
+
+    @functools.cached_property
+    def arrow_schema(self) -> pa.Schema:
+        """The schema as pyarrow sees it, decoded once (the rules and the fold both need it)."""
+        return self.to_arrow()
 
     def to_arrow(self) -> pa.Schema:
         """The schema as pyarrow sees it."""

@@ -20,6 +20,9 @@ offsets                   slices are contiguous: prev_offset = last offset, star
                           end >= start
 watermark                 once set, the watermark is carried and never decreases
 checkpoint                prev_checkpoint = the last checkpoint
+dataset-kind              AddData only in root datasets, ExecuteTransform only in derivative ones
+vocab-before-schema       SetVocab only before the first SetDataSchema (the schema names the
+                          system columns)
 no-op                     no empty event and no event that changes nothing
 ========================  =====================================================================
 """
@@ -31,6 +34,9 @@ from collections.abc import Callable
 from odf_chain.errors import FormatError, RuleViolation, SchemaEvolutionError
 from odf_chain.events import (
     AddData,
+    DatasetKind,
+    DisablePollingSource,
+    DisablePushSource,
     ExecuteTransform,
     MetadataBlock,
     Seed,
@@ -126,7 +132,7 @@ def check_schema(state: DatasetState, block: MetadataBlock, block_hash: Multihas
     if not isinstance(event, SetDataSchema):
         return
     try:
-        new = event.to_arrow()
+        new = event.arrow_schema
     except FormatError as exc:
         raise RuleViolation("schema-valid", str(exc)) from None
     if state.schema is None:
@@ -203,6 +209,29 @@ def check_data(state: DatasetState, block: MetadataBlock, block_hash: Multihash)
         raise RuleViolation("no-op", f"{kind} adds no data, checkpoint, watermark or source state")
 
 
+def check_dataset_kind(state: DatasetState, block: MetadataBlock, block_hash: Multihash) -> None:
+    event = block.event
+    expected = {AddData: DatasetKind.ROOT, ExecuteTransform: DatasetKind.DERIVATIVE}.get(
+        type(event)
+    )
+    if expected is not None and state.dataset_kind is not None and state.dataset_kind != expected:
+        raise RuleViolation(
+            "dataset-kind",
+            f"expected {type(event).__name__} only in a {expected.name.lower()} dataset, "
+            f"found it in a {state.dataset_kind.name.lower()} one",
+        )
+
+
+def check_vocab(state: DatasetState, block: MetadataBlock, block_hash: Multihash) -> None:
+    if isinstance(block.event, SetVocab) and state.schema is not None:
+        raise RuleViolation(
+            "vocab-before-schema",
+            "expected SetVocab before the first SetDataSchema, found it after the schema "
+            f"was set at block {state.schema_sequence_number} (the schema names the system "
+            "columns; renaming them would orphan every slice)",
+        )
+
+
 def check_no_op(state: DatasetState, block: MetadataBlock, block_hash: Multihash) -> None:
     event = block.event
     if isinstance(event, SetVocab) and Vocabulary.from_event(event) == state.vocab:
@@ -211,8 +240,14 @@ def check_no_op(state: DatasetState, block: MetadataBlock, block_hash: Multihash
         event == state.info or (state.info is None and event == SetInfo())
     ):
         raise RuleViolation("no-op", "SetInfo is identical to the info in force")
-    if isinstance(event, SetLicense) and event == state.license:
-        raise RuleViolation("no-op", "SetLicense is identical to the license in force")
+    if isinstance(event, SetLicense) and (event == state.license or event == SetLicense()):
+        raise RuleViolation("no-op", "SetLicense is empty or identical to the license in force")
+    if isinstance(event, DisablePushSource) and event.source_name not in state.push_sources:
+        raise RuleViolation(
+            "no-op", f"DisablePushSource names {event.source_name!r}, which is not an active source"
+        )
+    if isinstance(event, DisablePollingSource) and not state.polling_source:
+        raise RuleViolation("no-op", "DisablePollingSource, but no polling source is set")
 
 
 RULES: tuple[Rule, ...] = (
@@ -223,6 +258,8 @@ RULES: tuple[Rule, ...] = (
     check_system_time,
     check_schema,
     check_data,
+    check_dataset_kind,
+    check_vocab,
     check_no_op,
 )
 

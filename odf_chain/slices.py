@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from odf_chain.errors import OdfChainError
+from odf_chain.errors import SchemaError
 from odf_chain.format.multihash import Multihash
 from odf_chain.state import Vocabulary
 
@@ -22,6 +22,15 @@ OFFSET_TYPE = pa.int64()
 OPERATION_TYPE = pa.int32()
 TIME_TYPE = pa.timestamp("ms", tz="UTC")
 OP_APPEND = 0
+OWN_METADATA_PREFIX = b"odf_chain."
+
+
+def own_metadata(schema: pa.Schema) -> dict[bytes, bytes] | None:
+    """The schema metadata odf_chain keeps (its own keys, e.g. the Avro writer schema); other
+    tools' metadata (pandas' index description, Spark's row metadata) is not part of a
+    dataset's schema."""
+    kept = {k: v for k, v in (schema.metadata or {}).items() if k.startswith(OWN_METADATA_PREFIX)}
+    return kept or None
 
 
 def system_fields(vocab: Vocabulary) -> list[pa.Field]:
@@ -34,10 +43,17 @@ def system_fields(vocab: Vocabulary) -> list[pa.Field]:
 
 def with_system_fields(schema: pa.Schema, vocab: Vocabulary) -> pa.Schema:
     """A user schema with ODF's system columns in front (event time added if missing)."""
+    if len(schema) == 0:
+        raise SchemaError("the table has no columns")
+    seen: set[str] = set()
+    for name in schema.names:
+        if name in seen:
+            raise SchemaError(f"column {name!r} appears more than once")
+        seen.add(name)
     reserved = set(vocab.system_columns)
     clashes = [f.name for f in schema if f.name in reserved]
     if clashes:
-        raise OdfChainError(
+        raise SchemaError(
             f"column(s) {', '.join(clashes)} are reserved for ODF system columns; rename them"
         )
     fields = system_fields(vocab)
@@ -47,7 +63,7 @@ def with_system_fields(schema: pa.Schema, vocab: Vocabulary) -> pa.Schema:
     else:
         event_time = pa.field(vocab.event_time_column, TIME_TYPE, nullable=False)
         rest = list(schema)
-    return storable_schema(pa.schema([*fields, event_time, *rest]))
+    return storable_schema(pa.schema([*fields, event_time, *rest], metadata=own_metadata(schema)))
 
 
 def storable_schema(schema: pa.Schema) -> pa.Schema:
@@ -56,19 +72,32 @@ def storable_schema(schema: pa.Schema) -> pa.Schema:
     Parquet has no second-resolution timestamps or times and no date64: pyarrow writes them as
     milliseconds and date32. Declaring the stored types keeps the SetDataSchema equal to what the
     data files hold (verify checks that), and lets the same data be written again without a
-    spurious schema change. Types Parquet cannot store at all are left for the writer to refuse.
+    spurious schema change. A type Parquet cannot store at all is refused here, naming the column,
+    before it can become the schema in force.
     """
-    sink = pa.BufferOutputStream()
     try:
-        pq.write_table(schema.empty_table(), sink)
-        stored = pq.read_schema(pa.BufferReader(sink.getvalue()))
+        stored = _parquet_round_trip(schema)
     except pa.ArrowException:
-        return schema
+        for field in schema:
+            try:
+                _parquet_round_trip(pa.schema([field]))
+            except pa.ArrowException as exc:
+                raise SchemaError(
+                    f"column {field.name!r} has type {field.type}, which Parquet cannot store "
+                    f"({exc})"
+                ) from None
+        raise
     fields = [
         f if f.type.equals(s.type) else f.with_type(s.type)
         for f, s in zip(schema, stored, strict=True)
     ]
     return pa.schema(fields, metadata=schema.metadata)
+
+
+def _parquet_round_trip(schema: pa.Schema) -> pa.Schema:
+    sink = pa.BufferOutputStream()
+    pq.write_table(schema.empty_table(), sink)
+    return pq.read_schema(pa.BufferReader(sink.getvalue()))
 
 
 def add_system_columns(
@@ -91,11 +120,22 @@ def add_system_columns(
         columns.setdefault(name, table.column(name))
     arrays = [columns[f.name] for f in schema]
     # where the stored type differs (seconds -> ms, date64 -> date32), store what Parquet would
-    arrays = [
-        a if a.type.equals(f.type) else a.cast(f.type, safe=False)
-        for a, f in zip(arrays, schema, strict=True)
-    ]
-    return pa.Table.from_arrays(arrays, schema=schema)
+    return pa.Table.from_arrays(
+        [_as_stored(a, f) for a, f in zip(arrays, schema, strict=True)], schema=schema
+    )
+
+
+def _as_stored(column: pa.Array | pa.ChunkedArray, field: pa.Field) -> pa.Array | pa.ChunkedArray:
+    """Cast to the type Parquet stores, refusing any value the cast would change."""
+    if column.type.equals(field.type):
+        return column
+    try:
+        return column.cast(field.type, safe=True)
+    except pa.ArrowInvalid as exc:
+        raise SchemaError(
+            f"column {field.name!r}: values of type {column.type} cannot be stored as "
+            f"{field.type} without changing them ({exc})"
+        ) from None
 
 
 def conform(table: pa.Table, schema: pa.Schema | None) -> pa.Table:
@@ -126,7 +166,8 @@ def conform(table: pa.Table, schema: pa.Schema | None) -> pa.Table:
         if field.name not in schema.names:
             fields.append(field)
             columns.append(table.column(field.name))
-    return pa.Table.from_arrays(columns, schema=pa.schema(fields))
+    metadata = own_metadata(table.schema) or schema.metadata
+    return pa.Table.from_arrays(columns, schema=pa.schema(fields, metadata=metadata))
 
 
 def max_event_time(table: pa.Table, vocab: Vocabulary) -> datetime | None:
@@ -139,7 +180,15 @@ def max_event_time(table: pa.Table, vocab: Vocabulary) -> datetime | None:
     if pa.types.is_timestamp(column.type) and column.type.unit == "ns":
         # a datetime holds microseconds (as blocks do); as_py() refuses to drop nanoseconds
         value = pc.cast(value, pa.timestamp("us", tz=column.type.tz), safe=False)
-    moment = pc.cast(value, TIME_TYPE).as_py() if pa.types.is_date(column.type) else value.as_py()
+    try:
+        moment = (
+            pc.cast(value, TIME_TYPE).as_py() if pa.types.is_date(column.type) else value.as_py()
+        )
+    except (OverflowError, ValueError, pa.ArrowException) as exc:
+        raise SchemaError(
+            f"column {vocab.event_time_column!r}: latest event time {value} is outside the "
+            f"range blocks can record ({exc})"
+        ) from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return moment
@@ -171,7 +220,10 @@ def logical_hash(table: pa.Table, algorithm: str) -> Multihash:
 
 def write_parquet(table: pa.Table, path: Path, algorithm: str) -> WrittenFile:
     """Write ``table`` as one Parquet file and hash it as stored."""
-    pq.write_table(table, path, compression="zstd")
+    try:
+        pq.write_table(table, path, compression="zstd")
+    except pa.ArrowException as exc:
+        raise SchemaError(f"cannot write the slice as Parquet: {exc}") from None
     with path.open("rb") as fh:
         physical, size = Multihash.digest_stream(algorithm, fh)
     return WrittenFile(path, physical, logical_hash(table, algorithm), size, table.num_rows)

@@ -14,16 +14,23 @@ import pyarrow as pa
 
 from odf_chain.events import (
     AddData,
+    AddPushSource,
+    DatasetKind,
+    DisablePollingSource,
+    DisablePushSource,
     ExecuteTransform,
     MetadataBlock,
     Seed,
     SetDataSchema,
     SetInfo,
     SetLicense,
+    SetPollingSource,
     SetVocab,
 )
 from odf_chain.format.did import DatasetId
 from odf_chain.format.multihash import Multihash
+from odf_chain.schema.fields import FieldInfo
+from odf_chain.schema.paths import schema_fields
 
 DEFAULT_OFFSET_COLUMN = "offset"
 DEFAULT_OPERATION_TYPE_COLUMN = "op"
@@ -63,11 +70,12 @@ class DatasetState:
     sequence_number: int = -1
     system_time: datetime | None = None
     dataset_id: DatasetId | None = None
+    dataset_kind: DatasetKind | None = None
     schema: pa.Schema | None = None
-    schema_event: SetDataSchema | None = None
     schema_sequence_number: int | None = None
     vocab: Vocabulary = Vocabulary()
-    vocab_event: SetVocab | None = None
+    push_sources: frozenset[str] = frozenset()
+    polling_source: bool = False
     info: SetInfo | None = None
     license: SetLicense | None = None
     last_offset: int | None = None
@@ -85,6 +93,15 @@ class DatasetState:
     @property
     def next_offset(self) -> int:
         return 0 if self.last_offset is None else self.last_offset + 1
+
+    @property
+    def fields(self) -> list[FieldInfo]:
+        """The schema's fields as DataHub lists them (v2 paths, types, nullability)."""
+        return [] if self.schema is None else schema_fields(self.schema)
+
+    @property
+    def field_paths(self) -> list[str]:
+        return [f.path for f in self.fields]
 
 
 EMPTY = DatasetState()
@@ -118,18 +135,23 @@ def apply(state: DatasetState, block: MetadataBlock, block_hash: Multihash) -> D
     event = block.event
     match event:
         case Seed():
-            return replace(state, dataset_id=event.dataset_id)
+            return replace(state, dataset_id=event.dataset_id, dataset_kind=event.dataset_kind)
         case SetDataSchema():
             return replace(
-                state,
-                schema=event.to_arrow(),
-                schema_event=event,
-                schema_sequence_number=block.sequence_number,
+                state, schema=event.arrow_schema, schema_sequence_number=block.sequence_number
             )
         case AddData() | ExecuteTransform():
             return _apply_data(state, event)
         case SetVocab():
-            return replace(state, vocab=Vocabulary.from_event(event), vocab_event=event)
+            return replace(state, vocab=Vocabulary.from_event(event))
+        case AddPushSource():
+            return replace(state, push_sources=state.push_sources | {event.source_name or ""})
+        case DisablePushSource():
+            return replace(state, push_sources=state.push_sources - {event.source_name})
+        case SetPollingSource():
+            return replace(state, polling_source=True)
+        case DisablePollingSource():
+            return replace(state, polling_source=False)
         case SetInfo():
             return replace(state, info=event)
         case SetLicense():

@@ -7,6 +7,7 @@ hashing the files independently (``blake3`` / ``hashlib``), never from odf_chain
 from __future__ import annotations
 
 import re
+import time
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
@@ -426,6 +427,7 @@ def history(tmp_path: Path) -> dict:
     marks = [datetime.now(UTC)]
     entries = list(ds.blocks())
     for ids in ([1, 2], [3, 4, 5], [6]):
+        time.sleep(0.002)  # blocks keep whole milliseconds: keep each write in a later one
         entries += ds.write(table(ids))
         marks.append(datetime.now(UTC))
     return {"ds": ds, "entries": entries, "marks": marks}

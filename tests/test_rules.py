@@ -20,8 +20,13 @@ from odf_chain.chain import advance
 from odf_chain.errors import RuleViolation, SchemaEvolutionError
 from odf_chain.events import (
     AddData,
+    AddPushSource,
     Checkpoint,
+    DatasetKind,
     DataSlice,
+    DisablePollingSource,
+    DisablePushSource,
+    ExecuteTransform,
     MetadataBlock,
     MetadataEvent,
     OffsetInterval,
@@ -29,6 +34,7 @@ from odf_chain.events import (
     SetDataSchema,
     SetInfo,
     SetLicense,
+    SetPollingSource,
     SetVocab,
 )
 from odf_chain.format.did import DatasetId
@@ -487,6 +493,58 @@ def test_set_info_and_license_repeated() -> None:
     c.reject(SetInfo(description="d", keywords=("a",)), "no-op", "SetInfo")
     c.add(SetLicense(spdx_id="MIT"))
     c.reject(SetLicense(spdx_id="MIT"), "no-op", "SetLicense")
+    c.reject(SetLicense(), "no-op", "SetLicense", "empty")
+
+
+def test_disabling_sources_that_are_not_there() -> None:
+    c = seeded()
+    c.reject(DisablePushSource(source_name="nope"), "no-op", "'nope'", "not an active source")
+    c.reject(DisablePollingSource(), "no-op", "no polling source")
+    c.add(AddPushSource(source_name="kafka"))
+    c.add(DisablePushSource(source_name="kafka"))
+    c.reject(DisablePushSource(source_name="kafka"), "no-op", "'kafka'")
+    c.add(SetPollingSource())
+    c.add(DisablePollingSource())
+    c.reject(DisablePollingSource(), "no-op", "no polling source")
+
+
+# -- dataset-kind, vocab-before-schema -----------------------------------------------------------
+
+
+def test_execute_transform_in_a_root_dataset() -> None:
+    c = with_schema()
+    c.reject(
+        ExecuteTransform(new_data=data_slice(0, 9)),
+        "dataset-kind",
+        "ExecuteTransform only in a derivative dataset",
+        "found it in a root one",
+    )
+
+
+def test_add_data_in_a_derivative_dataset() -> None:
+    c = Chain()
+    c.add(Seed(dataset_id=DID, dataset_kind=DatasetKind.DERIVATIVE), block_hash=mh(1))
+    c.add(SetDataSchema.from_arrow(SCHEMA))
+    c.reject(
+        AddData(new_data=data_slice(0, 9)),
+        "dataset-kind",
+        "AddData only in a root dataset",
+        "found it in a derivative one",
+    )
+    c.add(ExecuteTransform(new_data=data_slice(0, 9)))
+    assert c.state.last_offset == 9
+
+
+def test_set_vocab_after_the_schema() -> None:
+    c = seeded()
+    c.add(SetVocab(event_time_column="ts"))  # before any schema: fine
+    c.add(SetDataSchema.from_arrow(SCHEMA))
+    c.reject(
+        SetVocab(event_time_column="when"),
+        "vocab-before-schema",
+        "expected SetVocab before the first SetDataSchema",
+        "set at block 2",
+    )
 
 
 # -- schema-evolution ----------------------------------------------------------------------------
@@ -641,6 +699,8 @@ RULE_TESTS = {
     "watermark": test_watermark_decreasing,
     "checkpoint": test_prev_checkpoint_mismatch,
     "no-op": test_empty_add_data,
+    "dataset-kind": test_execute_transform_in_a_root_dataset,
+    "vocab-before-schema": test_set_vocab_after_the_schema,
 }
 
 
@@ -659,6 +719,8 @@ def test_every_documented_rule_is_exercised() -> None:
         "offsets",
         "watermark",
         "checkpoint",
+        "dataset-kind",
+        "vocab-before-schema",
         "no-op",
     }
     assert set(RULE_TESTS) == names

@@ -12,6 +12,8 @@ Version 2 manifests (Timestamp structs written with 1-byte alignment) are read t
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import json
 import re
 import struct
@@ -130,10 +132,8 @@ class _Encoder:
 
     # -- leaves -------------------------------------------------------------------------------
 
-    def bytes_(self, value: bytes | None) -> int | None:
-        return None if value is None else self.b.CreateByteVector(bytes(value))
-
-    def hash_(self, value: Multihash | None) -> int | None:
+    def bytes_(self, value: bytes | Multihash | DatasetId | None) -> int | None:
+        """A [ubyte] vector; hashes and ids are written in their binary form."""
         return None if value is None else self.b.CreateByteVector(bytes(value))
 
     def string(self, value: str | None) -> int | None:
@@ -174,8 +174,8 @@ class _Encoder:
     def data_slice(self, v: DataSlice | None) -> int | None:
         if v is None:
             return None
-        logical = self.hash_(v.logical_hash)
-        physical = self.hash_(v.physical_hash)
+        logical = self.bytes_(v.logical_hash)
+        physical = self.bytes_(v.physical_hash)
         interval = self.offset_interval(v.offset_interval)
         b = self.b
         fbDataSlice.Start(b)
@@ -188,7 +188,7 @@ class _Encoder:
     def checkpoint(self, v: Checkpoint | None) -> int | None:
         if v is None:
             return None
-        physical = self.hash_(v.physical_hash)
+        physical = self.bytes_(v.physical_hash)
         b = self.b
         fbCheckpoint.Start(b)
         fbCheckpoint.AddPhysicalHash(b, physical)
@@ -219,7 +219,7 @@ class _Encoder:
     # -- events -------------------------------------------------------------------------------
 
     def add_data(self, e: AddData) -> int:
-        prev_checkpoint = self.hash_(e.prev_checkpoint)
+        prev_checkpoint = self.bytes_(e.prev_checkpoint)
         new_data = self.data_slice(e.new_data)
         new_checkpoint = self.checkpoint(e.new_checkpoint)
         new_source_state = self.source_state(e.new_source_state)
@@ -237,9 +237,9 @@ class _Encoder:
         return fbAddData.End(b)
 
     def execute_transform_input(self, e: ExecuteTransformInput) -> int:
-        dataset_id = self.bytes_(None if e.dataset_id is None else bytes(e.dataset_id))
-        prev_block_hash = self.hash_(e.prev_block_hash)
-        new_block_hash = self.hash_(e.new_block_hash)
+        dataset_id = self.bytes_(e.dataset_id)
+        prev_block_hash = self.bytes_(e.prev_block_hash)
+        new_block_hash = self.bytes_(e.new_block_hash)
         b = self.b
         fbExecuteTransformInput.Start(b)
         self.add(fbExecuteTransformInput.AddDatasetId, b, dataset_id)
@@ -251,7 +251,7 @@ class _Encoder:
 
     def execute_transform(self, e: ExecuteTransform) -> int:
         inputs = self.tables([self.execute_transform_input(i) for i in e.query_inputs])
-        prev_checkpoint = self.hash_(e.prev_checkpoint)
+        prev_checkpoint = self.bytes_(e.prev_checkpoint)
         new_data = self.data_slice(e.new_data)
         new_checkpoint = self.checkpoint(e.new_checkpoint)
         b = self.b
@@ -266,7 +266,7 @@ class _Encoder:
         return fbExecuteTransform.End(b)
 
     def seed(self, e: Seed) -> int:
-        dataset_id = self.bytes_(bytes(e.dataset_id))
+        dataset_id = self.bytes_(e.dataset_id)
         b = self.b
         fbSeed.Start(b)
         fbSeed.AddDatasetId(b, dataset_id)
@@ -337,7 +337,7 @@ class _Encoder:
         return writer(self, e)
 
     def block(self, block: MetadataBlock) -> bytes:
-        prev = self.hash_(block.prev_block_hash)
+        prev = self.bytes_(block.prev_block_hash)
         event = self.event(block.event)
         b = self.b
         fbMetadataBlock.Start(b)
@@ -374,6 +374,57 @@ def _wrap_manifest(content: bytes, version: int) -> bytes:
     return bytes(b.Output())
 
 
+_UINT64_MAX = 2**64 - 1
+
+
+def _check_values(value: Any, where: str) -> None:
+    """Refuse values the wire format cannot hold, naming the field (``AddData.prev_offset``)
+    rather than letting the flatbuffers builder fail somewhere inside."""
+    if isinstance(value, Multihash | DatasetId | enum.Enum) or value is None:
+        return  # validated when constructed / written as its integer value
+    if isinstance(value, bool):
+        raise FormatError(f"{where}: expected a number or text, got a bool")
+    if isinstance(value, int):
+        if not 0 <= value <= _UINT64_MAX:
+            raise FormatError(f"{where}: {value} is outside 0..2**64-1")
+    elif isinstance(value, datetime):
+        if value.tzinfo is None:
+            raise FormatError(
+                f"{where}: timestamps must be timezone-aware (UTC), got naive {value}"
+            )
+    elif isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise FormatError(f"{where}: text is not encodable as UTF-8 ({exc.reason})") from None
+    elif isinstance(value, bytes | bytearray | memoryview):
+        return
+    elif isinstance(value, tuple | list):
+        for i, item in enumerate(value):
+            _check_values(item, f"{where}[{i}]")
+    elif dataclasses.is_dataclass(value):
+        for f in dataclasses.fields(value):
+            _check_values(getattr(value, f.name), f"{where}.{f.name}")
+    elif not isinstance(value, Mapping):  # mappings (extra) are checked as JSON when encoded
+        raise FormatError(f"{where}: unsupported value of type {type(value).__name__}")
+
+
+def _check_block(block: MetadataBlock) -> None:
+    event = block.event
+    if type(event) not in EVENT_TYPE_IDS:
+        raise FormatError(f"block event must be a metadata event, got {type(event).__name__}")
+    _check_values(block.sequence_number, "MetadataBlock.sequence_number")
+    _check_values(block.system_time, "MetadataBlock.system_time")
+    if block.prev_block_hash is not None and not isinstance(block.prev_block_hash, Multihash):
+        raise FormatError("MetadataBlock.prev_block_hash must be a Multihash")
+    _check_values(event, type(event).__name__)
+    keywords = getattr(event, "keywords", None)
+    if keywords is not None and (
+        isinstance(keywords, str) or not all(isinstance(k, str) for k in keywords)
+    ):
+        raise FormatError(f"{type(event).__name__}.keywords: expected a tuple of strings")
+
+
 def encode_block(block: MetadataBlock, version: int = MANIFEST_VERSION) -> bytes:
     """The bytes to store (and hash) for ``block``.
 
@@ -382,8 +433,7 @@ def encode_block(block: MetadataBlock, version: int = MANIFEST_VERSION) -> bytes
     """
     if version != MANIFEST_VERSION:
         raise FormatError(f"can only write manifest version {MANIFEST_VERSION}, not {version}")
-    if block.sequence_number < 0:
-        raise FormatError(f"sequence number must be non-negative, got {block.sequence_number}")
+    _check_block(block)
     try:
         return _wrap_manifest(_Encoder(timestamp_alignment=4).block(block), version)
     except (struct.error, OverflowError, TypeError) as exc:

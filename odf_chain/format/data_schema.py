@@ -3,11 +3,15 @@
 Newer ODF tools may write the schema in this logical form instead of raw Arrow bytes. The codec
 keeps it as plain data (tables as dicts, union members tagged ``kind``); this module reads that
 into Arrow so the rest of odf_chain sees one kind of schema. Nullability is ODF's ``Option``
-wrapper: a field is nullable exactly when its type is wrapped in it.
+wrapper: a field is nullable exactly when its type is wrapped in it. Defaults are the spec's
+(time units Millisecond, timestamps in "UTC"), and the ``arrow.apache.org/*Encoding`` field
+attributes (ODF RFC-016) restore the Arrow encoding: large and view strings, binaries and lists,
+date64, the decimal bit width.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -34,6 +38,10 @@ _SIMPLE: dict[str, pa.DataType] = {
     "DataTypeNull": pa.null(),
     "DataTypeString": pa.string(),
 }
+
+
+_DEFAULT_UNIT = "ms"
+_DEFAULT_TIMEZONE = "UTC"
 
 
 def _unit(value: Any, default: str, where: str) -> str:
@@ -64,12 +72,13 @@ def _type(spec: Mapping[str, Any] | None, where: str) -> tuple[pa.DataType, bool
         factory = pa.decimal128 if precision <= 38 else pa.decimal256
         return factory(precision, scale), False
     if kind == "DataTypeDuration":
-        return pa.duration(_unit(spec.get("unit"), "us", where)), False
+        return pa.duration(_unit(spec.get("unit"), _DEFAULT_UNIT, where)), False
     if kind == "DataTypeTime":
-        unit = _unit(spec.get("unit"), "us", where)
+        unit = _unit(spec.get("unit"), _DEFAULT_UNIT, where)
         return (pa.time32(unit) if unit in ("s", "ms") else pa.time64(unit)), False
     if kind == "DataTypeTimestamp":
-        return pa.timestamp(_unit(spec.get("unit"), "us", where), tz=spec.get("timezone")), False
+        unit = _unit(spec.get("unit"), _DEFAULT_UNIT, where)
+        return pa.timestamp(unit, tz=spec.get("timezone") or _DEFAULT_TIMEZONE), False
     if kind == "DataTypeList":
         item, item_nullable = _type(spec.get("item_type"), f"{where}.[item]")
         field = pa.field("item", item, nullable=item_nullable)
@@ -92,9 +101,55 @@ def _fields(fields: Any, where: str) -> list[pa.Field]:
         name = spec.get("name")
         if not isinstance(name, str):
             raise FormatError(f"{where}: field #{i} has no name")
-        arrow_type, nullable = _type(spec.get("type"), f"{where}.{name}" if where else name)
+        path = f"{where}.{name}" if where else name
+        arrow_type, nullable = _type(spec.get("type"), path)
+        arrow_type = _apply_encoding(arrow_type, _extra(spec.get("extra"), path), path)
         out.append(pa.field(name, arrow_type, nullable=nullable))
     return out
+
+
+def _extra(extra: Mapping[str, Any] | None, where: str) -> dict[str, Any]:
+    text = (extra or {}).get("entries")
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise FormatError(f"{where}: extra attributes are not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise FormatError(f"{where}: extra attributes must be a JSON object")
+    return value
+
+
+def _apply_encoding(t: pa.DataType, extra: dict[str, Any], where: str) -> pa.DataType:
+    """Re-apply the Arrow encoding ODF records beside a logical type."""
+    buffer = extra.get("arrow.apache.org/bufferEncoding")
+    if isinstance(buffer, dict):
+        view = buffer.get("kind") == "View"
+        wide = buffer.get("offsetBitWidth") == 64
+        if pa.types.is_string(t):
+            return pa.string_view() if view else pa.large_string() if wide else t
+        if pa.types.is_binary(t):
+            return pa.binary_view() if view else pa.large_binary() if wide else t
+        if pa.types.is_list(t):
+            item = t.value_field
+            if view:
+                return pa.large_list_view(item) if wide else pa.list_view(item)
+            return pa.large_list(item) if wide else t
+    date = extra.get("arrow.apache.org/dateEncoding")
+    if isinstance(date, dict) and date.get("unit") == "Millisecond" and pa.types.is_date32(t):
+        return pa.date64()
+    decimal = extra.get("arrow.apache.org/decimalEncoding")
+    if isinstance(decimal, dict) and pa.types.is_decimal(t):
+        factories = {32: pa.decimal32, 64: pa.decimal64, 128: pa.decimal128, 256: pa.decimal256}
+        factory = factories.get(decimal.get("bitWidth"))
+        if factory is None:
+            raise FormatError(f"{where}: unknown decimal bit width {decimal.get('bitWidth')}")
+        try:
+            return factory(t.precision, t.scale)
+        except ValueError as exc:
+            raise FormatError(f"{where}: {exc}") from None
+    return t
 
 
 def data_schema_to_arrow(schema: Mapping[str, Any] | None) -> pa.Schema:
