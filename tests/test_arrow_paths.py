@@ -269,7 +269,7 @@ def check_column(f: pa.Field, hive: str) -> None:
 
 
 @settings(
-    max_examples=1500,
+    max_examples=1200,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
@@ -433,7 +433,7 @@ def name_paths(schema: pa.Schema) -> list[tuple[str, ...]]:
     return out
 
 
-@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(wild_schemas())
 def test_paths_are_unique_or_refused(schema):
     try:
@@ -450,7 +450,7 @@ def test_paths_are_unique_or_refused(schema):
     assert set(index.values()) == set(paths)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(tables())
 def test_index_points_at_the_representing_entry(table):
     schema, _ = table

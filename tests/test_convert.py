@@ -582,7 +582,7 @@ def _top_name(schema: dict) -> tuple[str, str | None]:
     return name, schema.get("namespace") or None
 
 
-@settings(max_examples=800, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(avro_schemas())
 def test_avro_round_trip(schema):
     parse_schema(schema)  # the generator makes valid Avro
@@ -669,7 +669,7 @@ arrow_schemas = st.lists(
 ).map(lambda cols: pa.schema([_nullable_field(*c) for c in cols]))
 
 
-@settings(max_examples=800, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(arrow_schemas)
 def test_arrow_round_trip(schema):
     avro = arrow_to_avro(schema)
@@ -974,3 +974,22 @@ def test_absurd_depth_is_refused():
     text = '{"type":' * 30_000 + '"int"' + "}" * 30_000
     with pytest.raises(SchemaError, match="nested 30000 levels deep"):
         avro_to_arrow(text)
+
+
+def test_null_namespace_type_reused_inside_a_namespace():
+    enum = {AVRO_NAME_KEY: b"E", AVRO_SYMBOLS_KEY: b'["A"]'}
+    dictionary = pa.dictionary(pa.int32(), pa.string())
+    schema = pa.schema(
+        [
+            pa.field("a", dictionary, False, metadata=enum),
+            pa.field("b", dictionary, False, metadata=enum),
+        ]
+    )
+    out = arrow_to_avro(schema, name="R", namespace="n")
+    parse_schema(out)
+    assert out["fields"] == [
+        {"name": "a", "type": {"type": "enum", "name": "E", "namespace": "", "symbols": ["A"]}},
+        {"name": "b", "type": {"type": "enum", "name": "b", "symbols": ["A"]}},
+    ]
+    # Outside a namespace the second use is a plain reference.
+    assert arrow_to_avro(schema, name="R")["fields"][1] == {"name": "b", "type": "E"}

@@ -43,7 +43,7 @@ DataHub quirks this module reproduces on purpose (the URNs must be the ones Data
 - nullability: DataHub's Hive path cannot know it (Hive type strings carry none), so it marks
   every primitive nullable and every complex field with the caller's ``default_nullable``. We take
   Arrow's own nullability for every entry instead: the field the entry represents (for a
-  list/map column, the column itself).
+  list/map column, the column itself). DataHub and we agree wherever Arrow says nullable.
 - doc: DataHub puts the column comment on the column's first entry only; we take the Arrow
   field's ``doc`` (or, failing that, ``comment``) metadata, for columns and members alike.
 
@@ -57,7 +57,7 @@ Where DataHub gives up instead, we do not:
   repeated in an Arrow struct or schema, or two fields that render to the same v2 path, raise
   :class:`SchemaError` instead (paths must be unique, and a field must not vanish).
 
-Everything is iterative: a schema nested 500 (or 50,000) levels deep is fine.
+Everything is iterative (explicit stacks): a schema nested thousands of levels deep is fine.
 """
 
 from __future__ import annotations

@@ -31,7 +31,8 @@ their underlying type, as the Avro spec says readers should. Refused with :class
 naming the field: unions of two or more non-null types (Arrow's union types cannot be written to
 Parquet nor read by Spark, so a dataset could not hold them), recursive types (Arrow types are
 finite trees), decimals wider than 76 digits, and anything malformed: invalid JSON, unknown type
-names, duplicate field names, redefined names, nested or repeated union members, bad defaults.
+names, duplicate field names, redefined names, nested or repeated union members, bad defaults,
+decimal parameters fastavro refuses.
 Names are accepted as DataHub and fastavro accept them (the spec's pattern is not enforced on
 the way in; it is on the way out). fastavro then parses the whole schema as a second check.
 
@@ -83,20 +84,25 @@ Refused with :class:`SchemaError` naming the field: unions, ``month_day_nano_int
 duration is months/days/milliseconds, unsigned), maps whose keys are not strings, and names that
 are not valid Avro names. Records, enums and fixeds are named after the metadata above, or else
 after their field (``<field>``, ``<field>_item`` for list items, ``<field>_value`` for map
-values), made unique with ``_2``, ``_3``, ...
+values), made unique with ``_2``, ``_3``, ... A named type reused from the null namespace inside
+a namespaced record is written out again under a new name (a dotless reference resolves in the
+enclosing namespace only, in fastavro as in the spec, so it cannot be referred to).
 
 Round trips. Avro -> Arrow -> Avro is exact through the writer-schema rule; without that metadata
-it keeps names, symbols, docs, defaults and logical types, and loses aliases, ``order``, custom
-properties, the doc of a record/enum/fixed type, logical types Arrow has no type for, the size of
-a fixed unless it carries a decimal, and the order of ``[T, "null"]`` when the field has no
-default. Arrow -> Avro -> Arrow is exact for bool, int32, int64, float32, float64, decimal128 with
-p <= 38 and decimal256 with p > 38, string, binary, fixed_size_binary, date32, time32[ms],
-time64[us], timestamp[ms|us|ns] with tz UTC or none, null, struct, list and map<string, _>, and
-lossy (widened or re-encoded) for the rest: int8/int16/uint8/uint16 -> int32, uint32 -> int64,
-uint64 -> decimal128(20, 0), float16 -> float32, decimal32/64 and narrow decimal256 ->
-decimal128, wide decimal128 -> decimal256, large/view strings, binaries and lists -> plain ones,
-fixed_size_list -> list, date64 -> date32, time32[s] -> time32[ms], time64[ns] -> time64[us],
-timestamp[s] -> timestamp[ms], any time zone -> UTC, duration -> int64, dictionary -> its values
+it keeps names, namespaces, symbols, field docs, defaults and logical types (the result has the
+same Parsing Canonical Form and converts back to the same Arrow schema), and loses aliases,
+``order``, custom properties, the doc of a record/enum/fixed type, an enum's own default, logical
+types Arrow has no type for, and the order of ``[T, "null"]`` in a field without a default (it
+comes back as ``["null", T]``).
+
+Arrow -> Avro -> Arrow is exact for bool, int32, int64, float32, float64, decimal128 (p <= 38),
+decimal256 (p > 38), string, binary, fixed_size_binary, date32, time32[ms], time64[us],
+timestamp[ms|us|ns] with tz UTC or none, null, struct, list and map<string, _>, and lossy
+(widened or re-encoded) for the rest: int8/int16/uint8/uint16 -> int32, uint32 -> int64,
+uint64 -> decimal128(20, 0), float16 -> float32, decimal32/64 and decimal256 with p <= 38 ->
+decimal128, large/view strings, binaries and lists -> plain ones, fixed_size_list -> list,
+date64 -> date32, time32[s] -> time32[ms], time64[ns] -> time64[us], timestamp[s] ->
+timestamp[ms], any time zone -> UTC, duration -> int64, dictionary -> its values
 (string dictionaries with enum symbols -> dictionary<int32, string>), extension -> storage.
 
 Everything walks iteratively (explicit stacks), so 500-level nesting is fine; the JSON parser
