@@ -1,12 +1,15 @@
 """check_evolution on its own: DataMine's four rules, applied recursively through structs, lists
-and maps. Every expected violation is written out by hand (path, rule, old type, new type)."""
+and maps. Every expected violation is written out by hand (path, rule, old type, new type).
+
+The rule tests name fields by dotted name path (``namer=dotted``) to keep them about the rules;
+``test_violations_are_named_by_v2_path`` checks the default naming by DataHub v2 path."""
 
 from __future__ import annotations
 
 import pyarrow as pa
 import pytest
 
-from odf_chain.schema.evolution import EvolutionViolation, check_evolution
+from odf_chain.schema.evolution import EvolutionViolation, check_evolution, dotted
 
 BASE = pa.schema(
     [
@@ -146,7 +149,7 @@ INCOMPATIBLE = {
 @pytest.mark.parametrize("case", sorted(INCOMPATIBLE))
 def test_incompatible_change_is_named(case: str) -> None:
     new, expected = INCOMPATIBLE[case]
-    violations = check_evolution(BASE, new)
+    violations = check_evolution(BASE, new, namer=dotted)
     assert _as_tuples(violations) == expected
     # the human text names the field path
     for violation, (path, *_rest) in zip(violations, expected, strict=True):
@@ -158,17 +161,17 @@ def test_struct_inside_a_list_loses_a_member() -> None:
     item_new = pa.struct([pa.field("x", pa.int64())])
     old = pa.schema([pa.field("points", pa.list_(item_old))])
     new = pa.schema([pa.field("points", pa.list_(item_new))])
-    assert _as_tuples(check_evolution(old, new)) == [
+    assert _as_tuples(check_evolution(old, new, namer=dotted)) == [
         ("points.[item].y", "field-removed", "string", None)
     ]
 
 
 def test_messages_say_what_changed() -> None:
     new = _replace(BASE, "id", pa.field("id", pa.string(), nullable=False))
-    (violation,) = check_evolution(BASE, new)
+    (violation,) = check_evolution(BASE, new, namer=dotted)
     text = str(violation)
     assert "id" in text and "int64" in text and "string" in text
-    (removed,) = check_evolution(BASE, _replace(BASE, "name", None))
+    (removed,) = check_evolution(BASE, _replace(BASE, "name", None), namer=dotted)
     assert "name" in str(removed) and "removed" in str(removed)
 
 
@@ -183,7 +186,7 @@ def test_several_violations_are_all_reported() -> None:
             pa.field("must", pa.int8(), nullable=False),  # new required
         ]
     )
-    got = sorted(_as_tuples(check_evolution(BASE, new)), key=lambda t: t[0])
+    got = sorted(_as_tuples(check_evolution(BASE, new, namer=dotted)), key=lambda t: t[0])
     assert got == [
         ("id", "type-change", "int64", "string"),
         ("must", "new-required-field", None, "int8"),
@@ -219,3 +222,23 @@ COMPATIBLE = {
 @pytest.mark.parametrize("case", sorted(COMPATIBLE))
 def test_compatible_change_is_accepted(case: str) -> None:
     assert check_evolution(BASE, COMPATIBLE[case]) == []
+
+
+V2_NAMES = {
+    "field removed": "[version=2.0].[type=string].name",
+    "type change int64 -> string": "[version=2.0].[type=long].id",
+    "nested struct field removed": (
+        "[version=2.0].[type=struct].[type=struct].address.[type=int].zip"
+    ),
+    "new required field": "[version=2.0].[type=double].extra",
+    "list item type change": "[version=2.0].[type=struct].[type=array].[type=long].tags [item]",
+    "map value type change": "[version=2.0].[type=struct].[type=map].[type=long].attrs [value]",
+}
+
+
+@pytest.mark.parametrize("case", sorted(V2_NAMES))
+def test_violations_are_named_by_v2_path(case: str) -> None:
+    new, _ = INCOMPATIBLE[case]
+    (violation,) = check_evolution(BASE, new)
+    assert violation.path == V2_NAMES[case]
+    assert V2_NAMES[case] in str(violation)

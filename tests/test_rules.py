@@ -609,17 +609,17 @@ BREAKING = {
     "nested struct field removed": (
         nested_chain,
         _nested_with("address", pa.field("address", pa.struct([pa.field("city", pa.string())]))),
-        ["address.zip", "removed", "int32"],
+        ["[version=2.0].[type=struct].[type=struct].address.[type=int].zip", "removed", "int32"],
     ),
     "list item type changed": (
         nested_chain,
         _nested_with("tags", pa.field("tags", pa.list_(pa.string()))),
-        ["tags.[item]", "int64", "string"],
+        ["[version=2.0].[type=struct].[type=array].[type=long].tags [item]", "int64", "string"],
     ),
     "map value type changed": (
         nested_chain,
         _nested_with("attrs", pa.field("attrs", pa.map_(pa.string(), pa.float32()))),
-        ["attrs.[value]", "int64", "float"],
+        ["[version=2.0].[type=struct].[type=map].[type=long].attrs [value]", "int64", "float"],
     ),
 }
 

@@ -133,7 +133,22 @@ def _v2_namer(old: pa.Schema, new: pa.Schema) -> Namer:
         old_index, new_index = field_index(old), field_index(new)
     except Exception:  # a schema with no v2 mapping still gets checked, by dotted names
         return dotted
-    return lambda path: old_index.get(path) or new_index.get(path) or dotted(path)
+
+    def name(path: NamePath) -> str:
+        v2 = old_index.get(path) or new_index.get(path)
+        if v2 is None:
+            return dotted(path)
+        # Lakehouse paths give list items and map keys/values no entry of their own: name the
+        # column's path and say which part of it changed.
+        trailing = []
+        while path and path[-1] in (ITEM, KEY, VALUE) and path[:-1] in old_index | new_index:
+            if (old_index.get(path[:-1]) or new_index.get(path[:-1])) != v2:
+                break
+            trailing.append(path[-1])
+            path = path[:-1]
+        return " ".join([v2, *reversed(trailing)])
+
+    return name
 
 
 def check_evolution(
