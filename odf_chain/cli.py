@@ -7,6 +7,7 @@ on stderr and exit code 2; ``verify`` exits 1 when the dataset fails verificatio
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -15,26 +16,25 @@ from collections.abc import Callable, Sequence
 from odf_chain.dataset import Dataset
 from odf_chain.errors import OdfChainError
 from odf_chain.format.multihash import BLAKE3, SHA3_256
-from odf_chain.render import block_to_jsonable, log_line, state_to_jsonable
+from odf_chain.render import block_to_jsonable, log_line, schema_to_jsonable, state_to_jsonable
+from odf_chain.schema.evolution import check_evolution, diff_schemas
+from odf_chain.schema.fields import FieldInfo
+from odf_chain.schema_files import load_schema_file
 from odf_chain.verify import verify_path
+
+REF_HELP = "'head' (default), a block hash, a sequence number or an ISO-8601 time"
 
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_ERROR = 2
 
 
+class UsageError(OdfChainError):
+    """A command line that does not make sense."""
+
+
 def _print_json(value: object) -> None:
     print(json.dumps(value, indent=2, sort_keys=False))
-
-
-def cmd_init(args: argparse.Namespace) -> int:
-    dataset = Dataset.create(args.dir, hash=args.hash)
-    state = dataset.state
-    print(f"created {dataset.path}")
-    print(f"dataset id  {state.dataset_id}")
-    print(f"hash        {state.hash_algorithm}")
-    print(f"head        {state.head}")
-    return EXIT_OK
 
 
 def cmd_log(args: argparse.Namespace) -> int:
@@ -48,8 +48,59 @@ def cmd_log(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def cmd_schema(args: argparse.Namespace) -> int:
+def cmd_init(args: argparse.Namespace) -> int:
+    if args.table and not args.schema:
+        raise UsageError("--table needs --schema")
+    schema = load_schema_file(args.schema, table=args.table) if args.schema else None
+    dataset = Dataset.create(args.dir, hash=args.hash)
+    if schema is not None:
+        dataset.set_schema(schema)
+    state = dataset.state
+    print(f"created {dataset.path}")
+    print(f"dataset id  {state.dataset_id}")
+    print(f"hash        {state.hash_algorithm}")
+    if schema is not None:
+        print(f"schema      {len(state.schema)} fields, declared at block {state.sequence_number}")
+    print(f"head        {state.head}")
+    return EXIT_OK
+
+
+def _print_fields(fields: list[FieldInfo]) -> None:
+    width = max((len(f.path) for f in fields), default=0)
+    for f in fields:
+        flag = "nullable" if f.nullable else "required"
+        print(f"{f.path:<{width}}  {f.type:<8}  {flag:<8}  {f.native_type}")
+
+
+def cmd_fields(args: argparse.Namespace) -> int:
     state = Dataset.open(args.dir).state_at(args.at)
+    fields = state.fields
+    if args.json:
+        _print_json(
+            {
+                "block": state.sequence_number,
+                "head": str(state.head),
+                "fields": [dataclasses.asdict(f) for f in fields],
+            }
+        )
+        return EXIT_OK
+    print(f"block {state.sequence_number}  {state.head}")
+    if state.schema is None:
+        print("no schema declared yet")
+        return EXIT_OK
+    _print_fields(fields)
+    return EXIT_OK
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    if args.target[0] == "check":
+        return _schema_check(args)
+    if len(args.target) != 1:
+        raise UsageError("usage: odf-chain schema DIR [--at REF] | schema check OLD NEW")
+    directory = args.target[0]
+    if args.history:
+        return _schema_history(directory, args.json)
+    state = Dataset.open(directory).state_at(args.at)
     if args.json:
         _print_json(state_to_jsonable(state))
         return EXIT_OK
@@ -60,6 +111,60 @@ def cmd_schema(args: argparse.Namespace) -> int:
     print(f"schema set at block {state.schema_sequence_number}")
     print(state.schema.to_string(show_schema_metadata=False))
     return EXIT_OK
+
+
+def _schema_history(directory: str, as_json: bool) -> int:
+    history = Dataset.open(directory).schema_history()
+    if as_json:
+        _print_json(
+            [
+                {
+                    "block": change.entry.block.sequence_number,
+                    "hash": str(change.entry.hash),
+                    "system_time": change.entry.block.system_time.isoformat(),
+                    "fields": schema_to_jsonable(change.schema),
+                    "diff": None if change.diff is None else dataclasses.asdict(change.diff),
+                }
+                for change in history
+            ]
+        )
+        return EXIT_OK
+    if not history:
+        print("no schema declared yet")
+    for change in history:
+        block = change.entry.block
+        print(
+            f"block {block.sequence_number}  {change.entry.hash}  {block.system_time.isoformat()}"
+        )
+        if change.diff is None:
+            print(f"  initial schema: {len(change.schema)} fields")
+        for line in change.diff.lines() if change.diff is not None else ():
+            print(f"  {line}")
+    return EXIT_OK
+
+
+def _schema_check(args: argparse.Namespace) -> int:
+    if len(args.target) != 3:
+        raise UsageError("usage: odf-chain schema check OLD NEW")
+    old = load_schema_file(args.target[1], table=args.table)
+    new = load_schema_file(args.target[2], table=args.table)
+    violations = check_evolution(old, new)
+    diff = diff_schemas(old, new)
+    if args.json:
+        _print_json(
+            {
+                "compatible": not violations,
+                "violations": [dataclasses.asdict(v) for v in violations],
+                "diff": dataclasses.asdict(diff),
+            }
+        )
+    else:
+        for line in diff.lines():
+            print(line)
+        for violation in violations:
+            print(f"VIOLATION [{violation.rule}] {violation}")
+        print("compatible" if not violations else f"incompatible: {len(violations)} violation(s)")
+    return EXIT_OK if not violations else EXIT_FAILED
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -101,6 +206,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=BLAKE3,
         help="hash for blocks and slices (sha3-256 for ODF interoperability)",
     )
+    init.add_argument(
+        "--schema",
+        metavar="FILE",
+        help="declare the data schema up front: .avsc (Avro), .json (DataMine) or .parquet",
+    )
+    init.add_argument("--table", help="which table of a DataMine document")
     init.set_defaults(run=cmd_init)
 
     log = commands.add_parser("log", help="list blocks, newest first")
@@ -108,16 +219,24 @@ def build_parser() -> argparse.ArgumentParser:
     log.add_argument("--json", action="store_true", help="full blocks as JSON")
     log.set_defaults(run=cmd_log)
 
-    schema = commands.add_parser("schema", help="the data schema in force at a block")
-    schema.add_argument("dir", help="dataset directory")
-    schema.add_argument(
-        "--at",
-        default="head",
-        metavar="REF",
-        help="'head' (default), a block hash, a sequence number or an ISO-8601 time",
+    schema = commands.add_parser(
+        "schema",
+        help="the schema at a block, its history, or a compatibility check of two schema files",
+        usage="odf-chain schema DIR [--at REF | --history] [--json]\n"
+        "       odf-chain schema check OLD NEW [--table NAME] [--json]",
     )
-    schema.add_argument("--json", action="store_true", help="state and schema as JSON")
+    schema.add_argument("target", nargs="+", metavar="DIR | check OLD NEW")
+    schema.add_argument("--at", default="head", metavar="REF", help=REF_HELP)
+    schema.add_argument("--history", action="store_true", help="every SetDataSchema with its diff")
+    schema.add_argument("--table", help="which table of DataMine documents (check)")
+    schema.add_argument("--json", action="store_true", help="machine-readable output")
     schema.set_defaults(run=cmd_schema)
+
+    fields = commands.add_parser("fields", help="DataHub v2 field paths at a block")
+    fields.add_argument("dir", help="dataset directory")
+    fields.add_argument("--at", default="head", metavar="REF", help=REF_HELP)
+    fields.add_argument("--json", action="store_true", help="paths, types and nullability as JSON")
+    fields.set_defaults(run=cmd_fields)
 
     verify = commands.add_parser("verify", help="check blocks, rules and data (chain-verify)")
     _add_verify_arguments(verify)

@@ -1,0 +1,57 @@
+"""Reading schema files the CLI accepts: Avro (.avsc), DataMine JSON (.json), Parquet.
+
+The schema package itself is pure; this module is where files come in.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from odf_chain.errors import NotFoundError, SchemaError
+
+
+def load_schema_file(path: str | Path, table: str | None = None) -> pa.Schema:
+    """The Arrow schema a file describes.
+
+    ``.avsc`` is an Avro schema (its writer schema is kept, so field paths follow the Avro
+    convention); ``.json`` is a DataMine document (``table`` picks one of several tables), or an
+    Avro schema if it looks like one; ``.parquet`` / ``.parq`` gives the file's own schema.
+    """
+    from odf_chain.schema.convert import avro_to_arrow
+    from odf_chain.schema.datamine import datamine_to_arrow
+
+    path = Path(path)
+    if not path.is_file():
+        raise NotFoundError(f"schema file {path} does not exist")
+    suffix = path.suffix.lower()
+    if suffix in (".parquet", ".parq"):
+        try:
+            return pq.read_schema(path)
+        except (pa.ArrowException, OSError) as exc:
+            raise SchemaError(f"{path}: not a readable Parquet file: {exc}") from None
+    text = path.read_text(encoding="utf-8")
+    if suffix == ".avsc":
+        return _named(path, avro_to_arrow, text)
+    if suffix == ".json":
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise SchemaError(f"{path}: invalid JSON: {exc}") from None
+        if isinstance(doc, dict) and ("table_list" in doc or ("table" in doc and "fields" in doc)):
+            return _named(path, lambda d: datamine_to_arrow(d, table=table), doc)
+        return _named(path, avro_to_arrow, doc)
+    raise SchemaError(
+        f"{path}: unknown schema file type {suffix or '(none)'}; "
+        "expected .avsc (Avro), .json (DataMine or Avro) or .parquet"
+    )
+
+
+def _named(path: Path, convert, value) -> pa.Schema:
+    try:
+        return convert(value)
+    except SchemaError as exc:
+        raise SchemaError(f"{path}: {exc}") from None
