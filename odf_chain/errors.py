@@ -31,6 +31,11 @@ class NotFoundError(OdfChainError):
     """A dataset, block, data slice or ref that should exist does not."""
 
 
+class StorageError(OdfChainError):
+    """The filesystem refused an operation (permissions, a read-only or full disk, a file where
+    a directory should be); the message names the path."""
+
+
 class ConflictError(OdfChainError):
     """Another writer moved the head first. Nothing of this append became visible; re-read the
     head and retry."""

@@ -13,6 +13,7 @@ Problems are collected, not raised, so one run reports everything it can see.
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -23,7 +24,6 @@ import pyarrow.parquet as pq
 from odf_chain.chain import BlockEntry, advance, parse_block_name
 from odf_chain.errors import (
     FormatError,
-    IntegrityError,
     NotFoundError,
     OdfChainError,
     RuleViolation,
@@ -101,7 +101,7 @@ def _walk(storage: LocalStorage, report: VerifyReport) -> tuple[list[BlockEntry]
     """Blocks from the head back, hash-checked; returns (oldest first, reached the Seed)."""
     try:
         head_name = storage.read_head()
-    except FormatError as exc:
+    except OdfChainError as exc:  # not a block name, or the filesystem refused the read
         report.add("error", "head", str(exc), path="refs/head")
         return [], False
     if head_name is None:
@@ -124,11 +124,6 @@ def _walk(storage: LocalStorage, report: VerifyReport) -> tuple[list[BlockEntry]
         seen.add(current)
         try:
             data = storage.read_block(name)
-        except IntegrityError as exc:
-            report.add(
-                "error", "block-unreadable", str(exc), sequence_number=expected_seq, block_hash=name
-            )
-            return _oldest_first(entries), False
         except NotFoundError:
             referrer = "refs/head" if not entries else f"block {entries[-1].block.sequence_number}"
             report.add(
@@ -137,6 +132,11 @@ def _walk(storage: LocalStorage, report: VerifyReport) -> tuple[list[BlockEntry]
                 f"referenced by {referrer} but not in blocks/",
                 sequence_number=expected_seq,
                 block_hash=name,
+            )
+            return _oldest_first(entries), False
+        except OdfChainError as exc:  # a directory or unreadable file where a block should be
+            report.add(
+                "error", "block-unreadable", str(exc), sequence_number=expected_seq, block_hash=name
             )
             return _oldest_first(entries), False
         report.bytes_hashed += len(data)
@@ -209,30 +209,46 @@ def _check_slice(
         "path": f"data/{name}",
     }
     report.slices_checked += 1
-    if not storage.has_data(name):
+    try:
+        if not storage.has_data(name):  # also when data/ itself is missing
+            report.add("error", "data-missing", "data slice file is missing", **where)
+            return
+        fh = storage.open_data(name)
+    except NotFoundError:  # removed since has_data looked
         report.add("error", "data-missing", "data slice file is missing", **where)
         return
-    path = storage.data_path(name)
-    size = path.stat().st_size
-    if size != data.size:
-        report.add("error", "data-size", f"expected {data.size} bytes, found {size}", **where)
-    with path.open("rb") as fh:
-        actual, hashed = Multihash.digest_stream(data.physical_hash.algorithm, fh)
-    report.bytes_hashed += hashed
-    if actual != data.physical_hash:
-        report.add(
-            "error",
-            "data-hash",
-            f"content hashes to {actual}: the file was altered or replaced",
-            **where,
-        )
-        return  # the Parquet checks below would only restate the damage
-    try:
-        metadata = pq.ParquetFile(path).metadata
-        file_schema = pq.read_schema(path)
-    except (pa.ArrowException, OSError) as exc:
-        report.add("error", "data-format", f"not a readable Parquet file: {exc}", **where)
+    except OdfChainError as exc:
+        report.add("error", "data-unreadable", str(exc), **where)
         return
+    with fh:
+        try:
+            size = os.fstat(fh.fileno()).st_size
+            if size != data.size:
+                report.add(
+                    "error", "data-size", f"expected {data.size} bytes, found {size}", **where
+                )
+            actual, hashed = Multihash.digest_stream(data.physical_hash.algorithm, fh)
+        except OSError as exc:
+            path = storage.data_path(name)
+            report.add("error", "data-unreadable", f"cannot read {path}: {exc}", **where)
+            return
+        report.bytes_hashed += hashed
+        if actual != data.physical_hash:
+            report.add(
+                "error",
+                "data-hash",
+                f"content hashes to {actual}: the file was altered or replaced",
+                **where,
+            )
+            return  # the Parquet checks below would only restate the damage
+        try:
+            fh.seek(0)
+            parquet = pq.ParquetFile(fh)
+            metadata = parquet.metadata
+            file_schema = parquet.schema_arrow
+        except (pa.ArrowException, OSError) as exc:
+            report.add("error", "data-format", f"not a readable Parquet file: {exc}", **where)
+            return
     if metadata.num_rows != data.num_records:
         interval = data.offset_interval
         report.add(
@@ -255,11 +271,23 @@ def _check_slice(
             )
 
 
+def _listing(list_names, directory: str, report: VerifyReport, *, needed: bool) -> list:
+    """A directory listing, or [] with a ``layout`` problem (an error when the chain needs the
+    directory) when the directory is missing or cannot be listed."""
+    try:
+        return list_names()
+    except OdfChainError as exc:
+        missing = isinstance(exc, NotFoundError)
+        message = f"the {directory} directory is missing" if missing else str(exc)
+        report.add("error" if needed else "warning", "layout", message, path=directory)
+        return []
+
+
 def _leftovers(
     storage: LocalStorage, entries: list[BlockEntry], slices: set[str], report: VerifyReport
 ) -> None:
     chain_blocks = {str(e.hash) for e in entries}
-    for name in storage.block_names():
+    for name in _listing(storage.block_names, "blocks/", report, needed=True):
         if name not in chain_blocks:
             report.add(
                 "warning",
@@ -268,7 +296,7 @@ def _leftovers(
                 block_hash=name,
                 path=f"blocks/{name}",
             )
-    for name in storage.data_names():
+    for name in _listing(storage.data_names, "data/", report, needed=bool(slices)):
         if name not in slices:
             report.add(
                 "warning",
@@ -276,7 +304,7 @@ def _leftovers(
                 "data file is not named by any block (an interrupted write?)",
                 path=f"data/{name}",
             )
-    for path in storage.leftover_staging():
+    for path in _listing(storage.leftover_staging, ".staging/", report, needed=False):
         report.add(
             "warning",
             "staging-leftover",

@@ -3,11 +3,14 @@ under real concurrent processes and a real SIGKILL."""
 
 from __future__ import annotations
 
+import errno
 import multiprocessing as mp
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Barrier
@@ -21,12 +24,30 @@ from odf_chain.errors import (
     IntegrityError,
     NotFoundError,
     OdfChainError,
+    StorageError,
 )
 from odf_chain.storage import LocalStorage, write_atomic
 
 H0 = "f1e20" + "00" * 32
 H1 = "f1e20" + "11" * 32
 REPO = Path(__file__).resolve().parents[1]
+
+
+def _permission_bits_apply() -> bool:
+    """False for root (or anyone with CAP_DAC_OVERRIDE): chmod then stops nothing."""
+    with tempfile.TemporaryDirectory() as tmp:
+        locked = Path(tmp) / "locked"
+        locked.mkdir(mode=0o500)
+        try:
+            (locked / "probe").touch()
+        except PermissionError:
+            return True
+        finally:
+            locked.chmod(0o700)
+        return False
+
+
+PERMISSIONS = _permission_bits_apply()
 
 
 @pytest.fixture
@@ -273,3 +294,120 @@ def test_killed_lock_holder_does_not_block(store: LocalStorage) -> None:
     assert len(store.leftover_staging()) == 1  # the crashed writer's orphan, for verify
     store.compare_and_swap_head(H0, H1, timeout=5)
     assert store.read_head() == H1
+
+
+# -- OS-level failures are StorageErrors that name the path ---------------------------------------
+
+
+@pytest.fixture
+def read_only_fs(monkeypatch: pytest.MonkeyPatch):
+    """Make every mutating syscall fail as on a read-only filesystem (works as root too, where
+    permission bits would not stop a write)."""
+    real_open = os.open
+    writes = os.O_WRONLY | os.O_RDWR | os.O_CREAT
+
+    def refuse(path, *args, **kwargs):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+
+    def open_(path, flags, *args, **kwargs):
+        if flags & writes:
+            refuse(path)
+        return real_open(path, flags, *args, **kwargs)
+
+    def start() -> None:
+        monkeypatch.setattr(os, "open", open_)
+        for name in ("mkdir", "rename", "replace", "link", "unlink"):
+            monkeypatch.setattr(os, name, refuse)
+
+    return start
+
+
+def test_missing_listing_directory_is_not_found(store: LocalStorage) -> None:
+    shutil.rmtree(store.root / "data")
+    with pytest.raises(NotFoundError, match=str(store.root / "data")):
+        store.data_names()
+    shutil.rmtree(store.root / "blocks")
+    with pytest.raises(NotFoundError, match=str(store.root / "blocks")):
+        store.block_names()
+
+
+def test_listing_a_file_instead_of_a_directory(store: LocalStorage) -> None:
+    (store.root / "data").rmdir()
+    (store.root / "data").write_bytes(b"")
+    with pytest.raises(StorageError, match=str(store.root / "data")):
+        store.data_names()
+    shutil.rmtree(store.root / ".staging", ignore_errors=True)
+    (store.root / ".staging").write_bytes(b"")
+    with pytest.raises(StorageError, match=str(store.root / ".staging")):
+        store.leftover_staging()
+    with pytest.raises(StorageError, match=str(store.root / ".staging")):
+        store.stage_file()
+
+
+def test_head_that_is_a_directory(store: LocalStorage) -> None:
+    (store.root / "refs" / "head").mkdir()
+    with pytest.raises(StorageError, match=str(store.root / "refs" / "head")):
+        store.read_head()
+    with pytest.raises(StorageError, match=str(store.root / "refs" / "head")):
+        store.compare_and_swap_head(None, H0)
+
+
+def test_create_on_a_regular_file(tmp_path: Path) -> None:
+    target = tmp_path / "file"
+    target.write_bytes(b"not a directory")
+    with pytest.raises(OdfChainError, match=str(target)):
+        LocalStorage.create(target)
+    with pytest.raises(OdfChainError, match=str(target)):
+        LocalStorage.create(target / "below")
+    assert target.read_bytes() == b"not a directory"
+
+
+@pytest.mark.skipif(not PERMISSIONS, reason="permission bits do not stop this user")
+def test_permission_denied_data_file(store: LocalStorage) -> None:
+    staged = store.stage_file()
+    staged.write_bytes(b"slice")
+    store.commit_data(staged, H0)
+    store.data_path(H0).chmod(0)
+    with pytest.raises(StorageError, match=str(store.data_path(H0))):
+        store.open_data(H0)
+
+
+def test_writes_into_a_read_only_dataset(store: LocalStorage, read_only_fs) -> None:
+    store.write_block(H0, b"genesis")
+    store.compare_and_swap_head(None, H0)
+    staged = store.stage_file()
+    read_only_fs()
+    blocks, data, head = (store.root / d for d in ("blocks", "data", "refs"))
+    with pytest.raises(StorageError, match=str(blocks / H1)) as info:
+        store.write_block(H1, b"next")
+    assert "Read-only file system" in str(info.value)
+    with pytest.raises(StorageError, match=str(head)):  # the lock file, or the head
+        store.compare_and_swap_head(H0, H1)
+    with pytest.raises(StorageError, match=str(store.root / ".staging")):
+        store.stage_file()
+    with pytest.raises(StorageError, match=str(data / H1)):
+        store.commit_data(staged, H1)
+    with pytest.raises(StorageError, match=str(staged)):
+        store.discard(staged)
+    with pytest.raises(StorageError, match=str(store.root.parent / "new")):
+        LocalStorage.create(store.root.parent / "new")
+    assert store.read_head() == H0 and store.read_block(H0) == b"genesis"
+
+
+@pytest.mark.skipif(not PERMISSIONS, reason="permission bits do not stop this user")
+def test_writes_into_a_chmod_read_only_dataset(store: LocalStorage) -> None:
+    store.write_block(H0, b"genesis")
+    store.compare_and_swap_head(None, H0)
+    store.staging_dir  # noqa: B018 - created while writable
+    dirs = [store.root / d for d in ("blocks", "refs", "data", ".staging")]
+    for d in dirs:
+        d.chmod(0o555)
+    try:
+        with pytest.raises(StorageError, match=str(store.root)):
+            store.write_block(H1, b"next")
+        with pytest.raises(StorageError, match=str(store.root)):
+            store.compare_and_swap_head(H0, H1)
+    finally:
+        for d in dirs:
+            d.chmod(0o755)
+    assert store.read_head() == H0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -19,6 +20,23 @@ from odf_chain.verify import VerifyReport, verify_path
 from tests.conftest import multihash_name, snapshot_tree
 
 MS_UTC = pa.timestamp("ms", tz="UTC")
+
+
+def _permission_bits_apply() -> bool:
+    """False for root (or anyone with CAP_DAC_OVERRIDE): chmod then stops nothing."""
+    with tempfile.TemporaryDirectory() as tmp:
+        locked = Path(tmp) / "locked"
+        locked.mkdir(mode=0o500)
+        try:
+            (locked / "probe").touch()
+        except PermissionError:
+            return True
+        finally:
+            locked.chmod(0o700)
+        return False
+
+
+PERMISSIONS = _permission_bits_apply()
 
 
 def build(root: Path, algorithm: str = "blake3") -> Dataset:
@@ -385,3 +403,74 @@ def test_report_ok_reflects_errors_only() -> None:
     report.add("error", "block-hash", "e", sequence_number=3, block_hash="fab")
     assert not report.ok
     assert report.problems[-1].line() == "ERROR block 3 fab: [block-hash] e"
+
+
+# -- verify reports what the filesystem refuses; it never raises -----------------------------------
+
+
+def test_missing_data_directory(dataset: Path) -> None:
+    _, referenced = chain_info(dataset)
+    shutil.rmtree(dataset / "data")
+    report = verify_path(dataset)
+    assert not report.ok
+    layout = [p for p in report.errors if p.rule == "layout"]
+    assert len(layout) == 1 and layout[0].path == "data/"
+    missing = sorted(p.path for p in report.errors if p.rule == "data-missing")
+    assert missing == sorted(f"data/{name}" for name in referenced)
+    assert len(report.errors) == 1 + len(referenced)
+    assert report.blocks_checked == 7
+    report = verify_path(dataset, check_data=False)
+    assert [p.rule for p in report.problems] == ["layout"]
+
+
+def test_head_that_is_a_directory(dataset: Path) -> None:
+    (dataset / "refs" / "head").unlink()
+    (dataset / "refs" / "head").mkdir()
+    report = verify_path(dataset)
+    assert not report.ok
+    head = [p for p in report.errors if p.rule == "head"]
+    assert len(head) == 1 and head[0].path == "refs/head"
+    assert str(dataset / "refs" / "head") in head[0].message
+    # every block and slice is then unreferenced: reported, not raised
+    assert {p.rule for p in report.warnings} == {"orphan-block", "orphan-data"}
+
+
+def test_data_file_whose_read_fails(dataset: Path) -> None:
+    """A slice that opens but cannot be read (EIO) is reported, not raised."""
+    if not Path("/proc/self/mem").exists():
+        pytest.skip("needs /proc/self/mem (a file whose read fails with EIO)")
+    _, referenced = chain_info(dataset)
+    name, (seq, block_hash) = sorted(referenced.items())[0]
+    (dataset / "data" / name).unlink()
+    (dataset / "data" / name).symlink_to("/proc/self/mem")
+    report = verify_path(dataset)
+    problems = [p for p in report.errors if p.path == f"data/{name}"]
+    assert [p.rule for p in problems] == ["data-size", "data-unreadable"]  # /proc says 0 bytes
+    assert (problems[1].sequence_number, problems[1].block_hash) == (seq, block_hash)
+    assert str(dataset / "data" / name) in problems[1].message
+    assert len(report.errors) == 2
+
+
+@pytest.mark.skipif(not PERMISSIONS, reason="permission bits do not stop this user")
+def test_data_file_without_read_permission(dataset: Path) -> None:
+    _, referenced = chain_info(dataset)
+    name, (_, block_hash) = sorted(referenced.items())[0]
+    (dataset / "data" / name).chmod(0)
+    report = verify_path(dataset)
+    (problem,) = report.errors
+    assert (problem.rule, problem.path, problem.block_hash) == (
+        "data-unreadable",
+        f"data/{name}",
+        block_hash,
+    )
+    assert str(dataset / "data" / name) in problem.message
+
+
+@pytest.mark.skipif(not PERMISSIONS, reason="permission bits do not stop this user")
+def test_unlistable_data_directory(dataset: Path) -> None:
+    (dataset / "data").chmod(0o300)  # writable, not listable
+    try:
+        report = verify_path(dataset)
+    finally:
+        (dataset / "data").chmod(0o755)
+    assert [p.rule for p in report.errors] == ["layout"]

@@ -25,6 +25,7 @@ from odf_chain.errors import (
     IntegrityError,
     NotFoundError,
     OdfChainError,
+    StorageError,
 )
 
 _NAME = re.compile(r"[0-9a-zA-Z]+")
@@ -32,6 +33,23 @@ _SUFFIX = re.compile(r"[0-9a-zA-Z._-]*")
 _SUBDIRS = ("blocks", "refs", "data", "checkpoints", "info")
 LOCK_TIMEOUT = 30.0
 _LOCK_POLL = 0.005
+
+
+def _storage_error(exc: OSError, action: str, path: Path | str) -> StorageError:
+    """Name the path an operation was about, and the file the OS refused if that differs."""
+    detail = exc.strerror or str(exc)
+    if exc.filename is not None and os.fsdecode(exc.filename) != str(path):
+        detail += f" ({os.fsdecode(exc.filename)})"
+    return StorageError(f"cannot {action} {path}: {detail}")
+
+
+@contextlib.contextmanager
+def _os_errors(action: str, path: Path | str) -> Iterator[None]:
+    """Turn an OSError raised inside the block into a :class:`StorageError` naming ``path``."""
+    try:
+        yield
+    except OSError as exc:
+        raise _storage_error(exc, action, path) from exc
 
 
 def _is_name(name: object) -> bool:
@@ -86,7 +104,13 @@ def write_atomic(path: Path, data: bytes, staging_dir: Path | None = None) -> No
 
 
 def _names(directory: Path) -> list[str]:
-    return sorted(p.name for p in directory.iterdir() if _is_name(p.name) and p.is_file())
+    try:
+        with os.scandir(directory) as it:
+            return sorted(e.name for e in it if _is_name(e.name) and e.is_file())
+    except FileNotFoundError:
+        raise NotFoundError(f"{directory} is missing") from None
+    except OSError as exc:
+        raise _storage_error(exc, "list", directory) from exc
 
 
 class LocalStorage:
@@ -100,15 +124,18 @@ class LocalStorage:
         """Lay out a new dataset; refuses a directory that already holds one, so an existing
         chain can never be silently forked or overwritten."""
         root = Path(root)
-        root.mkdir(parents=True, exist_ok=True)
-        blocks = root / "blocks"
-        if (root / "refs" / "head").exists() or (
-            blocks.is_dir() and any(p.is_file() for p in blocks.iterdir())
-        ):
-            raise OdfChainError(f"already a dataset: {root}")
-        for sub in _SUBDIRS:
-            (root / sub).mkdir(exist_ok=True)
-        fsync_dir(root)
+        with _os_errors("create a dataset in", root):
+            if root.exists() and not root.is_dir():
+                raise OdfChainError(f"cannot create a dataset in {root}: not a directory")
+            root.mkdir(parents=True, exist_ok=True)
+            blocks = root / "blocks"
+            if (root / "refs" / "head").exists() or (
+                blocks.is_dir() and any(p.is_file() for p in blocks.iterdir())
+            ):
+                raise OdfChainError(f"already a dataset: {root}")
+            for sub in _SUBDIRS:
+                (root / sub).mkdir(exist_ok=True)
+            fsync_dir(root)
         return cls(root)
 
     @classmethod
@@ -116,7 +143,9 @@ class LocalStorage:
         """Open an existing dataset; ``blocks/`` and ``refs/`` are what make it one."""
         root = Path(root)
         for sub in ("blocks", "refs"):
-            if not (root / sub).is_dir():
+            with _os_errors("open a dataset in", root):
+                is_dir = (root / sub).is_dir()
+            if not is_dir:
                 raise NotFoundError(f"not a dataset: {root} (no {sub}/ directory)")
         return cls(root)
 
@@ -133,7 +162,8 @@ class LocalStorage:
         """``.staging/``, created on demand: it sits on the dataset's filesystem, so a rename
         out of it is atomic."""
         path = self._root / ".staging"
-        path.mkdir(exist_ok=True)
+        with _os_errors("create", path):
+            path.mkdir(exist_ok=True)
         return path
 
     # -- blocks ---------------------------------------------------------------------------------
@@ -145,11 +175,15 @@ class LocalStorage:
         """Store a block. Names are content hashes, so rewriting the same bytes is a no-op and
         different bytes under an existing name mean something is corrupt."""
         path = self._block_path(name)
-        if path.exists():
-            if path.read_bytes() != data:
+        with _os_errors("check", path):
+            exists = path.exists()
+        if exists:
+            if self.read_block(name) != data:
                 raise IntegrityError(f"block {name} already stored with different content")
             return
-        write_atomic(path, data, self.staging_dir)
+        staging = self.staging_dir
+        with _os_errors("write", path):
+            write_atomic(path, data, staging)
 
     def read_block(self, name: str) -> bytes:
         try:
@@ -160,7 +194,9 @@ class LocalStorage:
             raise IntegrityError(f"block {name} cannot be read: {exc.strerror}") from None
 
     def has_block(self, name: str) -> bool:
-        return self._block_path(name).is_file()
+        path = self._block_path(name)
+        with _os_errors("check", path):
+            return path.is_file()
 
     def block_names(self) -> list[str]:
         return _names(self._root / "blocks")
@@ -172,13 +208,18 @@ class LocalStorage:
         :meth:`commit_data`; the name is reserved by creating it."""
         if not _SUFFIX.fullmatch(suffix):
             raise OdfChainError(f"invalid staging suffix {suffix!r}")
-        fd, tmp = _create_unique(self.staging_dir, "data.", suffix)
-        os.close(fd)
+        staging = self.staging_dir
+        with _os_errors("create a staging file in", staging):
+            fd, tmp = _create_unique(staging, "data.", suffix)
+            os.close(fd)
         return Path(tmp)
 
     def _check_staged(self, staged: Path) -> Path:
         staged = Path(staged)
-        if staged.parent.resolve() != self.staging_dir.resolve():
+        staging = self.staging_dir
+        with _os_errors("resolve", staged):
+            inside = staged.parent.resolve() == staging.resolve()
+        if not inside:
             raise OdfChainError(f"{staged} is not in {self.staging_dir}")
         return staged
 
@@ -187,43 +228,59 @@ class LocalStorage:
         an existing slice of the same size is the same slice: keep it, drop the staged copy."""
         staged = self._check_staged(staged)
         target = self.data_path(name)
-        if target.exists():
-            if target.stat().st_size != staged.stat().st_size:
-                raise IntegrityError(
-                    f"data slice {name} already stored with size {target.stat().st_size}, "
-                    f"staged copy has {staged.stat().st_size}"
-                )
-            staged.unlink()
-            return target
-        with open(staged, "rb") as f:
-            os.fsync(f.fileno())
-        os.rename(staged, target)
-        fsync_dir(target.parent)
+        with _os_errors("store", target):
+            if target.exists():
+                if target.stat().st_size != staged.stat().st_size:
+                    raise IntegrityError(
+                        f"data slice {name} already stored with size {target.stat().st_size}, "
+                        f"staged copy has {staged.stat().st_size}"
+                    )
+                staged.unlink()
+                return target
+            with open(staged, "rb") as f:
+                os.fsync(f.fileno())
+            os.rename(staged, target)
+            fsync_dir(target.parent)
         return target
 
     def discard(self, staged: Path) -> None:
         """Drop a staged file (an abandoned write); missing is fine."""
-        self._check_staged(staged).unlink(missing_ok=True)
+        staged = self._check_staged(staged)
+        with _os_errors("remove", staged):
+            staged.unlink(missing_ok=True)
 
     def data_path(self, name: str) -> Path:
         return self._root / "data" / check_name(name, "data slice name")
 
     def has_data(self, name: str) -> bool:
-        return self.data_path(name).is_file()
+        path = self.data_path(name)
+        with _os_errors("check", path):
+            return path.is_file()
 
     def data_names(self) -> list[str]:
         return _names(self._root / "data")
 
     def open_data(self, name: str) -> BinaryIO:
+        """The slice for reading; the caller closes it. Errors while reading from the handle are
+        plain ``OSError``s: the caller is the one reading."""
+        path = self.data_path(name)
         try:
-            return open(self.data_path(name), "rb")  # the caller closes it
+            return open(path, "rb")
         except FileNotFoundError:
             raise NotFoundError(f"data slice {name} not found in {self._root}") from None
+        except OSError as exc:
+            raise _storage_error(exc, "open", path) from exc
 
     def leftover_staging(self) -> list[Path]:
         """Files in ``.staging/``: orphans of writers that crashed (or are still writing)."""
         path = self._root / ".staging"
-        return sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else []
+        try:
+            with os.scandir(path) as it:
+                return sorted(path / e.name for e in it if e.is_file())
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise _storage_error(exc, "list", path) from exc
 
     # -- head -----------------------------------------------------------------------------------
 
@@ -237,6 +294,8 @@ class LocalStorage:
             text = self._head_path.read_text(encoding="ascii", errors="replace")
         except FileNotFoundError:
             return None
+        except OSError as exc:  # a directory, or an unreadable file
+            raise _storage_error(exc, "read", self._head_path) from exc
         head = text.removesuffix("\n")
         if not _is_name(head):
             raise FormatError(f"{self._head_path}: invalid head {head!r}")
@@ -247,7 +306,8 @@ class LocalStorage:
         """Hold the exclusive head lock: ``flock`` on ``refs/.head.lock``. The OS drops it when
         the holder's process dies, so a crashed writer never leaves a stale lock behind."""
         lock_path = self._root / "refs" / ".head.lock"
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        with _os_errors("open the head lock", lock_path):
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             deadline = time.monotonic() + timeout
             while True:
@@ -256,7 +316,7 @@ class LocalStorage:
                     break
                 except OSError as e:
                     if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                        raise
+                        raise _storage_error(e, "lock", lock_path) from e
                 if time.monotonic() >= deadline:
                     raise ConflictError(f"could not lock {lock_path} within {timeout:g} s")
                 time.sleep(_LOCK_POLL)
@@ -279,4 +339,6 @@ class LocalStorage:
                     f"head moved: expected {expected or 'no head'}, found "
                     f"{current or 'no head'}; another writer appended first — re-open and retry"
                 )
-            write_atomic(self._head_path, new.encode("ascii"), self.staging_dir)
+            staging = self.staging_dir
+            with _os_errors("write", self._head_path):
+                write_atomic(self._head_path, new.encode("ascii"), staging)
