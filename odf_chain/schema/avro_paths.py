@@ -317,13 +317,16 @@ def _rewrite(name: str) -> str:
 
 
 def _render(where: Any) -> str:
-    """A location kept as nested (parent, label) pairs, as text."""
+    """A location kept as nested (parent, label) pairs, as text (its middle elided if long)."""
     labels = []
     while isinstance(where, tuple):
         where, label = where
         labels.append(label)
     labels.append(where)
-    return " > ".join(reversed(labels))
+    labels.reverse()
+    if len(labels) > 6:
+        labels[2:-3] = [f"... {len(labels) - 5} levels ..."]
+    return " > ".join(labels)
 
 
 def _fail(where: Any, message: str) -> SchemaError:
@@ -347,7 +350,7 @@ def _compile(obj: Any) -> _Node:
     push = work.append
     while work:
         js, ns, depth, target, slot, where = pop()
-        if depth > MAX_NESTING:
+        if depth > MAX_NESTING and type(js) is not str:
             raise _fail(where, f"the schema nests deeper than {MAX_NESTING} levels")
         if type(js) is str:
             if js in _PRIMITIVES:
