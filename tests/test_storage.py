@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from odf_chain import chain
+from odf_chain.dataset import Dataset
 from odf_chain.errors import (
     ConflictError,
     FormatError,
@@ -26,7 +28,11 @@ from odf_chain.errors import (
     OdfChainError,
     StorageError,
 )
+from odf_chain.events import Seed
+from odf_chain.format.did import DatasetId
+from odf_chain.state import EMPTY
 from odf_chain.storage import LocalStorage, write_atomic
+from odf_chain.verify import verify
 
 H0 = "f1e20" + "00" * 32
 H1 = "f1e20" + "11" * 32
@@ -83,13 +89,40 @@ def test_open_non_dataset_names_path(tmp_path: Path) -> None:
 
 
 def test_create_over_existing_dataset_raises(store: LocalStorage) -> None:
-    store.write_block(H0, b"x")
+    store.compare_and_swap_head(None, H0)
     with pytest.raises(OdfChainError, match="already a dataset"):
         LocalStorage.create(store.root)
     other = LocalStorage.create(store.root.parent / "other")
-    other.compare_and_swap_head(None, H0)
+    (other.root / "refs" / "head").mkdir()  # whatever sits there, it is not ours to replace
     with pytest.raises(OdfChainError, match="already a dataset"):
         LocalStorage.create(other.root)
+
+
+def test_create_after_a_crash_between_block_and_head(tmp_path: Path) -> None:
+    """A crash after the Seed block was written but before the head was must not leave the
+    directory unusable: only a head makes a dataset."""
+    root = tmp_path / "ds"
+    store = LocalStorage.create(root)
+    seed = chain.prepare(EMPTY, Seed(dataset_id=DatasetId.generate()))
+    store.write_block(str(seed.entry.hash), seed.data)  # ... and the process dies here
+    dataset = Dataset.create(root)
+    assert dataset.state.sequence_number == 0
+    assert dataset.state.dataset_id != seed.after.dataset_id
+    report = verify(dataset.storage)
+    assert report.ok
+    assert [(p.rule, p.block_hash) for p in report.warnings] == [
+        ("orphan-block", str(seed.entry.hash))
+    ]
+
+
+def test_two_creates_racing_one_wins(tmp_path: Path) -> None:
+    """Both pass the no-head check; the expected-no-head head move lets exactly one seed."""
+    first = LocalStorage.create(tmp_path / "ds")
+    second = LocalStorage.create(tmp_path / "ds")
+    first.compare_and_swap_head(None, H0)
+    with pytest.raises(ConflictError):
+        second.compare_and_swap_head(None, H1)
+    assert second.read_head() == H0
 
 
 # -- blocks -------------------------------------------------------------------------------------

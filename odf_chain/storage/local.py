@@ -121,17 +121,21 @@ class LocalStorage:
 
     @classmethod
     def create(cls, root: str | Path) -> LocalStorage:
-        """Lay out a new dataset; refuses a directory that already holds one, so an existing
-        chain can never be silently forked or overwritten."""
+        """Lay out a new dataset; refuses a directory that already has a head, so an existing
+        chain can never be silently forked or overwritten.
+
+        Blocks without a head (a Seed written by a create that crashed before moving the head)
+        do not count: they are unreferenced leftovers, and refusing them would make the
+        directory unusable for good. Two creates racing on one directory both get here; the
+        first Seed's head move (expected: no head) then wins and the other gets a conflict.
+        """
         root = Path(root)
         with _os_errors("create a dataset in", root):
             if root.exists() and not root.is_dir():
                 raise OdfChainError(f"cannot create a dataset in {root}: not a directory")
             root.mkdir(parents=True, exist_ok=True)
-            blocks = root / "blocks"
-            if (root / "refs" / "head").exists() or (
-                blocks.is_dir() and any(p.is_file() for p in blocks.iterdir())
-            ):
+            head = root / "refs" / "head"
+            if head.exists() or head.is_symlink():
                 raise OdfChainError(f"already a dataset: {root}")
             for sub in _SUBDIRS:
                 (root / sub).mkdir(exist_ok=True)
