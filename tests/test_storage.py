@@ -172,7 +172,8 @@ def test_stage_and_commit_data(store: LocalStorage) -> None:
     staged = store.stage_file(".parquet")
     assert staged.parent == store.staging_dir and staged.name.endswith(".parquet")
     staged.write_bytes(b"PAR1 slice PAR1")
-    final = store.commit_data(staged, H0)
+    final, created = store.commit_data(staged, H0)
+    assert created
     assert final == store.data_path(H0) == store.root / "data" / H0
     assert store.has_data(H0) and store.data_names() == [H0]
     with store.open_data(H0) as f:
@@ -182,7 +183,7 @@ def test_stage_and_commit_data(store: LocalStorage) -> None:
 
     again = store.stage_file()
     again.write_bytes(b"PAR1 slice PAR1")
-    assert store.commit_data(again, H0) == final
+    assert store.commit_data(again, H0) == (final, False)
     assert not again.exists()
 
     wrong = store.stage_file()
@@ -191,6 +192,107 @@ def test_stage_and_commit_data(store: LocalStorage) -> None:
         store.commit_data(wrong, H0)
     store.discard(wrong)
     store.discard(wrong)
+    assert store.leftover_staging() == []
+
+
+def test_commit_data_repairs_a_damaged_copy(store: LocalStorage) -> None:
+    """An existing slice of the same size is replaced by the staged copy, whose name the
+    writer just computed from its content: a damaged copy is repaired, not kept."""
+    staged = store.stage_file()
+    staged.write_bytes(b"PAR1 slice PAR1")
+    store.commit_data(staged, H0)
+    store.data_path(H0).write_bytes(b"PAR1 sl!ce PAR1")  # a flipped byte
+    again = store.stage_file()
+    again.write_bytes(b"PAR1 slice PAR1")
+    commit = store.commit_data(again, H0)
+    assert (commit.path, commit.created) == (store.data_path(H0), False)
+    assert store.data_path(H0).read_bytes() == b"PAR1 slice PAR1"
+    assert store.leftover_staging() == []
+
+
+def test_write_block_and_commit_data_say_what_they_created(store: LocalStorage) -> None:
+    assert store.write_block(H0, b"block") is True
+    assert store.write_block(H0, b"block") is False
+    assert store.leftover_staging() == []
+    for expected in (True, False):
+        staged = store.stage_file()
+        staged.write_bytes(b"slice")
+        assert store.commit_data(staged, H1).created is expected
+    assert store.leftover_staging() == []
+
+
+def test_remove_block_and_data(store: LocalStorage) -> None:
+    store.write_block(H0, b"lost the race")
+    staged = store.stage_file()
+    staged.write_bytes(b"slice")
+    store.commit_data(staged, H1)
+    assert store.remove_block(H0) is True
+    assert store.remove_block(H0) is False
+    assert store.remove_data(H1) is True
+    assert store.remove_data(H1) is False
+    assert store.block_names() == [] and store.data_names() == []
+    for bad in ("..", "../refs/head", ""):
+        with pytest.raises(OdfChainError, match="invalid"):
+            store.remove_block(bad)
+        with pytest.raises(OdfChainError, match="invalid"):
+            store.remove_data(bad)
+
+
+def test_creation_without_hard_links(store: LocalStorage, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Filesystems without hard links fall back to rename (not atomic against a concurrent
+    creator, still correct alone)."""
+
+    def no_links(src, dst, *args, **kwargs):
+        raise OSError(errno.EPERM, os.strerror(errno.EPERM), str(src), None, str(dst))
+
+    monkeypatch.setattr(os, "link", no_links)
+    assert store.write_block(H0, b"block") is True
+    assert store.write_block(H0, b"block") is False
+    for expected in (True, False):
+        staged = store.stage_file()
+        staged.write_bytes(b"slice")
+        assert store.commit_data(staged, H1) == (store.data_path(H1), expected)
+    assert store.read_block(H0) == b"block"
+    assert store.data_path(H1).read_bytes() == b"slice"
+    assert store.leftover_staging() == []
+
+
+def _create_worker(root: str, kind: str, barrier: Barrier, results: Queue[tuple[int, str]]) -> None:
+    store = LocalStorage.open(root)
+    staged = None
+    if kind == "data":
+        staged = store.stage_file()
+        staged.write_bytes(b"the same slice")
+    barrier.wait()
+    try:
+        if staged is None:
+            created = store.write_block(H0, b"the same block")
+        else:
+            created = store.commit_data(staged, H0).created
+        results.put((os.getpid(), "created" if created else "existed"))
+    except Exception as e:
+        results.put((os.getpid(), f"error: {e!r}"))
+
+
+@pytest.mark.parametrize("kind", ["block", "data"])
+def test_racing_writers_exactly_one_creates(store: LocalStorage, kind: str) -> None:
+    """Writers that lose a head race delete what they created: of several writers storing
+    the same name at once, exactly one may think it created the file."""
+    n = 6
+    ctx = mp.get_context("spawn")
+    barrier = ctx.Barrier(n)
+    results = ctx.Queue()
+    procs = [
+        ctx.Process(target=_create_worker, args=(str(store.root), kind, barrier, results))
+        for _ in range(n)
+    ]
+    for p in procs:
+        p.start()
+    outcomes = [results.get(timeout=60)[1] for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    assert sorted(outcomes) == ["created"] + ["existed"] * (n - 1), outcomes
     assert store.leftover_staging() == []
 
 

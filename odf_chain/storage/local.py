@@ -17,7 +17,7 @@ import secrets
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, NamedTuple
 
 from odf_chain.errors import (
     ConflictError,
@@ -33,6 +33,17 @@ _SUFFIX = re.compile(r"[0-9a-zA-Z._-]*")
 _SUBDIRS = ("blocks", "refs", "data", "checkpoints", "info")
 LOCK_TIMEOUT = 30.0
 _LOCK_POLL = 0.005
+# link(2) refusals that mean "this filesystem has no hard links", not "something is wrong"
+_NO_HARD_LINKS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS}
+
+
+class DataCommit(NamedTuple):
+    """What :meth:`LocalStorage.commit_data` did: where the slice is, and whether this call
+    created ``data/<name>`` (False: a file of that name was already there and was replaced by
+    the staged copy)."""
+
+    path: Path
+    created: bool
 
 
 def _storage_error(exc: OSError, action: str, path: Path | str) -> StorageError:
@@ -101,6 +112,25 @@ def write_atomic(path: Path, data: bytes, staging_dir: Path | None = None) -> No
             os.unlink(tmp)
         raise
     fsync_dir(path.parent)
+
+
+def _install_new(source: Path | str, target: Path) -> bool:
+    """Give ``target`` the content of ``source`` unless ``target`` exists; True if this call
+    created it. A hard link creates atomically, so of several processes installing the same
+    name exactly one gets True; ``source`` stays (the caller removes it). Without hard links
+    ``source`` is renamed instead: still correct, but two racing creators may both get True."""
+    try:
+        os.link(source, target)
+        return True
+    except FileExistsError:
+        return False
+    except OSError as exc:
+        if exc.errno not in _NO_HARD_LINKS:
+            raise
+    if os.path.lexists(target):
+        return False
+    os.rename(source, target)
+    return True
 
 
 def _names(directory: Path) -> list[str]:
@@ -175,19 +205,36 @@ class LocalStorage:
     def _block_path(self, name: str) -> Path:
         return self._root / "blocks" / check_name(name, "block name")
 
-    def write_block(self, name: str, data: bytes) -> None:
-        """Store a block. Names are content hashes, so rewriting the same bytes is a no-op and
-        different bytes under an existing name mean something is corrupt."""
+    def write_block(self, name: str, data: bytes) -> bool:
+        """Store a block; True if this call created the file, False if it was already there.
+
+        Names are content hashes, so rewriting the same bytes is a no-op and different bytes
+        under an existing name mean something is corrupt. Of writers racing to store the same
+        name exactly one gets True: a writer that then loses the head race can
+        :meth:`remove_block` exactly what it created.
+        """
         path = self._block_path(name)
         with _os_errors("check", path):
             exists = path.exists()
-        if exists:
-            if self.read_block(name) != data:
-                raise IntegrityError(f"block {name} already stored with different content")
-            return
-        staging = self.staging_dir
-        with _os_errors("write", path):
-            write_atomic(path, data, staging)
+        if not exists:
+            staging = self.staging_dir
+            with _os_errors("write", path):
+                fd, tmp = _create_unique(staging, f".{name}.", ".tmp")
+                try:
+                    with os.fdopen(fd, "wb") as f:
+                        f.write(data)
+                        f.flush()
+                        os.fsync(f.fileno())
+                    created = _install_new(tmp, path)
+                finally:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(tmp)
+                if created:
+                    fsync_dir(path.parent)
+                    return True
+        if self.read_block(name) != data:
+            raise IntegrityError(f"block {name} already stored with different content")
+        return False
 
     def read_block(self, name: str) -> bytes:
         try:
@@ -204,6 +251,20 @@ class LocalStorage:
 
     def block_names(self) -> list[str]:
         return _names(self._root / "blocks")
+
+    def remove_block(self, name: str) -> bool:
+        """Delete ``blocks/<name>``; True if it was there. Checks nothing: meant for a writer
+        removing the block it created (``write_block`` returned True) after losing the head
+        race. Removing a block the chain references breaks the dataset."""
+        return self._remove(self._block_path(name))
+
+    def _remove(self, path: Path) -> bool:
+        with _os_errors("remove", path):
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                return False
+        return True
 
     # -- data slices ----------------------------------------------------------------------------
 
@@ -227,25 +288,36 @@ class LocalStorage:
             raise OdfChainError(f"{staged} is not in {self.staging_dir}")
         return staged
 
-    def commit_data(self, staged: Path, name: str) -> Path:
-        """Move a filled staging file to ``data/<name>`` durably. Names are content hashes, so
-        an existing slice of the same size is the same slice: keep it, drop the staged copy."""
+    def commit_data(self, staged: Path, name: str) -> DataCommit:
+        """Move a filled staging file to ``data/<name>`` durably; say whether this call created
+        the file (see :class:`DataCommit`).
+
+        Names are content hashes, so an existing slice of the same size holds the same bytes,
+        or should: the staged copy is renamed over it, which repairs a damaged one. A size
+        mismatch means the name does not fit one of the two files: IntegrityError, the staged
+        file is left for :meth:`discard`. Of writers racing to store the same name exactly one
+        gets ``created=True`` (see :meth:`remove_data`).
+        """
         staged = self._check_staged(staged)
         target = self.data_path(name)
         with _os_errors("store", target):
-            if target.exists():
-                if target.stat().st_size != staged.stat().st_size:
-                    raise IntegrityError(
-                        f"data slice {name} already stored with size {target.stat().st_size}, "
-                        f"staged copy has {staged.stat().st_size}"
-                    )
-                staged.unlink()
-                return target
             with open(staged, "rb") as f:
                 os.fsync(f.fileno())
-            os.rename(staged, target)
+                size = os.fstat(f.fileno()).st_size
+            created = _install_new(staged, target)
+            if created:
+                with contextlib.suppress(FileNotFoundError):  # gone if renamed, not linked
+                    os.unlink(staged)
+            else:
+                existing = target.stat().st_size
+                if existing != size:
+                    raise IntegrityError(
+                        f"data slice {name} already stored with size {existing}, "
+                        f"staged copy has {size}"
+                    )
+                os.replace(staged, target)
             fsync_dir(target.parent)
-        return target
+        return DataCommit(target, created)
 
     def discard(self, staged: Path) -> None:
         """Drop a staged file (an abandoned write); missing is fine."""
@@ -263,6 +335,12 @@ class LocalStorage:
 
     def data_names(self) -> list[str]:
         return _names(self._root / "data")
+
+    def remove_data(self, name: str) -> bool:
+        """Delete ``data/<name>``; True if it was there. Checks nothing, like
+        :meth:`remove_block`: for a writer removing the slice it created (``created=True``)
+        after losing the head race."""
+        return self._remove(self.data_path(name))
 
     def open_data(self, name: str) -> BinaryIO:
         """The slice for reading; the caller closes it. Errors while reading from the handle are
