@@ -28,7 +28,7 @@ from odf_chain.errors import (
     OdfChainError,
     RuleViolation,
 )
-from odf_chain.events import AddData, DataSlice, ExecuteTransform
+from odf_chain.events import AddData, DataSlice, ExecuteTransform, MetadataBlock
 from odf_chain.format.codec import decode_block
 from odf_chain.format.multihash import Multihash
 from odf_chain.state import EMPTY, DatasetState, apply
@@ -97,31 +97,42 @@ class VerifyReport:
         self.problems.append(Problem(severity, rule, message, **where))
 
 
-def _walk(storage: LocalStorage, report: VerifyReport) -> tuple[list[BlockEntry], bool]:
-    """Blocks from the head back, hash-checked; returns (oldest first, reached the Seed)."""
+@dataclass
+class _Walk:
+    """What the walk from the head saw."""
+
+    entries: list[BlockEntry] = field(default_factory=list)  # oldest first once done
+    complete: bool = False  # reached the Seed
+    visited: set[str] = field(default_factory=set)  # every block name the chain referenced
+
+
+def _walk(storage: LocalStorage, report: VerifyReport) -> _Walk:
+    """Blocks from the head back, each hash-checked before it is decoded."""
+    walk = _Walk()
     try:
         head_name = storage.read_head()
     except OdfChainError as exc:  # not a block name, or the filesystem refused the read
         report.add("error", "head", str(exc), path="refs/head")
-        return [], False
+        return walk
     if head_name is None:
         report.add("error", "head", "refs/head is missing", path="refs/head")
-        return [], False
+        return walk
     report.head = head_name
-    entries: list[BlockEntry] = []
     try:
         current: Multihash | None = parse_block_name(head_name)
     except FormatError as exc:
         report.add("error", "head", str(exc), path="refs/head")
-        return [], False
+        return walk
+    entries = walk.entries  # newest first while walking
     expected_seq: int | None = None
-    seen: set[Multihash] = set()
     while current is not None:
         name = str(current)
-        if current in seen:
+        if name in walk.visited:
             report.add("error", "block-link", "the chain loops back on itself", block_hash=name)
-            return _oldest_first(entries), False
-        seen.add(current)
+            break
+        walk.visited.add(name)
+        # Name the head as such when its sequence number cannot be known.
+        head_note = "head block: " if not entries else ""
         try:
             data = storage.read_block(name)
         except NotFoundError:
@@ -133,37 +144,51 @@ def _walk(storage: LocalStorage, report: VerifyReport) -> tuple[list[BlockEntry]
                 sequence_number=expected_seq,
                 block_hash=name,
             )
-            return _oldest_first(entries), False
+            break
         except OdfChainError as exc:  # a directory or unreadable file where a block should be
             report.add(
-                "error", "block-unreadable", str(exc), sequence_number=expected_seq, block_hash=name
+                "error",
+                "block-unreadable",
+                f"{head_note}{exc}",
+                sequence_number=expected_seq,
+                block_hash=name,
             )
-            return _oldest_first(entries), False
+            break
         report.bytes_hashed += len(data)
         actual = Multihash.digest(current.algorithm, data)
+        block: MetadataBlock | None = None
+        format_error: FormatError | None = None
         try:
             block = decode_block(data)
         except FormatError as exc:
-            report.add(
-                "error", "block-format", str(exc), sequence_number=expected_seq, block_hash=name
-            )
-            return _oldest_first(entries), False
+            format_error = exc
+        seq = block.sequence_number if block is not None else expected_seq
+        if seq is not None:
+            head_note = ""
         if actual != current:
             report.add(
                 "error",
                 "block-hash",
-                f"content hashes to {actual}, not to its name: the block was altered",
-                sequence_number=block.sequence_number,
+                f"{head_note}content hashes to {actual}, not to its name: the block was altered",
+                sequence_number=seq,
                 block_hash=name,
             )
+        if block is None:
+            report.add(
+                "error",
+                "block-format",
+                f"{head_note}{format_error}",
+                sequence_number=seq,
+                block_hash=name,
+            )
+            break
         entries.append(BlockEntry(current, block, len(data)))
         expected_seq = block.sequence_number - 1 if block.sequence_number else None
         current = block.prev_block_hash
-    return _oldest_first(entries), True
-
-
-def _oldest_first(entries: list[BlockEntry]) -> list[BlockEntry]:
-    return entries[::-1]
+    else:
+        walk.complete = True
+    entries.reverse()
+    return walk
 
 
 def _fold(entries: list[BlockEntry], report: VerifyReport) -> list[tuple[BlockEntry, DatasetState]]:
@@ -283,19 +308,16 @@ def _listing(list_names, directory: str, report: VerifyReport, *, needed: bool) 
         return []
 
 
-def _leftovers(
-    storage: LocalStorage, entries: list[BlockEntry], slices: set[str], report: VerifyReport
-) -> None:
-    chain_blocks = {str(e.hash) for e in entries}
+def _leftovers(storage: LocalStorage, walk: _Walk, slices: set[str], report: VerifyReport) -> None:
+    if walk.complete:
+        why = "block is not part of the chain (a lost concurrent append?)"
+    else:
+        why = (
+            "block is not reachable from the head (the walk stopped early: it may be in the chain)"
+        )
     for name in _listing(storage.block_names, "blocks/", report, needed=True):
-        if name not in chain_blocks:
-            report.add(
-                "warning",
-                "orphan-block",
-                "block is not part of the chain (a lost concurrent append?)",
-                block_hash=name,
-                path=f"blocks/{name}",
-            )
+        if name not in walk.visited:  # a damaged block the chain names is not a leftover
+            report.add("warning", "orphan-block", why, block_hash=name, path=f"blocks/{name}")
     for name in _listing(storage.data_names, "data/", report, needed=bool(slices)):
         if name not in slices:
             report.add(
@@ -316,9 +338,10 @@ def _leftovers(
 def verify(storage: LocalStorage, *, check_data: bool = True) -> VerifyReport:
     """Check the whole dataset; never raises for problems found, only reports them."""
     report = VerifyReport(dataset=str(storage.root))
-    entries, complete = _walk(storage, report)
+    walk = _walk(storage, report)
+    entries = walk.entries
     with_data: list[tuple[BlockEntry, DatasetState]] = []
-    if complete:
+    if walk.complete:
         with_data = _fold(entries, report)
     else:
         report.add(
@@ -337,7 +360,7 @@ def verify(storage: LocalStorage, *, check_data: bool = True) -> VerifyReport:
         for e in entries
         if isinstance(e.block.event, AddData | ExecuteTransform) and e.block.event.new_data
     }
-    _leftovers(storage, entries, slices, report)
+    _leftovers(storage, walk, slices, report)
     return report
 
 

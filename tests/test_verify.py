@@ -474,3 +474,50 @@ def test_unlistable_data_directory(dataset: Path) -> None:
     finally:
         (dataset / "data").chmod(0o755)
     assert [p.rule for p in report.errors] == ["layout"]
+
+
+# -- which block, which problems -------------------------------------------------------------------
+
+
+def test_truncated_block_reports_hash_and_format(dataset: Path) -> None:
+    """The hash is checked before decoding: a block that does not decode is also reported as
+    not matching its name, and it is not mistaken for a leftover."""
+    entries, _ = chain_info(dataset)
+    damaged = entries[3]
+    path = dataset / "blocks" / str(damaged.hash)
+    path.write_bytes(path.read_bytes()[:-7])
+    report = verify_path(dataset)
+    located = [
+        (p.rule, p.sequence_number) for p in report.errors if p.block_hash == str(damaged.hash)
+    ]
+    assert located == [("block-hash", 3), ("block-format", 3)]
+    assert "chain-incomplete" in {p.rule for p in report.errors}
+    orphans = {p.block_hash for p in report.warnings if p.rule == "orphan-block"}
+    assert str(damaged.hash) not in orphans
+    # the blocks below it could not be reached, so they are listed, saying why
+    assert orphans == {str(e.hash) for e in entries[:3]}
+    assert all("stopped" in p.message for p in report.warnings if p.rule == "orphan-block")
+
+
+def test_truncated_head_is_named_as_the_head(dataset: Path) -> None:
+    head = (dataset / "refs" / "head").read_text().strip()
+    path = dataset / "blocks" / head
+    path.write_bytes(path.read_bytes()[:10])
+    report = verify_path(dataset)
+    located = [p for p in report.errors if p.block_hash == head]
+    assert [p.rule for p in located] == ["block-hash", "block-format"]
+    for problem in located:
+        assert problem.sequence_number is None
+        assert problem.message.startswith("head block: ")
+        assert problem.line().startswith(f"ERROR {head}: [{problem.rule}] head block: ")
+    assert head not in {p.block_hash for p in report.warnings}
+
+
+def test_unreadable_head_is_named_as_the_head(dataset: Path) -> None:
+    head = (dataset / "refs" / "head").read_text().strip()
+    (dataset / "blocks" / head).unlink()
+    (dataset / "blocks" / head).mkdir()
+    report = verify_path(dataset)
+    (problem,) = [p for p in report.errors if p.block_hash == head]
+    assert problem.rule == "block-unreadable"
+    assert problem.sequence_number is None and problem.message.startswith("head block: ")
