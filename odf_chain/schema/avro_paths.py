@@ -119,6 +119,7 @@ _LOGICAL_CLASS = {
 }
 
 _MISSING: Any = object()
+_TOKENS = {t: f"[type={t}]" for t in (*_TYPE_CLASS, "enum", "fixed")}
 
 
 class _Node:
@@ -144,12 +145,12 @@ class _Node:
         self.props = props  # non-reserved properties
         self.doc = None  # records and enums only, as in avro-python
         self.fullname = ""
-        self.token = f"[type={type_name}]"
+        self.token = _TOKENS.get(type_name) or f"[type={type_name}]"
         self.subs: tuple | list = ()  # what DataHub walks below this schema
         self.under: _Node | None = None  # the non-null member of a null + one other union
         self.members: list = []
         # DataHub's _is_nullable (unions are settled once their members are known)
-        self.nullable = type_name == "null" or bool(props.get("_nullable", False))
+        self.nullable = type_name == "null" or (bool(props.get("_nullable")) if props else False)
         self.where = where
 
 
@@ -159,7 +160,8 @@ class _Field:
     def __init__(self, name: str, doc: Any, default: Any, props: dict) -> None:
         self.kind = "field"
         self.name = name
-        self.token = _rewrite(name.rsplit(".", 1)[-1])
+        token = name.rsplit(".", 1)[-1] if "." in name else name
+        self.token = _rewrite(token) if token.startswith("__struct") else token
         self.doc = doc
         self.default = default  # None when absent or null: DataHub shows neither
         self.props = props
@@ -320,8 +322,12 @@ def _render(where: Any) -> str:
     """A location kept as nested (parent, label) pairs, as text (its middle elided if long)."""
     labels = []
     while isinstance(where, tuple):
+        if len(where) == 3:  # (parent, record name, field name)
+            where, record, field = where
+            labels.append(f"field {record}.{field}")
+            continue
         where, label = where
-        labels.append(label)
+        labels.append(f"union member {label}" if type(label) is int else label)
     labels.append(where)
     labels.reverse()
     if len(labels) > 6:
@@ -340,7 +346,7 @@ def _compile(obj: Any) -> _Node:
     in document order, a record before its fields, so that exactly the same references resolve.
     """
     names: dict[str, _Node] = {}
-    prims: dict[str, _Node] = {}
+    prims = {t: _Node("primitive", t, _NO_PROPS, "schema") for t in _PRIMITIVES}
     unions: list[_Node] = []
     defaults: list[tuple[_Field, Any, Any]] = []
     root: list[Any] = [None]
@@ -353,24 +359,25 @@ def _compile(obj: Any) -> _Node:
         if depth > MAX_NESTING and type(js) is not str:
             raise _fail(where, f"the schema nests deeper than {MAX_NESTING} levels")
         if type(js) is str:
-            if js in _PRIMITIVES:
-                node = prims.get(js)
-                if node is None:
-                    node = prims[js] = _Node("primitive", js, {}, where)
-            else:
+            node = prims.get(js)
+            if node is None:
                 full = js if "." in js or not ns else f"{ns}.{js}"
                 node = names.get(full)
                 if node is None:
                     known = f" (resolved as {full!r})" if full != js else ""
                     raise _fail(where, f"unknown type {js!r}{known}")
         elif type(js) is list:
-            node = _Node("union", "union", {}, where)
-            node.members = [None] * len(js)
+            node = _Node("union", "union", _NO_PROPS, where)
+            node.members = members = [None] * len(js)
             unions.append(node)
             for i in range(len(js) - 1, -1, -1):
-                push((js[i], ns, depth + 1, node.members, i, (where, f"union member {i}")))
+                member = js[i]
+                if type(member) is str and member in prims:
+                    members[i] = prims[member]  # the common case, short-cut
+                else:
+                    push((member, ns, depth + 1, members, i, (where, i)))
         elif isinstance(js, dict):
-            node = _compile_object(js, ns, depth, where, names, defaults, push)
+            node = _compile_object(js, ns, depth, where, names, prims, defaults, push)
         else:
             raise _fail(where, f"not an Avro schema: {js!r}")
         if type(slot) is int:
@@ -406,14 +413,21 @@ def _compile(obj: Any) -> _Node:
 
 
 def _compile_object(
-    js: dict, ns: str, depth: int, where: Any, names: dict, defaults: list, push: Any
+    js: dict,
+    ns: str,
+    depth: int,
+    where: Any,
+    names: dict,
+    prims: dict,
+    defaults: list,
+    push: Any,
 ) -> _Node:
     t = js.get("type", _MISSING)
     if t is _MISSING:
         raise _fail(where, 'a schema object needs a "type"')
     if type(t) is not str:
         raise _fail(where, f'"type" must name a type, not {t!r}')
-    props = {k: v for k, v in js.items() if k not in _SCHEMA_RESERVED}
+    props = _other_props(js, _SCHEMA_RESERVED)
     logical = props.get("logicalType")
     if logical is not None:
         if not isinstance(logical, str):
@@ -489,37 +503,50 @@ def _compile_object(
         for i, fj in enumerate(fields):
             if not isinstance(fj, dict):
                 raise _fail(here, f"field {i} is not an object: {fj!r}")
-            fname = fj.get("name")
+            get = fj.get
+            fname = get("name")
             if type(fname) is not str or not fname:
                 raise _fail(here, f'field {i} needs a non-empty string "name", not {fname!r}')
-            fwhere = (where, f"field {full}.{fname}")
             if fname in seen:
-                raise _fail(fwhere, "duplicate field name")
+                raise _fail((where, full, fname), "duplicate field name")
             seen.add(fname)
-            if "type" not in fj:
-                raise _fail(fwhere, 'missing "type"')
-            order = fj.get("order")
-            if order is not None and order not in _ORDERS:
-                raise _fail(fwhere, f"invalid order {order!r}")
-            aliases = fj.get("aliases", [])
-            if not isinstance(aliases, list):
-                raise _fail(fwhere, f"aliases must be a list, not {aliases!r}")
-            field = _Field(
-                fname,
-                fj.get("doc"),
-                fj.get("default"),
-                {k: v for k, v in fj.items() if k not in _FIELD_RESERVED},
-            )
+            ftype = get("type", _MISSING)
+            if ftype is _MISSING:
+                raise _fail((where, full, fname), 'missing "type"')
+            if len(fj) == 2:  # just a name and a type: the common case, short-cut
+                field = _Field(fname, None, None, _NO_PROPS)
+            else:
+                order = get("order")
+                if order is not None and order not in _ORDERS:
+                    raise _fail((where, full, fname), f"invalid order {order!r}")
+                aliases = get("aliases", [])
+                if not isinstance(aliases, list):
+                    raise _fail((where, full, fname), f"aliases must be a list, not {aliases!r}")
+                field = _Field(fname, get("doc"), get("default"), _other_props(fj, _FIELD_RESERVED))
+                if "default" in fj:
+                    defaults.append((field, fj["default"], (where, full, fname)))
             compiled.append(field)
-            types.append((fj["type"], child_ns, depth + 1, field, None, fwhere))
-            if "default" in fj:
-                defaults.append((field, fj["default"], fwhere))
+            if type(ftype) is str and ftype in prims:
+                field.type = prims[ftype]  # the common case, short-cut
+            else:
+                types.append((ftype, child_ns, depth + 1, field, None, (where, full, fname)))
         node.subs = compiled
         for item in reversed(types):
             push(item)
     node.fullname = full
     names[full] = node
     return node
+
+
+_NO_PROPS: dict = {}  # shared, never written to
+
+
+def _other_props(js: dict, reserved: frozenset) -> dict:
+    """The keys avro-python keeps as "other props" (usually none: skip building a dict)."""
+    for k in js:
+        if k not in reserved:
+            return {k: v for k, v in js.items() if k not in reserved}
+    return _NO_PROPS
 
 
 def _check_decimal(js: dict, where: Any) -> None:
@@ -545,19 +572,21 @@ def _finish_union(union: _Node) -> None:
     kinds: set[str] = set()
     for i, member in enumerate(members):
         if member.kind == "union":
-            raise _fail((union.where, f"union member {i}"), "a union cannot contain a union")
+            raise _fail((union.where, i), "a union cannot contain a union")
         key = member.fullname or member.type_name
         if key in kinds:
-            raise _fail((union.where, f"union member {i}"), f"the union already has {key!r}")
+            raise _fail((union.where, i), f"the union already has {key!r}")
         kinds.add(key)
-    if len(members) == 2:
-        first, second = members
-        if first.type_name == "null":
-            union.under = second
-        elif second.type_name == "null":
-            union.under = first
-    union.subs = tuple(m for m in members if m.type_name != "null")
-    union.nullable = any(m.nullable for m in members)
+    subs = []
+    nullable = False
+    for member in members:
+        if member.type_name != "null":
+            subs.append(member)
+        nullable = nullable or member.nullable
+    union.subs = subs
+    union.nullable = nullable
+    if len(members) == 2 and len(subs) == 1:
+        union.under = subs[0]
 
 
 def _as_float(value: Any) -> bool:
@@ -673,8 +702,9 @@ def _walk(root: _Node, key: bool, paths_only: bool, on_path: bool) -> list:
     pop = work.pop
     emit = out.append
 
-    def emit_field(field: _Field) -> None:
-        path = f"{prefixes[-1]}.{field.token}"
+    def emit_field(field: _Field, prefix: str, last_token: str) -> None:
+        """DataHub's entry for ``field`` met at ``prefix`` (whose last token is given)."""
+        path = f"{prefix}.{field.token}"
         if paths_only:
             emit(path)
             return
@@ -682,7 +712,7 @@ def _walk(root: _Node, key: bool, paths_only: bool, on_path: bool) -> list:
         if override is not _MISSING:
             native = override
         elif native is None:
-            native = _strip(tokens[-1])
+            native = _strip(last_token)
         emit(FieldInfo(path, type_class, native, nullable, doc, key))
 
     while work:
@@ -704,6 +734,11 @@ def _walk(root: _Node, key: bool, paths_only: bool, on_path: bool) -> list:
         node = arg
         kind = node.kind
         if kind == "field":
+            act = node.type.under or node.type
+            if act.kind in _LEAVES:
+                # The common case, short-cut: a leaf (or null + a leaf) is one path.
+                emit_field(node, f"{prefixes[-1]}.{act.token}", act.token)
+                continue
             fields.append(node)
             push((_POP_FIELD, None))
             push((_VISIT, node.type))
@@ -712,7 +747,7 @@ def _walk(root: _Node, key: bool, paths_only: bool, on_path: bool) -> list:
             tokens.append(node.token)
             prefixes.append(f"{prefixes[-1]}.{node.token}")
             if fields:
-                emit_field(fields[-1])
+                emit_field(fields[-1], prefixes[-1], node.token)
             elif paths_only:
                 emit(prefixes[-1])
             else:
@@ -738,7 +773,7 @@ def _walk(root: _Node, key: bool, paths_only: bool, on_path: bool) -> list:
         akind = act.kind
         if akind in _EMITTING:
             if fields:
-                emit_field(fields[-1])
+                emit_field(fields[-1], prefixes[-1], act.token)
             elif paths_only:
                 emit(prefixes[-1])
             else:
@@ -759,7 +794,7 @@ def _walk(root: _Node, key: bool, paths_only: bool, on_path: bool) -> list:
                 raise SchemaError(f"the schema expands to more than {MAX_FIELDS} field paths")
             if fields:
                 field = fields[-1]
-                emit_field(field)
+                emit_field(field, prefixes[-1], act.token)
                 if expand:
                     tokens.append(field.token)
                     prefixes.append(f"{prefixes[-1]}.{field.token}")
