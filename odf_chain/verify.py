@@ -308,6 +308,64 @@ def _listing(list_names, directory: str, report: VerifyReport, *, needed: bool) 
         return []
 
 
+_LISTED = 5
+
+
+def _descendants(
+    storage: LocalStorage, walk: _Walk, orphans: list[str], report: VerifyReport
+) -> dict[str, int]:
+    """Unreferenced blocks that descend from the head (their ``prev_block_hash`` is the head, or
+    another such block), by name with their sequence numbers; reported as one warning.
+
+    A write that dies between writing its blocks and moving the head leaves at most two of them
+    (a schema block and its AddData); more mean the head was moved backwards.
+    """
+    if report.head is None or not orphans:
+        return {}
+    children: dict[str, list[tuple[str, int]]] = {}
+    for name in orphans:
+        try:
+            expected = parse_block_name(name)
+            data = storage.read_block(name)
+            if Multihash.digest(expected.algorithm, data) != expected:
+                continue  # damaged: its link cannot be trusted
+            block = decode_block(data)
+        except OdfChainError:
+            continue
+        report.bytes_hashed += len(data)
+        if block.prev_block_hash is not None:
+            children.setdefault(str(block.prev_block_hash), []).append(
+                (name, block.sequence_number)
+            )
+    found: dict[str, int] = {}
+    frontier = [report.head]
+    while frontier:
+        parent = frontier.pop()
+        for name, seq in children.get(parent, ()):
+            if name not in found and name not in walk.visited:
+                found[name] = seq
+                frontier.append(name)
+    if not found:
+        return found
+    by_seq = sorted(found, key=lambda n: (found[n], n))
+    n = len(found)
+    listed = ", ".join(by_seq[:_LISTED]) + (f" and {n - _LISTED} more" if n > _LISTED else "")
+    low, high = found[by_seq[0]], found[by_seq[-1]]
+    seqs = f"sequence number {low}" if low == high else f"sequence numbers {low}..{high}"
+    head_seq = walk.entries[-1].block.sequence_number if walk.entries else None
+    report.add(
+        "warning",
+        "unreferenced-descendants",
+        f"{n} unreferenced block{'s descend' if n > 1 else ' descends'} from the head "
+        f"({seqs}: {listed}): the head may have been rolled back (an interrupted write leaves "
+        "at most two)",
+        sequence_number=head_seq,
+        block_hash=report.head,
+        path="refs/head",
+    )
+    return found
+
+
 def _leftovers(storage: LocalStorage, walk: _Walk, slices: set[str], report: VerifyReport) -> None:
     if walk.complete:
         why = "block is not part of the chain (a lost concurrent append?)"
@@ -315,8 +373,15 @@ def _leftovers(storage: LocalStorage, walk: _Walk, slices: set[str], report: Ver
         why = (
             "block is not reachable from the head (the walk stopped early: it may be in the chain)"
         )
-    for name in _listing(storage.block_names, "blocks/", report, needed=True):
-        if name not in walk.visited:  # a damaged block the chain names is not a leftover
+    # a damaged block the chain names is not a leftover
+    orphans = [
+        name
+        for name in _listing(storage.block_names, "blocks/", report, needed=True)
+        if name not in walk.visited
+    ]
+    descendants = _descendants(storage, walk, orphans, report)
+    for name in orphans:
+        if name not in descendants:
             report.add("warning", "orphan-block", why, block_hash=name, path=f"blocks/{name}")
     for name in _listing(storage.data_names, "data/", report, needed=bool(slices)):
         if name not in slices:

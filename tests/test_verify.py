@@ -521,3 +521,61 @@ def test_unreadable_head_is_named_as_the_head(dataset: Path) -> None:
     (problem,) = [p for p in report.errors if p.block_hash == head]
     assert problem.rule == "block-unreadable"
     assert problem.sequence_number is None and problem.message.startswith("head block: ")
+
+
+# -- blocks that descend from the head: an interrupted write, or a head moved backwards ------------
+
+
+def _descendant_warnings(report: VerifyReport) -> list:
+    return [p for p in report.warnings if p.rule == "unreferenced-descendants"]
+
+
+def test_head_rolled_back(dataset: Path) -> None:
+    entries, referenced = chain_info(dataset)
+    old_head = entries[3]
+    (dataset / "refs" / "head").write_text(str(old_head.hash))
+    report = verify_path(dataset)
+    assert report.ok and report.blocks_checked == 4
+    (warning,) = _descendant_warnings(report)
+    assert (warning.block_hash, warning.sequence_number) == (str(old_head.hash), 3)
+    assert "3 unreferenced blocks descend from the head" in warning.message
+    assert "rolled back" in warning.message and "at most two" in warning.message
+    assert "4..6" in warning.message
+    assert not [p for p in report.warnings if p.rule == "orphan-block"]
+    later_slices = {n for n, (seq, _) in referenced.items() if seq > 3}
+    assert {p.path for p in report.warnings if p.rule == "orphan-data"} == {
+        f"data/{n}" for n in later_slices
+    }
+
+
+def test_interrupted_write_leaves_one_descendant(dataset: Path, tmp_path: Path) -> None:
+    from odf_chain import chain
+    from odf_chain.events import SetInfo
+
+    ds = Dataset.open(dataset)
+    prepared = chain.prepare(ds.state, SetInfo(description="never made it"))
+    ds.storage.write_block(str(prepared.entry.hash), prepared.data)  # the head never moved
+    other = Dataset.create(tmp_path / "other")  # and an unrelated leftover
+    (seed,) = other.blocks()
+    shutil.copy(tmp_path / "other" / "blocks" / str(seed.hash), dataset / "blocks")
+    report = verify_path(dataset)
+    assert report.ok
+    (warning,) = _descendant_warnings(report)
+    assert warning.message.startswith("1 unreferenced block descends from the head")
+    assert str(prepared.entry.hash) in warning.message
+    orphans = [p.block_hash for p in report.warnings if p.rule == "orphan-block"]
+    assert orphans == [str(seed.hash)]
+    assert len(report.warnings) == 2
+
+
+def test_damaged_descendant_is_a_plain_orphan(dataset: Path) -> None:
+    entries, _ = chain_info(dataset)
+    (dataset / "refs" / "head").write_text(str(entries[5].hash))
+    path = dataset / "blocks" / str(entries[6].hash)
+    path.write_bytes(path.read_bytes()[:-1])
+    report = verify_path(dataset)
+    assert report.ok
+    assert _descendant_warnings(report) == []
+    assert [p.block_hash for p in report.warnings if p.rule == "orphan-block"] == [
+        str(entries[6].hash)
+    ]
