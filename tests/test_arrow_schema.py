@@ -16,7 +16,7 @@ from odf_chain.format import arrow_schema
 from odf_chain.format.arrow_schema import schema_from_bare_flatbuffer, schema_to_bare_flatbuffer
 
 # Written by arrow-rs (kamu-cli serializer-stability tests); copied from
-# shared/vectors/odf-reference-blocks.json so that the test runs without the shared folder.
+# tests/data/odf-reference-blocks.json (itself a copy of shared/vectors/) so that it stands out.
 REFERENCE_RAW_ARROW_SCHEMA = base64.b64decode(
     "DAAAAAgACAAAAAQACAAAAAQAAAACAAAAQAAAAAQAAADY////GAAAAAwAAAAAAAAGEAAAAAAAAAAEAAQABAAAAAEAAABi"
     "AAAAEAAUABAAAAAPAAQAAAAIABAAAAAYAAAAIAAAAAAAAAIcAAAACAAMAAQACwAIAAAAQAAAAAAAAAEAAAAAAQAAAGEA"
@@ -25,7 +25,7 @@ REFERENCE_RAW_ARROW_SCHEMA = base64.b64decode(
 REFERENCE_SCHEMA = pa.schema(
     [pa.field("a", pa.int64(), nullable=False), pa.field("b", pa.bool_(), nullable=False)]
 )
-SHARED_VECTORS = Path(__file__).resolve().parents[2] / "shared" / "vectors"
+VECTORS_PATH = Path(__file__).resolve().parent / "data" / "odf-reference-blocks.json"
 
 
 def roundtrip(schema: pa.Schema) -> pa.Schema:
@@ -48,11 +48,8 @@ def test_reference_vector_decodes_to_expected_schema() -> None:
     assert [f.nullable for f in schema] == [False, False]
 
 
-def test_reference_vector_matches_shared_file() -> None:
-    path = SHARED_VECTORS / "odf-reference-blocks.json"
-    if not path.exists():
-        pytest.skip(f"{path} not present")
-    cases = json.loads(path.read_text())["cases"]
+def test_reference_vector_matches_vector_file() -> None:
+    cases = json.loads(VECTORS_PATH.read_text())["cases"]
     raw = [
         c["event"]["raw_arrow_schema_base64"]
         for c in cases

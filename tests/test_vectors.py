@@ -1,7 +1,8 @@
 """The ODF reference vectors: a sha3-256 chain must reproduce kamu's block bytes exactly.
 
-Expected values come only from ``shared/vectors/odf-reference-blocks.json`` (published by the ODF
-reference implementation) and from ``hashlib`` directly, never from odf_chain itself.
+Expected values come only from ``tests/data/odf-reference-blocks.json`` (a copy of
+``shared/vectors/odf-reference-blocks.json``, published by the ODF reference implementation) and
+from ``hashlib`` directly, never from odf_chain itself.
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ from odf_chain.format import codec
 from odf_chain.format.codec import decode_block, encode_block
 from odf_chain.format.multihash import Multihash
 
-VECTORS_PATH = (
+# A verbatim copy, so the tests need nothing outside the repository; when the shared folder
+# sits beside the repo, test_vector_copy_matches_shared_file checks the copy is still exact.
+VECTORS_PATH = Path(__file__).resolve().parent / "data" / "odf-reference-blocks.json"
+SHARED_VECTORS_PATH = (
     Path(__file__).resolve().parents[2] / "shared" / "vectors" / "odf-reference-blocks.json"
 )
-if not VECTORS_PATH.exists():  # the repo may also sit elsewhere next to shared/
-    VECTORS_PATH = Path("/work/shared/vectors/odf-reference-blocks.json")
 
 VECTORS = json.loads(VECTORS_PATH.read_text())
 CASES = VECTORS["cases"]
@@ -48,6 +50,16 @@ def _block(case: dict) -> MetadataBlock:
         sequence_number=SEQUENCE_NUMBER,
         event=_event(case["event"]),
     )
+
+
+def test_vectors_come_from_the_repository():
+    assert VECTORS_PATH.is_relative_to(Path(__file__).resolve().parents[1])
+
+
+def test_vector_copy_matches_shared_file():
+    if not SHARED_VECTORS_PATH.exists():
+        pytest.skip(f"{SHARED_VECTORS_PATH} not present")
+    assert VECTORS_PATH.read_bytes() == SHARED_VECTORS_PATH.read_bytes()
 
 
 def test_vector_file_has_both_cases():
