@@ -118,6 +118,8 @@ class _Gen:
     def schema(self, depth: int, ns: str, in_union: bool = False, used: set | None = None) -> Any:
         """A schema; inside a union, ``used`` holds the member keys already taken."""
         choices = ["primitive", "primitive", "logical", "enum", "fixed", "ref"]
+        if self.recursive and self.enclosing:
+            choices += ["ref", "ref"]
         if depth < self.max_depth:
             choices += ["record", "record", "array", "map"]
             if not in_union:
@@ -157,8 +159,9 @@ class _Gen:
             return out
         if kind == "ref":
             pool = [f for f in self.kinds if self.member_ok(f, used)]
-            if self.recursive:
-                pool += [f for f in self.enclosing if self.member_ok(f, used)]
+            if self.recursive and self.enclosing:
+                back = [f for f in self.enclosing if self.member_ok(f, used)]
+                pool = back if back and self.flag(0.5) else pool + back
             if used is not None and self.collision_free:
                 pool = [f for f in pool if self.kind_of(f) not in used]
             refs = [(f, r) for f in pool if (r := self.ref(f, ns)) is not None]
@@ -303,3 +306,42 @@ def avro_schemas(
             if made is not None:
                 return made
     return gen.schema(0, "")
+
+
+@st.composite
+def recursive_chains(draw: Any, max_records: int = 4) -> dict:
+    """Records nested in a chain, each referring back to its enclosing records (directly, in
+    arrays and maps, rarely through an optional union): the shapes where DataHub forgets a
+    record after the first back-reference and expands it again (sometimes finitely)."""
+    count = draw(st.integers(1, max_records))
+    names = [f"R{i}" for i in range(count)]
+
+    def build(i: int) -> dict:
+        kinds = draw(
+            st.lists(
+                st.sampled_from(("leaf", "back", "back", "array", "map", "optional", "child")),
+                min_size=1,
+                max_size=4,
+            )
+        )
+        fields: list[dict] = []
+        has_child = False
+        for j, kind in enumerate(kinds):
+            back = draw(st.sampled_from(names[: i + 1]))
+            if kind == "child" and not has_child and i + 1 < count:
+                has_child = True
+                ftype: Any = build(i + 1)
+            elif kind == "array":
+                ftype = {"type": "array", "items": back}
+            elif kind == "map":
+                ftype = {"type": "map", "values": back}
+            elif kind == "optional" and draw(st.booleans()):
+                ftype = ["null", back]
+            elif kind in ("back", "optional"):
+                ftype = back
+            else:
+                ftype = "int"
+            fields.append({"name": f"f{j}", "type": ftype})
+        return {"type": "record", "name": names[i], "fields": fields}
+
+    return build(0)

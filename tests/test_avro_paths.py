@@ -27,7 +27,7 @@ from odf_chain.schema.avro_paths import (
     avro_fields,
 )
 from odf_chain.schema.fields import FieldInfo
-from tests.avro_strategies import PRIMITIVES, avro_schemas
+from tests.avro_strategies import PRIMITIVES, avro_schemas, recursive_chains
 
 datahub_schema_util = pytest.importorskip("datahub.ingestion.extractor.schema_util")
 
@@ -507,8 +507,8 @@ def unroll_on_path(schema: Any) -> Any:
     return go(schema, "", ())
 
 
-@settings(max_examples=700, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(schema=avro_schemas(recursive=True), is_key=st.booleans())
+@settings(max_examples=900, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(schema=st.one_of(avro_schemas(recursive=True), recursive_chains()), is_key=st.booleans())
 def test_recursive_schemas_against_datahub(schema, is_key):
     """Where DataHub terminates we equal it; where it does not, we say so exactly, and give
     DataHub's own answer for the schema with the recursion cut where a record is already on

@@ -34,10 +34,12 @@ Where this module deliberately differs from DataHub:
   exactly, including the extra level that its forgetting adds in some mutually recursive
   schemas.
 - **Depth.** DataHub's converter is recursive and returns no fields beyond roughly 150-200
-  nested records; ours is iterative. Schemas nesting deeper than :data:`MAX_NESTING` levels are
-  refused with :class:`SchemaError` (fastavro's compiled parser would overflow the C stack far
-  beyond that); schemas expanding to more than :data:`MAX_FIELDS` paths (possible with
-  exponential reuse of a named type) are refused rather than ground through.
+  nested records; ours is iterative (JSON too deep for ``json.loads`` is decoded without
+  recursion). Schemas nesting deeper than :data:`MAX_NESTING` levels are refused with
+  :class:`SchemaError`: fastavro's compiled parser recurses in C and would crash the process on
+  a small thread stack a few thousand levels down. Schemas expanding to more than
+  :data:`MAX_FIELDS` paths (possible when a named type is reused at every level) are refused
+  rather than ground through.
 - **``"type": "error"``** records (protocol error types) make DataHub fail an assertion and
   return nothing; we treat them as records (type ``record``).
 - **Validation.** DataHub parses with avro-python and ``validate_names=False``; we validate with
