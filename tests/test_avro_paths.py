@@ -810,6 +810,8 @@ def test_other_malformed_schemas():
         "does not fit",
     )
     _error({"type": "int", "logicalType": ["date"]}, "logicalType")
+    _error(_record({"name": "a", "type": "int", "doc": 5}), "field R.a", '"doc" must be a string')
+    _error({**_record(), "doc": ["x"]}, "record 'R'", '"doc" must be a string')
     with pytest.raises(TypeError):
         avro_fields(b'"int"')  # type: ignore[arg-type]
 

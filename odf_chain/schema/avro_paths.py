@@ -490,14 +490,14 @@ def _compile_object(
         if "default" in js and js["default"] not in symbols:
             raise _fail(here, f"default {js['default']!r} is not one of the symbols")
         node = _Node("enum", "enum", props, here)
-        node.doc = js.get("doc")
+        node.doc = _doc(js, here)
     else:
         fields = js.get("fields")
         if not isinstance(fields, list):
             raise _fail(here, f'"fields" must be a list, not {fields!r}')
         node = _Node("record", t, props, here)
         node.token = f"[type={_rewrite(short)}]"
-        node.doc = js.get("doc")
+        node.doc = _doc(js, here)
         child_ns = full.rsplit(".", 1)[0] if "." in full else ""
         compiled: list[_Field] = []
         types: list[tuple] = []
@@ -524,7 +524,8 @@ def _compile_object(
                 aliases = get("aliases", [])
                 if not isinstance(aliases, list):
                     raise _fail((where, full, fname), f"aliases must be a list, not {aliases!r}")
-                field = _Field(fname, get("doc"), get("default"), _other_props(fj, _FIELD_RESERVED))
+                doc = _doc(fj, (where, full, fname))
+                field = _Field(fname, doc, get("default"), _other_props(fj, _FIELD_RESERVED))
                 if "default" in fj:
                     defaults.append((field, fj["default"], (where, full, fname)))
             compiled.append(field)
@@ -541,6 +542,13 @@ def _compile_object(
 
 
 _NO_PROPS: dict = {}  # shared, never written to
+
+
+def _doc(js: dict, where: Any) -> str | None:
+    doc = js.get("doc")
+    if doc is not None and type(doc) is not str:
+        raise _fail(where, f'"doc" must be a string, not {doc!r}')
+    return doc
 
 
 def _other_props(js: dict, reserved: frozenset) -> dict:
