@@ -121,7 +121,7 @@ _LOGICAL_CLASS = {
 }
 
 _MISSING: Any = object()
-_TOKENS = {t: f"[type={t}]" for t in (*_TYPE_CLASS, "enum", "fixed")}
+_TOKENS = {t: f"[type={t}]" for t in _TYPE_CLASS}
 
 
 class _Node:
