@@ -12,6 +12,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from odf_chain.errors import NotFoundError, SchemaError
+from odf_chain.schema.convert import avro_to_arrow
+from odf_chain.schema.datamine import datamine_to_arrow
 
 
 def load_schema_file(path: str | Path, table: str | None = None) -> pa.Schema:
@@ -21,9 +23,6 @@ def load_schema_file(path: str | Path, table: str | None = None) -> pa.Schema:
     convention); ``.json`` is a DataMine document (``table`` picks one of several tables), or an
     Avro schema if it looks like one; ``.parquet`` / ``.parq`` gives the file's own schema.
     """
-    from odf_chain.schema.convert import avro_to_arrow
-    from odf_chain.schema.datamine import datamine_to_arrow
-
     path = Path(path)
     if not path.is_file():
         raise NotFoundError(f"schema file {path} does not exist")

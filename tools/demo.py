@@ -105,6 +105,13 @@ def main(argv: list[str]) -> int:
     run("odf-chain", "schema", str(dataset_dir), "--at", "1")
     run("odf-chain", "schema", str(dataset_dir), "--at", "head")
 
+    banner("DataHub v2 field paths at the first data block, and at head")
+    run("odf-chain", "fields", str(dataset_dir), "--at", "1")
+    run("odf-chain", "fields", str(dataset_dir), "--at", "head")
+
+    banner("Schema history: every SetDataSchema and what it changed")
+    run("odf-chain", "schema", str(dataset_dir), "--history")
+
     banner("Verify: every block hash, every rule, every slice")
     run("chain-verify", str(dataset_dir))
 
