@@ -9,7 +9,9 @@ from odf_chain.errors import (
     NotFoundError,
     OdfChainError,
     RuleViolation,
+    SchemaError,
     SchemaEvolutionError,
+    StorageError,
 )
 from odf_chain.events import (
     AddData,
@@ -56,6 +58,7 @@ __all__ = [
     "OdfChainError",
     "OffsetInterval",
     "RuleViolation",
+    "SchemaError",
     "SchemaEvolutionError",
     "Seed",
     "SetDataSchema",
@@ -63,6 +66,7 @@ __all__ = [
     "SetLicense",
     "SetVocab",
     "SourceState",
+    "StorageError",
     "Vocabulary",
     "decode_block",
     "encode_block",
