@@ -261,7 +261,16 @@ def _run(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace)
         return 130
 
 
+def _tolerant_stdout() -> None:
+    """Field names can be any Unicode; a terminal that cannot show them gets escapes, not a
+    UnicodeEncodeError halfway through a listing."""
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    _tolerant_stdout()
     args = build_parser().parse_args(argv)
     return _run(args.run, args)
 
@@ -273,6 +282,7 @@ def chain_verify_main(argv: Sequence[str] | None = None) -> int:
         "(same as 'odf-chain verify').",
     )
     _add_verify_arguments(parser)
+    _tolerant_stdout()
     return _run(cmd_verify, parser.parse_args(argv))
 
 
