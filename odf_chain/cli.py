@@ -14,12 +14,14 @@ import sys
 from collections.abc import Callable, Sequence
 
 from odf_chain.dataset import Dataset
-from odf_chain.errors import OdfChainError
+from odf_chain.errors import OdfChainError, SchemaError
 from odf_chain.format.multihash import BLAKE3, SHA3_256
 from odf_chain.render import block_to_jsonable, log_line, schema_to_jsonable, state_to_jsonable
 from odf_chain.schema.evolution import check_evolution, diff_schemas
 from odf_chain.schema.fields import FieldInfo
 from odf_chain.schema_files import load_schema_file
+from odf_chain.slices import with_system_fields
+from odf_chain.state import Vocabulary
 from odf_chain.verify import verify_path
 
 REF_HELP = "'head' (default), a block hash, a sequence number or an ISO-8601 time"
@@ -52,6 +54,13 @@ def cmd_init(args: argparse.Namespace) -> int:
     if args.table and not args.schema:
         raise UsageError("--table needs --schema")
     schema = load_schema_file(args.schema, table=args.table) if args.schema else None
+    if schema is not None:
+        # Refuse a schema the dataset cannot take (a reserved column name, no columns, a type
+        # Parquet cannot store) before anything is created: no half-made dataset is left behind.
+        try:
+            with_system_fields(schema, Vocabulary())
+        except SchemaError as exc:
+            raise SchemaError(f"{args.schema}: {exc}") from None
     dataset = Dataset.create(args.dir, hash=args.hash)
     if schema is not None:
         dataset.set_schema(schema)

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 
 from odf_chain.errors import NotFoundError, SchemaError
 from odf_chain.schema.convert import avro_to_arrow
-from odf_chain.schema.datamine import datamine_to_arrow
+from odf_chain.schema.datamine import _loads_deep, datamine_to_arrow
 
 
 def load_schema_file(path: str | Path, table: str | None = None) -> pa.Schema:
@@ -24,29 +24,45 @@ def load_schema_file(path: str | Path, table: str | None = None) -> pa.Schema:
     Avro schema if it looks like one; ``.parquet`` / ``.parq`` gives the file's own schema.
     """
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise NotFoundError(f"schema file {path} does not exist")
+    if not path.is_file():
+        raise SchemaError(f"{path}: not a schema file (a directory or other non-regular file)")
     suffix = path.suffix.lower()
     if suffix in (".parquet", ".parq"):
         try:
             return pq.read_schema(path)
         except (pa.ArrowException, OSError) as exc:
             raise SchemaError(f"{path}: not a readable Parquet file: {exc}") from None
-    text = path.read_text(encoding="utf-8")
+    if suffix not in (".avsc", ".json"):
+        raise SchemaError(
+            f"{path}: unknown schema file type {suffix or '(none)'}; "
+            "expected .avsc (Avro), .json (DataMine or Avro) or .parquet"
+        )
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise SchemaError(f"{path}: not UTF-8 text: {exc}") from None
     if suffix == ".avsc":
         return _named(path, avro_to_arrow, text)
-    if suffix == ".json":
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SchemaError(f"{path}: invalid JSON: {exc}") from None
+    except RecursionError:  # deeper than json's scanner goes; peek with the iterative reader
         try:
-            doc = json.loads(text)
-        except json.JSONDecodeError as exc:
+            doc = _loads_deep(text)
+        except ValueError as exc:
             raise SchemaError(f"{path}: invalid JSON: {exc}") from None
-        if isinstance(doc, dict) and ("table_list" in doc or ("table" in doc and "fields" in doc)):
-            return _named(path, lambda d: datamine_to_arrow(d, table=table), doc)
-        return _named(path, avro_to_arrow, doc)
-    raise SchemaError(
-        f"{path}: unknown schema file type {suffix or '(none)'}; "
-        "expected .avsc (Avro), .json (DataMine or Avro) or .parquet"
-    )
+    # The converters get the text, not the decoded value: they read deep documents
+    # iteratively, and the DataMine reader refuses duplicate keys.
+    if isinstance(doc, dict) and (
+        "table_list" in doc
+        or ("table" in doc and "fields" in doc)
+        or (isinstance(doc.get("schema"), dict) and "table_list" in doc["schema"])
+    ):
+        return _named(path, lambda t: datamine_to_arrow(t, table=table), text)
+    return _named(path, avro_to_arrow, text)
 
 
 def _named(path: Path, convert, value) -> pa.Schema:
