@@ -77,7 +77,7 @@ def storable_schema(schema: pa.Schema) -> pa.Schema:
     """
     try:
         stored = _parquet_round_trip(schema)
-    except pa.ArrowException:
+    except pa.ArrowException as whole:
         for field in schema:
             try:
                 _parquet_round_trip(pa.schema([field]))
@@ -86,7 +86,7 @@ def storable_schema(schema: pa.Schema) -> pa.Schema:
                     f"column {field.name!r} has type {field.type}, which Parquet cannot store "
                     f"({exc})"
                 ) from None
-        raise
+        raise SchemaError(f"Parquet cannot store this schema: {whole}") from None
     fields = [
         f if f.type.equals(s.type) else f.with_type(s.type)
         for f, s in zip(schema, stored, strict=True)
