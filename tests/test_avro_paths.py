@@ -21,7 +21,6 @@ from odf_chain.schema import avro_paths
 from odf_chain.schema.avro_paths import (
     _compile,
     _convert,
-    _loads_iteratively,
     _walk,
     avro_field_paths,
     avro_fields,
@@ -865,39 +864,3 @@ def test_exponential_expansion_is_refused(monkeypatch):
         }
     monkeypatch.setattr(avro_paths, "MAX_FIELDS", 10_000)
     _error(schema, "more than 10000 field paths")
-
-
-# --------------------------------------------------------------------------- the deep-JSON decoder
-
-_json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
-    lambda inner: (
-        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner, max_size=4)
-    ),
-    max_leaves=20,
-)
-
-
-@settings(max_examples=300, deadline=None)
-@given(value=_json_values, indent=st.sampled_from([None, 1]))
-def test_iterative_json_decoder_equals_json_loads(value, indent):
-    text = json.dumps(value, indent=indent)
-    assert _loads_iteratively(text) == json.loads(text)
-
-
-def test_iterative_json_decoder_errors_and_constants():
-    assert _loads_iteratively(' [NaN, Infinity, -Infinity, 1e2, -0, "\\u00e9"] ')[3:] == [
-        100.0,
-        0,
-        "é",
-    ]
-    for bad in ("", "[1,]", '{"a" 1}', '{"a": 1,}', "[1 2]", "{1: 2}", "[1] x", "nul"):
-        with pytest.raises(json.JSONDecodeError):
-            _loads_iteratively(bad)
-        with pytest.raises(json.JSONDecodeError):
-            json.loads(bad)
-    deep = "[" * 5000 + "]" * 5000
-    value = _loads_iteratively(deep)
-    for _ in range(4999):
-        value = value[0]
-    assert value == []

@@ -35,11 +35,11 @@ Where this module deliberately differs from DataHub:
   schemas.
 - **Depth.** DataHub's converter is recursive and returns no fields beyond roughly 150-200
   nested records; ours is iterative (JSON too deep for ``json.loads`` is decoded without
-  recursion). Schemas nesting deeper than :data:`MAX_NESTING` levels are refused with
-  :class:`SchemaError`: fastavro's compiled parser recurses in C and would crash the process on
-  a small thread stack a few thousand levels down. Schemas expanding to more than
-  :data:`MAX_FIELDS` paths (possible when a named type is reused at every level) are refused
-  rather than ground through.
+  recursion). Schemas nesting deeper than :data:`MAX_NESTING` (1000) levels are refused with
+  :class:`SchemaError`, as by ``avro_to_arrow``: fastavro's compiled parser recurses in C and
+  would crash the process on a small thread stack a few thousand levels down. Schemas
+  expanding to more than :data:`MAX_FIELDS` paths (possible when a named type is reused at
+  every level) are refused rather than ground through.
 - **``"type": "error"``** records (protocol error types) make DataHub fail an assertion and
   return nothing; we treat them as records (type ``record``).
 - **Validation.** DataHub parses with avro-python and ``validate_names=False``; we validate with
@@ -63,22 +63,21 @@ for a union; a primitive is the JSON string ``'"string"'``).
 
 from __future__ import annotations
 
-import json
 import math
 import re
-from json.decoder import JSONDecodeError, scanstring
-from json.scanner import NUMBER_RE
 from typing import Any
 
 import fastavro
 
 from odf_chain.errors import SchemaError
+from odf_chain.schema._json import MAX_NESTING, loads
 from odf_chain.schema.fields import KEY_TOKEN, VERSION_TOKEN, FieldInfo
 
 __all__ = ["MAX_FIELDS", "MAX_NESTING", "avro_field_paths", "avro_fields"]
 
-#: Schemas nesting deeper than this many levels (records, arrays, maps, unions) are refused.
-MAX_NESTING = 1000
+# MAX_NESTING (odf_chain.schema._json's, shared with convert): schemas nesting deeper than this
+# many levels (records, arrays, maps, unions) are refused.
+
 #: Schemas expanding to more than this many field paths are refused.
 MAX_FIELDS = 1_000_000
 
@@ -205,107 +204,7 @@ def _decode(schema: Any) -> Any:
         return schema
     if not isinstance(schema, str):
         raise TypeError(f"an Avro schema is JSON text, a dict or a list, not {type(schema)}")
-    try:
-        return json.loads(schema)
-    except JSONDecodeError as e:
-        raise SchemaError(f"Avro schema is not valid JSON: {e}") from None
-    except RecursionError:
-        pass  # nested deeper than the C decoder allows: decode without recursion
-    try:
-        return _loads_iteratively(schema)
-    except JSONDecodeError as e:
-        raise SchemaError(f"Avro schema is not valid JSON: {e}") from None
-
-
-_WS = re.compile(r"[ \t\n\r]*")
-_CONSTANTS = (
-    ("null", None),
-    ("true", True),
-    ("false", False),
-    ("NaN", float("nan")),
-    ("Infinity", float("inf")),
-    ("-Infinity", float("-inf")),
-)
-
-
-def _loads_iteratively(s: str) -> Any:
-    """``json.loads`` for documents nested too deeply for it (same values, same errors)."""
-    ws = _WS.match
-    n = len(s)
-    stack: list[list] = []  # [container, pending key]
-
-    def key_at(pos: int) -> tuple[str, int]:
-        if pos >= n or s[pos] != '"':
-            raise JSONDecodeError("Expecting property name enclosed in double quotes", s, pos)
-        key, pos = scanstring(s, pos + 1, True)
-        pos = ws(s, pos).end()
-        if pos >= n or s[pos] != ":":
-            raise JSONDecodeError("Expecting ':' delimiter", s, pos)
-        return key, ws(s, pos + 1).end()
-
-    pos = ws(s, 0).end()
-    while True:
-        # one value at pos
-        c = s[pos] if pos < n else ""
-        if c == "{":
-            pos = ws(s, pos + 1).end()
-            if s.startswith("}", pos):
-                value: Any = {}
-                pos += 1
-            else:
-                key, pos = key_at(pos)
-                stack.append([{}, key])
-                continue
-        elif c == "[":
-            pos = ws(s, pos + 1).end()
-            if s.startswith("]", pos):
-                value = []
-                pos += 1
-            else:
-                stack.append([[], None])
-                continue
-        elif c == '"':
-            value, pos = scanstring(s, pos + 1, True)
-        else:
-            m = NUMBER_RE.match(s, pos)
-            if m is not None:
-                integer, frac, exp = m.groups()
-                value = float(integer + (frac or "") + (exp or "")) if frac or exp else int(integer)
-                pos = m.end()
-            else:
-                for word, constant in _CONSTANTS:
-                    if s.startswith(word, pos):
-                        value = constant
-                        pos += len(word)
-                        break
-                else:
-                    raise JSONDecodeError("Expecting value", s, pos)
-        # attach the value, closing every container that ends here
-        while True:
-            if not stack:
-                pos = ws(s, pos).end()
-                if pos != n:
-                    raise JSONDecodeError("Extra data", s, pos)
-                return value
-            top = stack[-1]
-            container = top[0]
-            if type(container) is dict:
-                container[top[1]] = value
-            else:
-                container.append(value)
-            pos = ws(s, pos).end()
-            c = s[pos] if pos < n else ""
-            if c == ",":
-                pos = ws(s, pos + 1).end()
-                if type(container) is dict:
-                    top[1], pos = key_at(pos)
-                break
-            if c == ("}" if type(container) is dict else "]"):
-                pos += 1
-                stack.pop()
-                value = container
-                continue
-            raise JSONDecodeError("Expecting ',' delimiter", s, pos)
+    return loads(schema, what="Avro schema")  # at any depth: too deep for json.loads is fine
 
 
 # --------------------------------------------------------------------------- compiling
