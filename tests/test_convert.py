@@ -11,6 +11,8 @@ from fastavro.schema import parse_schema, to_parsing_canonical_form
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from odf_chain.errors import SchemaError
+from odf_chain.schema import avro_paths
+from odf_chain.schema.avro_paths import avro_fields
 from odf_chain.schema.convert import (
     AVRO_DEFAULT_KEY,
     AVRO_NAME_KEY,
@@ -18,6 +20,7 @@ from odf_chain.schema.convert import (
     AVRO_SIZE_KEY,
     AVRO_SYMBOLS_KEY,
     DOC_KEY,
+    MAX_NESTING,
     arrow_to_avro,
     avro_to_arrow,
     canonical_json,
@@ -923,7 +926,7 @@ def _nested_avro(depth: int) -> dict:
     return t  # type: ignore[return-value]
 
 
-@pytest.mark.parametrize("depth", [500, 2000])
+@pytest.mark.parametrize("depth", [500, 667])  # 750 and 1000 levels with the unions
 def test_deep_avro(depth):
     limit = sys.getrecursionlimit()
     schema = _nested_avro(depth)
@@ -940,9 +943,9 @@ def test_deep_avro(depth):
     assert sys.getrecursionlimit() == limit
 
 
-def test_deep_arrow():
+def _deep_arrow(depth: int) -> pa.Schema:
     t = pa.int64()
-    for i in range(500):
+    for i in range(depth):
         t = (
             pa.list_(t)
             if i % 3 == 0
@@ -950,9 +953,18 @@ def test_deep_arrow():
             if i % 3 == 1
             else pa.map_(pa.string(), t)
         )
-    schema = pa.schema([pa.field("c", t)])
+    return pa.schema([pa.field("c", t)])
+
+
+def test_deep_arrow():
+    # 499 levels of nullable lists, structs and maps are 1000 Avro levels (each adds a union)
+    schema = _deep_arrow(499)
     avro = arrow_to_avro(schema)
     assert avro_to_arrow(avro).equals(schema, check_metadata=False)
+    # Arrow -> Avro has no limit (no fastavro), but one level more cannot be read back
+    avro = arrow_to_avro(_deep_arrow(500))
+    with pytest.raises(SchemaError, match="nested 1002 levels deep; at most 1000 are supported"):
+        avro_to_arrow(avro)
 
 
 def test_recursive_avro_deeply_nested():
@@ -974,6 +986,71 @@ def test_absurd_depth_is_refused():
     text = '{"type":' * 30_000 + '"int"' + "}" * 30_000
     with pytest.raises(SchemaError, match="nested 30000 levels deep"):
         avro_to_arrow(text)
+
+
+@pytest.mark.parametrize("as_text", [False, True])
+def test_deeper_than_the_limit_is_refused(as_text):
+    # (this used to be converted, with the interpreter's recursion limit raised for fastavro)
+    limit = sys.getrecursionlimit()
+    schema = _nested_avro(2000)
+    with pytest.raises(
+        SchemaError,
+        match=r"^the Avro schema is nested 3000 levels deep; at most 1000 are supported$",
+    ):
+        avro_to_arrow(canonical_json(schema) if as_text else schema)
+    assert sys.getrecursionlimit() == limit
+
+
+def _chain(levels: int, kind: str) -> dict:
+    """A record schema nesting exactly ``levels`` levels (records, arrays, maps, unions)."""
+    t: object = "int"
+    for i in range(levels - 1):
+        step = kind if kind != "mixed" else ("record", "array", "union", "map")[i % 4]
+        if step == "record":
+            t = record(f"R{i}", field("f", t))
+        elif step == "array":
+            t = {"type": "array", "items": t}
+        elif step == "map":
+            t = {"type": "map", "values": t}
+        else:
+            t = ["null", t]
+    return record("Top", field("f", t))
+
+
+@pytest.mark.parametrize("kind", ["record", "array", "map", "mixed"])
+def test_the_limit_is_avro_paths_limit(kind):
+    """avro_to_arrow refuses exactly what avro_paths refuses: more than MAX_NESTING levels."""
+    assert avro_paths.MAX_NESTING == MAX_NESTING == 1000
+    at_limit, beyond = _chain(MAX_NESTING, kind), _chain(MAX_NESTING + 1, kind)
+    avro_to_arrow(at_limit)
+    avro_fields(at_limit)
+    with pytest.raises(SchemaError, match="nested 1001 levels deep; at most 1000 are supported"):
+        avro_to_arrow(beyond)
+    with pytest.raises(SchemaError, match="deeper than 1000 levels"):
+        avro_fields(beyond)
+
+
+def test_deep_json_inside_a_schema():
+    """JSON values nested far deeper than the limit where they are not schemas (defaults, other
+    properties) are read, checked and written without recursion: converted or a SchemaError."""
+    deep = "[" * 100_000 + "]" * 100_000
+    # a default that does not fit its type: the message describes it instead of repr()
+    text = canonical_json(record("R", field("a", "string", default="@"))).replace('"@"', deep)
+    with pytest.raises(SchemaError, match="default <list nested 100000 levels deep> does not fit"):
+        avro_to_arrow(text)
+    # a default that fits, and a property no one reads
+    array = {"type": "array", "items": "int"}
+    schema = record("R", field("a", array, default="@"), field("b", "int", x="@"))
+    text = canonical_json(schema).replace('"@"', deep)
+    arrow = avro_to_arrow(text)
+    assert arrow.field("a").metadata[AVRO_DEFAULT_KEY] == deep.encode()
+    assert arrow.metadata[AVRO_SCHEMA_KEY] == text.encode()  # canonical already
+    assert canonical_json(arrow_to_avro(strip(arrow))["fields"][0]) == (
+        '{"default":' + deep + ',"name":"a","type":{"items":"int","type":"array"}}'
+    )
+    # a deep namespace or a deep top-level "type" is named, not repr()'d
+    with pytest.raises(SchemaError, match=r"must be a record .*not <list nested 999 levels deep>"):
+        avro_to_arrow('{"type": ' + "[" * 999 + "]" * 999 + "}")
 
 
 def test_null_namespace_type_reused_inside_a_namespace():

@@ -105,16 +105,18 @@ date64 -> date32, time32[s] -> time32[ms], time64[ns] -> time64[us], timestamp[s
 timestamp[ms], any time zone -> UTC, duration -> int64, dictionary -> its values
 (string dictionaries with enum symbols -> dictionary<int32, string>), extension -> storage.
 
-Everything walks iteratively (explicit stacks), so 500-level nesting is fine; the JSON parser
-and fastavro are recursive, and are given the recursion depth a deep schema needs.
+Everything walks iteratively (explicit stacks), and JSON text is read and written without
+recursion (:mod:`odf_chain.schema._json`). An Avro schema nesting deeper than ``MAX_NESTING``
+(1000) levels - records, enums, fixed, arrays, maps and unions, counted as
+:mod:`~odf_chain.schema.avro_paths` counts them - is refused with :class:`SchemaError` before
+fastavro sees it: fastavro's compiled parser recurses in C, and would crash the process instead
+of raising a few thousand levels down on a small thread stack. Arrow -> Avro has no such limit
+(it does not call fastavro), but what it writes past that depth cannot be read back.
 """
 
 from __future__ import annotations
 
-import json
 import re
-import sys
-import threading
 from collections.abc import Callable, Generator, Iterable
 from typing import Any
 
@@ -122,6 +124,13 @@ import fastavro
 import pyarrow as pa
 
 from odf_chain.errors import SchemaError
+from odf_chain.schema._json import (
+    MAX_NESTING,
+    canonical as canonical_json,
+    check_depth,
+    loads,
+    show,
+)
 from odf_chain.schema.arrow_paths import is_list_like, unwrap_encoding
 
 __all__ = [
@@ -131,6 +140,7 @@ __all__ = [
     "AVRO_SIZE_KEY",
     "AVRO_SYMBOLS_KEY",
     "DOC_KEY",
+    "MAX_NESTING",
     "arrow_to_avro",
     "avro_to_arrow",
 ]
@@ -144,7 +154,6 @@ AVRO_DEFAULT_KEY = b"odf_chain.avro.default"
 
 PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_MAX_JSON_DEPTH = 20_000
 
 # A converter step is a generator that yields sub-steps and receives their results.
 Step = Generator["Step", Any, Any]
@@ -168,115 +177,37 @@ def _run(step: Step) -> Any:
 
 
 # --------------------------------------------------------------------------------------------
-# deep JSON: the C parser and fastavro recurse, so a deep schema needs a higher limit
-
-_limit_lock = threading.Lock()
-_limit_users = 0
-_limit_saved = 0
+# deep schemas: JSON is read and written without recursion (odf_chain.schema._json), and fastavro,
+# which recurses in C, is not given a schema nesting deeper than MAX_NESTING levels
 
 
-def _json_depth(text: str) -> int:
-    stripped = re.sub(r'"(?:[^"\\]|\\.)*"', "", text)
-    depth = best = 0
-    for ch in re.findall(r"[\[\]{}]", stripped):
-        depth += 1 if ch in "[{" else -1
-        best = max(best, depth)
-    return best
-
-
-def _object_depth(obj: Any) -> int:
-    best = 0
-    stack = [(obj, 1)]
-    while stack:
-        o, d = stack.pop()
-        if isinstance(o, dict):
-            best = max(best, d)
-            stack.extend((v, d + 1) for v in o.values())
-        elif isinstance(o, list):
-            best = max(best, d)
-            stack.extend((v, d + 1) for v in o)
-    return best
-
-
-def _deep_call(fn: Callable[[], Any], depth: Callable[[], int]) -> Any:
-    """``fn()``, retried once with a recursion limit fitting ``depth()`` if it runs out."""
-    global _limit_users, _limit_saved
-    try:
-        return fn()
-    except RecursionError:
-        need = depth()
-    if need > _MAX_JSON_DEPTH:
-        raise SchemaError(
-            f"the Avro schema is nested {need} levels deep; at most {_MAX_JSON_DEPTH} are supported"
-        ) from None
-    with _limit_lock:
-        if _limit_users == 0:
-            _limit_saved = sys.getrecursionlimit()
-        _limit_users += 1
-        sys.setrecursionlimit(max(sys.getrecursionlimit(), _limit_saved + 8 * need + 1000))
-    try:
-        return fn()
-    finally:
-        with _limit_lock:
-            _limit_users -= 1
-            if _limit_users == 0:
-                sys.setrecursionlimit(_limit_saved)
-
-
-def canonical_json(obj: Any) -> str:
-    """JSON text with sorted keys and no whitespace (written iteratively: depth is no issue)."""
-    out: list[str] = []
-    stack: list[Any] = [obj]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, _Raw):
-            out.append(item.text)
-        elif isinstance(item, dict):
-            out.append("{")
-            parts: list[Any] = []
-            for i, key in enumerate(sorted(item)):
-                if not isinstance(key, str):
-                    raise SchemaError(f"JSON object key {key!r} is not a string")
-                parts.append(_Raw(("," if i else "") + json.dumps(key, ensure_ascii=False) + ":"))
-                parts.append(item[key])
-            parts.append(_Raw("}"))
-            stack.extend(reversed(parts))
-        elif isinstance(item, list | tuple):
-            out.append("[")
-            parts = []
-            for i, v in enumerate(item):
-                if i:
-                    parts.append(_Raw(","))
-                parts.append(v)
-            parts.append(_Raw("]"))
-            stack.extend(reversed(parts))
-        else:
-            out.append(json.dumps(item, ensure_ascii=False, allow_nan=False))
-    return "".join(out)
-
-
-class _Raw:
-    __slots__ = ("text",)
-
-    def __init__(self, text: str) -> None:
-        self.text = text
+def _avro_children(schema: Any) -> list | None:
+    """The schemas directly inside an Avro schema, for measuring its nesting the way
+    :mod:`~odf_chain.schema.avro_paths` does: every record, enum, fixed, array, map and union
+    (any JSON object or list in a type position, including an invalid ``{"type": {...}}``) is
+    a level; a type name is not."""
+    if isinstance(schema, list):
+        return schema
+    if not isinstance(schema, dict):
+        return None
+    kind = schema.get("type")
+    if isinstance(kind, dict | list):
+        return [kind]
+    if kind == "array":
+        return [schema["items"]] if "items" in schema else []
+    if kind == "map":
+        return [schema["values"]] if "values" in schema else []
+    if kind in ("record", "error") and isinstance(schema.get("fields"), list):
+        return [f["type"] for f in schema["fields"] if isinstance(f, dict) and "type" in f]
+    return []
 
 
 def _load(schema: str | bytes | dict) -> Any:
-    if isinstance(schema, bytes):
-        try:
-            schema = schema.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise SchemaError(f"the Avro schema is not UTF-8: {e}") from None
     if isinstance(schema, dict | list):
         return schema
-    if not isinstance(schema, str):
+    if not isinstance(schema, str | bytes):
         raise SchemaError(f"an Avro schema is JSON text or a dict, not {type(schema).__name__}")
-    text = schema
-    try:
-        return _deep_call(lambda: json.loads(text), lambda: _json_depth(text))
-    except json.JSONDecodeError as e:
-        raise SchemaError(f"the Avro schema is not valid JSON: {e}") from None
+    return loads(schema, what="the Avro schema")
 
 
 # --------------------------------------------------------------------------------------------
@@ -293,7 +224,7 @@ def _split_fullname(name: str, namespace: Any, enclosing: str) -> tuple[str, str
         return name, name.rsplit(".", 1)[0]
     ns = enclosing if namespace is None else namespace
     if not isinstance(ns, str):
-        raise SchemaError(f"namespace {ns!r} is not a string")
+        raise SchemaError(f"namespace {show(ns)} is not a string")
     return (f"{ns}.{name}" if ns else name), ns
 
 
@@ -504,7 +435,7 @@ class _AvroToArrow:
                 lookup = self.scoped_lookup(own_ns)
                 if not _default_matches(f["default"], f["type"], lookup):
                     raise SchemaError(
-                        f"field {here}: the default {f['default']!r} does not fit the type"
+                        f"field {here}: the default {show(f['default'])} does not fit the type"
                     )
                 meta[AVRO_DEFAULT_KEY] = canonical_json(f["default"]).encode()
             if pa.types.is_null(t):
@@ -562,12 +493,14 @@ def _decimal(schema: dict, where: str, max_digits: int | None) -> pa.DataType | 
     if precision is None or precision == 0 or precision is False:
         return None
     if not isinstance(precision, int) or isinstance(precision, bool) or precision < 0:
-        raise SchemaError(f"{_where(where)}: decimal precision {precision!r} is not a positive int")
+        raise SchemaError(
+            f"{_where(where)}: decimal precision {show(precision)} is not a positive int"
+        )
     if scale is None or scale is False:
         scale = 0
     if not isinstance(scale, int) or isinstance(scale, bool) or not 0 <= scale <= precision:
         raise SchemaError(
-            f"{_where(where)}: decimal scale {scale!r} is not an int from 0 to the precision"
+            f"{_where(where)}: decimal scale {show(scale)} is not an int from 0 to the precision"
         )
     if max_digits is not None and precision > max_digits:
         raise SchemaError(
@@ -613,10 +546,12 @@ def avro_to_arrow(schema: str | bytes | dict) -> pa.Schema:
     """The Arrow schema of an Avro record schema (see the module doc for the mapping), with the
     writer schema kept in the schema metadata under ``odf_chain.avro.schema``."""
     obj = _load(schema)
+    check_depth(obj, "the Avro schema", _avro_children)  # before fastavro, as avro_paths does
     if not (isinstance(obj, dict) and obj.get("type") in ("record", "error")):
         kind = obj.get("type") if isinstance(obj, dict) else obj
         raise SchemaError(
-            f"the top-level Avro schema must be a record (its fields become columns), not {kind!r}"
+            "the top-level Avro schema must be a record (its fields become columns), "
+            f"not {show(kind)}"
         )
     converter = _AvroToArrow()
     struct, _, _ = _run(converter.convert(obj, "", ""))
@@ -625,9 +560,7 @@ def avro_to_arrow(schema: str | bytes | dict) -> pa.Schema:
     except (TypeError, ValueError) as e:
         raise SchemaError(f"the Avro schema is not JSON: {e}") from None
     try:
-        _deep_call(lambda: fastavro.parse_schema(obj), lambda: _object_depth(obj))
-    except SchemaError:
-        raise
+        fastavro.parse_schema(obj)
     except Exception as e:  # fastavro's exceptions are not one hierarchy
         raise SchemaError(f"invalid Avro schema ({type(e).__name__}): {e}") from None
     fields = [struct.field(i) for i in range(struct.num_fields)]
@@ -751,8 +684,8 @@ class _ArrowToAvro:
         raw_default = meta.get(AVRO_DEFAULT_KEY)
         if raw_default is not None:
             try:
-                default = json.loads(raw_default)
-            except ValueError:
+                default = loads(raw_default, what=AVRO_DEFAULT_KEY.decode())
+            except SchemaError:
                 default = None
             if default is not None and _default_matches(default, base, self.lookup):
                 return [base, "null"]
@@ -867,8 +800,8 @@ class _ArrowToAvro:
             raw_default = meta.get(AVRO_DEFAULT_KEY)
             if raw_default is not None:
                 try:
-                    default = json.loads(raw_default)
-                except ValueError:
+                    default = loads(raw_default, what=AVRO_DEFAULT_KEY.decode())
+                except SchemaError:
                     pass
                 else:
                     first = field_type[0] if isinstance(field_type, list) else field_type
@@ -890,8 +823,8 @@ def _symbols(meta: dict) -> list[str] | None:
     if raw is None:
         return None
     try:
-        symbols = json.loads(raw)
-    except ValueError:
+        symbols = loads(raw, what=AVRO_SYMBOLS_KEY.decode())
+    except SchemaError:
         return None
     if (
         isinstance(symbols, list)
