@@ -66,8 +66,9 @@ expressible in DataMine (items come back nullable); types with no DataMine equiv
 and decimal numbers, temporal types, maps, fixed-size types, ...) are a SchemaError naming the
 field. Structs are written inline unless they carry a table name (or ``struct_tables=True``):
 JSON text nests three levels per STRUCT level, so the standard library's ``json`` cannot write
-an inline STRUCT nested a few hundred levels deep (reading one works: documents too deep for
-``json.loads`` are read by a non-recursive reader here), while the table form stays flat.
+an inline STRUCT nested a few hundred levels deep (reading one works: documents, and JSON values
+in them, are read and written at any depth by :mod:`odf_chain.schema._json`), while the table
+form stays flat.
 
 Nothing here recurses per nesting level: deep documents and schemas are walked with explicit
 stacks.
@@ -75,7 +76,6 @@ stacks.
 
 from __future__ import annotations
 
-import json
 import re
 import warnings
 from collections.abc import Mapping
@@ -85,6 +85,7 @@ from typing import Any, NoReturn
 import pyarrow as pa
 
 from odf_chain.errors import SchemaError
+from odf_chain.schema._json import decode, dumps, loads
 
 __all__ = [
     "CONSTRAINTS",
@@ -258,10 +259,6 @@ def _warn(table: str, field: str | None, message: str) -> None:
     warnings.warn(f"{_where(table, field)}: {message}", DataMineWarning, stacklevel=5)
 
 
-def _json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-
-
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -276,19 +273,8 @@ def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def _load(doc: Any) -> Mapping[str, Any]:
-    if isinstance(doc, bytes | bytearray):
-        try:
-            doc = bytes(doc).decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise SchemaError(f"DataMine document is not UTF-8: {exc}") from None
-    if isinstance(doc, str):
-        try:
-            try:
-                doc = json.loads(doc, object_pairs_hook=_no_duplicate_keys)
-            except RecursionError:  # deeper than the C scanner goes: read it without recursion
-                doc = _loads_deep(doc)
-        except ValueError as exc:  # JSONDecodeError and duplicate keys
-            raise SchemaError(f"DataMine document is not valid JSON: {exc}") from None
+    if isinstance(doc, str | bytes | bytearray):  # at any depth, duplicate keys refused
+        doc = loads(doc, what="DataMine document", object_pairs_hook=_no_duplicate_keys)
     if not isinstance(doc, Mapping):
         raise SchemaError(
             f"a DataMine document is a JSON object with 'schema' and 'table_list', "
@@ -297,98 +283,11 @@ def _load(doc: Any) -> Mapping[str, Any]:
     return doc
 
 
-_WS = re.compile(r"[ \t\n\r]*")
-_NUMBER = re.compile(r"(-?(?:0|[1-9][0-9]*))(\.[0-9]+)?([eE][-+]?[0-9]+)?")
-_LITERALS = {
-    "true": True,
-    "false": False,
-    "null": None,
-    "NaN": float("nan"),
-    "Infinity": float("inf"),
-    "-Infinity": float("-inf"),
-}
-
-
 def _loads_deep(s: str) -> Any:
-    """``json.loads`` without recursion (and refusing duplicate keys), for documents nested
-    deeper than the standard library's scanner allows (an inline STRUCT a few hundred levels
-    deep). Raises ValueError like json does."""
-    stack: list[list[Any]] = []  # [container, pending key]
-
-    def fail(message: str, pos: int) -> NoReturn:
-        raise json.JSONDecodeError(message, s, pos)
-
-    def key_at(pos: int) -> tuple[str, int]:
-        pos = _WS.match(s, pos).end()
-        if not s.startswith('"', pos):
-            fail("Expecting property name enclosed in double quotes", pos)
-        key, pos = json.decoder.scanstring(s, pos + 1)
-        pos = _WS.match(s, pos).end()
-        if not s.startswith(":", pos):
-            fail("Expecting ':' delimiter", pos)
-        return key, pos + 1
-
-    pos = 0
-    while True:  # read one value at pos
-        pos = _WS.match(s, pos).end()
-        c = s[pos : pos + 1]
-        if c == "{":
-            after = _WS.match(s, pos + 1).end()
-            if s.startswith("}", after):
-                value, pos = {}, after + 1
-            else:
-                key, pos = key_at(pos + 1)
-                stack.append([{}, key])
-                continue
-        elif c == "[":
-            after = _WS.match(s, pos + 1).end()
-            if s.startswith("]", after):
-                value, pos = [], after + 1
-            else:
-                stack.append([[], None])
-                pos += 1
-                continue
-        elif c == '"':
-            value, pos = json.decoder.scanstring(s, pos + 1)
-        else:
-            for literal, literal_value in _LITERALS.items():
-                if s.startswith(literal, pos):
-                    value, pos = literal_value, pos + len(literal)
-                    break
-            else:
-                number = _NUMBER.match(s, pos)
-                if number is None:
-                    fail("Expecting value", pos)
-                integer, frac, exp = number.groups()
-                value = float(integer + (frac or "") + (exp or "")) if frac or exp else int(integer)
-                pos = number.end()
-        while True:  # hand the value to its container; close containers that end here
-            if not stack:
-                pos = _WS.match(s, pos).end()
-                if pos != len(s):
-                    fail("Extra data", pos)
-                return value
-            frame = stack[-1]
-            container = frame[0]
-            if isinstance(container, dict):
-                if frame[1] in container:
-                    raise ValueError(f"duplicate key {frame[1]!r} in a JSON object")
-                container[frame[1]] = value
-            else:
-                container.append(value)
-            pos = _WS.match(s, pos).end()
-            c = s[pos : pos + 1]
-            if c == ",":
-                if isinstance(container, dict):
-                    frame[1], pos = key_at(pos + 1)
-                else:
-                    pos += 1
-                break
-            if c == ("}" if isinstance(container, dict) else "]"):
-                stack.pop()
-                value, pos = container, pos + 1
-                continue
-            fail("Expecting ',' delimiter", pos)
+    """``json.loads`` at any depth, refusing duplicate keys; raises ValueError as json does.
+    Kept for :mod:`odf_chain.schema_files`; new code calls :func:`odf_chain.schema._json.loads`
+    (a SchemaError naming the document)."""
+    return decode(s, object_pairs_hook=_no_duplicate_keys)
 
 
 def _split_type(spelled: str) -> tuple[int, str]:
@@ -475,9 +374,9 @@ class _Parser:
         self._build()
         out = []
         for name, version, _ in tables:
-            metadata = {_SCHEMA: _json(self.name), _TABLE: _json(name)}
+            metadata = {_SCHEMA: dumps(self.name), _TABLE: dumps(name)}
             if version is not None:
-                metadata[_VERSION] = _json(version)
+                metadata[_VERSION] = dumps(version)
             out.append(
                 (name, version, pa.schema(self.nodes[self.table_nodes[name]].arrow, metadata))
             )
@@ -620,7 +519,7 @@ class _Parser:
             default = None
             if "default" in f:
                 try:
-                    default = _json(f["default"])
+                    default = dumps(f["default"])
                 except (TypeError, ValueError) as exc:
                     _fail(table, label, f"'default' is not a JSON value: {exc}")
                 if required:
@@ -741,20 +640,20 @@ class _Parser:
     def _arrow_field(self, spec: _Spec) -> pa.Field:
         metadata: dict[str, str] = {}
         if spec.derived:
-            metadata[_ID] = _json(spec.id)
+            metadata[_ID] = dumps(spec.id)
         else:
             metadata[FIELD_ID_KEY] = str(spec.id)
         if spec.spelled != _LIST * spec.depth + spec.base:
-            metadata[_TYPE] = _json(spec.spelled)
+            metadata[_TYPE] = dumps(spec.spelled)
         struct_metadata: dict[str, str] = {}
         if spec.kind == _PRIM:
             t = PRIMITIVE_TYPES[spec.base]
         else:
             t = pa.struct(self.nodes[spec.child].arrow)
             if spec.kind == _REF:
-                struct_metadata[_TABLE] = _json(spec.base)
+                struct_metadata[_TABLE] = dumps(spec.base)
                 if self.versions[spec.base] is not None:
-                    struct_metadata[_VERSION] = _json(self.versions[spec.base])
+                    struct_metadata[_VERSION] = dumps(self.versions[spec.base])
         if spec.depth:
             t = pa.list_(pa.field(LIST_ITEM_NAME, t, True, struct_metadata or None))
             for _ in range(spec.depth - 1):
@@ -764,7 +663,7 @@ class _Parser:
         if spec.default is not None:
             metadata[_DEFAULT] = spec.default
         for constraint, value in spec.constraints.items():
-            metadata[_META + constraint] = _json(value)
+            metadata[_META + constraint] = dumps(value)
         return pa.field(spec.name, t, not spec.required, metadata)
 
 
@@ -884,8 +783,8 @@ class _Writer:
                 continue  # not ours
             if k.startswith(_META):
                 try:
-                    out[k] = json.loads(v)
-                except ValueError:
+                    out[k] = loads(v, what=f"metadata {k}")
+                except SchemaError:
                     _fail(table, label, f"metadata {k} is not JSON text: {v!r}")
             else:
                 out[k] = v
