@@ -8,12 +8,14 @@ import math
 import re
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import given, settings, strategies as st
 
 from odf_chain.errors import SchemaError
+from odf_chain.schema import _json
 from odf_chain.schema._json import (
     MAX_NESTING,
     canonical,
@@ -475,8 +477,27 @@ def test_show():
     assert show(circular) == "[[...]]"
 
 
+def test_the_limit_is_shared():
+    from odf_chain.schema import avro_paths, convert
+
+    assert avro_paths.MAX_NESTING is _json.MAX_NESTING
+    assert convert.MAX_NESTING is _json.MAX_NESTING
+
+
 # --------------------------------------------------------------------------------------------
 # no global state
+
+
+def test_no_module_changes_the_recursion_limit():
+    package = Path(_json.__file__).resolve().parents[1]
+    sources = sorted(package.rglob("*.py"))
+    assert len(sources) > 10
+    offenders = [
+        str(path.relative_to(package.parent))
+        for path in sources
+        if "setrecursionlimit" in path.read_text(encoding="utf-8")
+    ]
+    assert offenders == []
 
 
 def test_loads_leaves_the_recursion_limit_alone():
