@@ -5,15 +5,15 @@ The schema package itself is pure; this module is where files come in.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from odf_chain.errors import NotFoundError, SchemaError
+from odf_chain.schema import _json as json_text
 from odf_chain.schema.convert import avro_to_arrow
-from odf_chain.schema.datamine import _loads_deep, datamine_to_arrow
+from odf_chain.schema.datamine import datamine_to_arrow
 
 
 def load_schema_file(path: str | Path, table: str | None = None) -> pa.Schema:
@@ -45,15 +45,7 @@ def load_schema_file(path: str | Path, table: str | None = None) -> pa.Schema:
         raise SchemaError(f"{path}: not UTF-8 text: {exc}") from None
     if suffix == ".avsc":
         return _named(path, avro_to_arrow, text)
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SchemaError(f"{path}: invalid JSON: {exc}") from None
-    except RecursionError:  # deeper than json's scanner goes; peek with the iterative reader
-        try:
-            doc = _loads_deep(text)
-        except ValueError as exc:
-            raise SchemaError(f"{path}: invalid JSON: {exc}") from None
+    doc = json_text.loads(text, what=str(path))
     # The converters get the text, not the decoded value: they read deep documents
     # iteratively, and the DataMine reader refuses duplicate keys.
     if isinstance(doc, dict) and (

@@ -864,3 +864,21 @@ def test_exponential_expansion_is_refused(monkeypatch):
         }
     monkeypatch.setattr(avro_paths, "MAX_FIELDS", 10_000)
     _error(schema, "more than 10000 field paths")
+
+
+def test_a_very_deep_default_value_does_not_exhaust_the_stack() -> None:
+    # A 5000-deep list as the default of a string field: the mismatch must be reported as a
+    # SchemaError naming the field; printing the value must not hit the recursion limit.
+    deep: list = []
+    inner = deep
+    for _ in range(5000):
+        nxt: list = []
+        inner.append(nxt)
+        inner = nxt
+    schema = {
+        "type": "record",
+        "name": "R",
+        "fields": [{"name": "a", "type": "string", "default": deep}],
+    }
+    with pytest.raises(SchemaError, match="a"):
+        avro_fields(schema)

@@ -15,12 +15,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from odf_chain.errors import SchemaError
-from odf_chain.schema._json import dumps
 from odf_chain.schema.datamine import (
     CONSTRAINTS,
     DataMineSchema,
     DataMineWarning,
-    _loads_deep,
     arrow_to_datamine,
     datamine_to_arrow,
     parse_datamine,
@@ -1089,17 +1087,6 @@ def test_generated_arrow_schemas_convert(fields: list[pa.Field], struct_tables: 
     again = arrow_to_datamine(back, "t")
     assert again == doc
     assert_same(datamine_to_arrow(again, "t"), back)
-
-
-def test_loads_deep_for_schema_files() -> None:
-    # odf_chain.schema_files peeks at deep documents with it: json.loads' values, its ValueError
-    # (the reader itself is odf_chain.schema._json's, tested in test_deep_json.py)
-    deep = '{"a": [' * 2000 + "1" + "]}" * 2000
-    assert dumps(_loads_deep(deep)) == deep.replace(": ", ":")
-    with pytest.raises(ValueError, match="duplicate key 'a'"):
-        _loads_deep('{"a": 1, "a": 2}')
-    with pytest.raises(ValueError, match="Expecting value"):
-        _loads_deep("[")
 
 
 def test_constraint_names_are_the_seeds() -> None:

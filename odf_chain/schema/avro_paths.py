@@ -70,7 +70,7 @@ from typing import Any
 import fastavro
 
 from odf_chain.errors import SchemaError
-from odf_chain.schema._json import MAX_NESTING, loads
+from odf_chain.schema._json import MAX_NESTING, loads, show
 from odf_chain.schema.fields import KEY_TOKEN, VERSION_TOKEN, FieldInfo
 
 __all__ = ["MAX_FIELDS", "MAX_NESTING", "avro_field_paths", "avro_fields"]
@@ -290,7 +290,7 @@ def _compile(obj: Any) -> _Node:
         _finish_union(union)
     for field, default, where in defaults:
         if not _default_ok(default, field.type):
-            raise _fail(where, f"default {default!r} does not match the field's type")
+            raise _fail(where, f"default {show(default)} does not match the field's type")
 
     try:
         # fastavro is the reference validator; the checks above name the field for everything
@@ -387,7 +387,7 @@ def _compile_object(
             dup = next(s for i, s in enumerate(symbols) if s in symbols[:i])
             raise _fail(here, f"duplicate symbol {dup!r}")
         if "default" in js and js["default"] not in symbols:
-            raise _fail(here, f"default {js['default']!r} is not one of the symbols")
+            raise _fail(here, f"default {show(js['default'])} is not one of the symbols")
         node = _Node("enum", "enum", props, here)
         node.doc = _doc(js, here)
     else:
@@ -556,7 +556,11 @@ def _description(text: Any, act: _Node, default: Any, merged: list[dict]) -> Any
     if not text and act.doc:
         text = act.doc
     if default is not None:
-        text = f"{text if text else ''}\nField default value: {default}"
+        try:
+            shown = str(default)  # what DataHub prints (Python's str of the JSON value)
+        except RecursionError:
+            shown = show(default)
+        text = f"{text if text else ''}\nField default value: {shown}"
     deprecated = _MISSING
     for props in merged:
         deprecated = props.get("deprecated", deprecated)

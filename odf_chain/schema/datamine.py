@@ -85,7 +85,7 @@ from typing import Any, NoReturn
 import pyarrow as pa
 
 from odf_chain.errors import SchemaError
-from odf_chain.schema._json import decode, dumps, loads
+from odf_chain.schema._json import dumps, loads
 
 __all__ = [
     "CONSTRAINTS",
@@ -281,13 +281,6 @@ def _load(doc: Any) -> Mapping[str, Any]:
             f"got {type(doc).__name__}"
         )
     return doc
-
-
-def _loads_deep(s: str) -> Any:
-    """``json.loads`` at any depth, refusing duplicate keys; raises ValueError as json does.
-    Kept for :mod:`odf_chain.schema_files`; new code calls :func:`odf_chain.schema._json.loads`
-    (a SchemaError naming the document)."""
-    return decode(s, object_pairs_hook=_no_duplicate_keys)
 
 
 def _split_type(spelled: str) -> tuple[int, str]:
