@@ -8,6 +8,7 @@ from pathlib import Path
 
 import blake3
 import pyarrow as pa
+import pytest
 
 from odf_chain.events import SetDataSchema
 
@@ -43,3 +44,13 @@ def non_utf8_schema(nested: bool) -> bytes:
     raw = SetDataSchema.from_arrow(schema).raw_arrow_schema
     assert raw.count(b"zq") == 1
     return raw.replace(b"zq", b"\xff\xfe")
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """The shared local SparkSession (see tests/spark_session.py)."""
+    from tests.spark_session import get_session, stop_session
+
+    session = get_session()
+    yield session
+    stop_session()
