@@ -283,7 +283,8 @@ class LocalStorage:
         staged = Path(staged)
         staging = self.staging_dir
         with _os_errors("resolve", staged):
-            inside = staged.parent.resolve() == staging.resolve()
+            # anywhere under staging: writers such as Spark fill a folder of their own there
+            inside = staged.parent.resolve().is_relative_to(staging.resolve())
         if not inside:
             raise OdfChainError(f"{staged} is not in {self.staging_dir}")
         return staged

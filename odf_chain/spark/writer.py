@@ -1,0 +1,403 @@
+"""Writing Spark DataFrames into a dataset, and reading them back.
+
+The write is one transaction:
+
+1. **Offsets without a funnel.** The input is persisted, rows are counted per partition (one
+   small row per partition reaches the driver), prefix sums give each partition its first
+   offset, and a row's offset is that plus its index within the partition (the low 33 bits of
+   ``monotonically_increasing_id``). Offsets are contiguous and gap-free across the write.
+2. **Spark writes Parquet** into a staging folder inside the dataset, one file per non-empty
+   partition, with ODF's system columns (``offset`` Int64, ``op`` Int32 = 0, ``system_time``
+   timestamp(ms, UTC) of the transaction, ``event_time``).
+3. **Each file is hashed and checked where it lies** (a Spark task per file): physical and
+   logical hash, size, row count, and the offset range from the Parquet statistics, which must
+   be exactly the range the prefix sums promised.
+4. **The schema actually written** (the files' Arrow schema) becomes a SetDataSchema if it
+   differs from the schema in force, after the evolution check; an incompatible write stops
+   here, before anything leaves staging.
+5. **Commit**: files are renamed to ``data/<physical hash>``, then one AddData per file in
+   offset order (after the SetDataSchema, if any) is appended with a single move of the head.
+
+A failure or a kill at any point leaves the chain exactly as it was, or with the whole
+transaction; what it leaves in staging or ``data/`` is reported by verify and removed by gc.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from odf_chain import chain
+from odf_chain.chain import BlockEntry
+from odf_chain.dataset import Dataset
+from odf_chain.errors import NotFoundError, OdfChainError, SchemaError
+from odf_chain.events import AddData, DataSlice, OffsetInterval, SetDataSchema
+from odf_chain.format.multihash import BLAKE3, Multihash
+from odf_chain.replay import load_chain, select
+from odf_chain.state import Vocabulary
+
+SOURCE_KEY = "odf-chain.dev/source"
+_PART = re.compile(r"^part-(\d+)-.*\.parquet$")
+_ROW_BITS = 33  # monotonically_increasing_id: partition id above, row within partition below
+
+
+class IngestError(OdfChainError):
+    """The Spark side of an ingest failed; nothing was appended."""
+
+
+@dataclass(frozen=True, slots=True)
+class WrittenSlice:
+    """What the per-file task found out about one Parquet file Spark wrote."""
+
+    file_name: str
+    partition: int
+    physical_hash: str
+    logical_hash: str
+    size: int
+    num_rows: int
+    offset_min: int | None
+    offset_max: int | None
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    """What one :func:`write` appended."""
+
+    dataset: Path
+    rows: int
+    slices: int
+    bytes: int
+    blocks: list[BlockEntry]
+    head: Multihash | None
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def _inspect_file(path: str, algorithm: str, offset_column: str) -> WrittenSlice:
+    """Hash and check one written file (runs in a Spark task, next to the file)."""
+    from odf_chain.slices import logical_hash
+
+    name = Path(path).name
+    match = _PART.match(name)
+    partition = int(match.group(1)) if match else -1
+    with open(path, "rb") as fh:
+        physical, size = Multihash.digest_stream(algorithm, fh)
+    parquet = pq.ParquetFile(path)
+    metadata = parquet.metadata
+    index = parquet.schema_arrow.get_field_index(offset_column)
+    low = high = None
+    for i in range(metadata.num_row_groups):
+        stats = metadata.row_group(i).column(index).statistics
+        if stats is None or not stats.has_min_max:
+            low = high = None
+            break
+        low = stats.min if low is None else min(low, stats.min)
+        high = stats.max if high is None else max(high, stats.max)
+    logical = logical_hash(parquet.read(), algorithm)
+    return WrittenSlice(
+        name, partition, str(physical), str(logical), size, metadata.num_rows, low, high
+    )
+
+
+def _event_time_max(paths: list[str], column: str) -> datetime | None:
+    """The largest event time in the files, from Parquet statistics (footers only)."""
+    best = None
+    for path in paths:
+        parquet = pq.ParquetFile(path)
+        index = parquet.schema_arrow.get_field_index(column)
+        if index < 0:
+            return None
+        for i in range(parquet.metadata.num_row_groups):
+            stats = parquet.metadata.row_group(i).column(index).statistics
+            if stats is None or not stats.has_min_max:
+                continue
+            value = stats.max
+            if isinstance(value, datetime):
+                best = value if best is None else max(best, value)
+    if best is not None and best.tzinfo is None:
+        from datetime import UTC
+
+        best = best.replace(tzinfo=UTC)
+    return best
+
+
+def _with_system_columns(df, vocab: Vocabulary, system_time: datetime, event_time: str | None):
+    """The DataFrame as it will be stored, minus the offsets (added per partition later)."""
+    from pyspark.sql import functions as F
+
+    reserved = [c for c in df.columns if c in vocab.system_columns]
+    if reserved:
+        raise SchemaError(
+            f"column(s) {', '.join(reserved)} are reserved for ODF system columns; rename them"
+        )
+    time_literal = F.lit(system_time).cast("timestamp")
+    if event_time is not None:
+        if event_time not in df.columns:
+            raise SchemaError(f"event time column {event_time!r} is not in the input")
+        event = F.col(event_time).cast("timestamp").alias(vocab.event_time_column)
+        rest = [c for c in df.columns if c not in (event_time, vocab.event_time_column)]
+    elif vocab.event_time_column in df.columns:
+        event = F.col(vocab.event_time_column).cast("timestamp").alias(vocab.event_time_column)
+        rest = [c for c in df.columns if c != vocab.event_time_column]
+    else:
+        event = time_literal.alias(vocab.event_time_column)
+        rest = list(df.columns)
+    return df.select(
+        F.lit(0).cast("int").alias(vocab.operation_type_column),
+        time_literal.alias(vocab.system_time_column),
+        event,
+        *[F.col(f"`{c}`") for c in rest],
+    )
+
+
+def _assign_offsets(df, vocab: Vocabulary, first_offset: int):
+    """Offsets per partition, without moving rows: (DataFrame, rows per partition)."""
+    from pyspark.sql import functions as F
+
+    counts = {
+        row["pid"]: row["count"]
+        for row in df.groupBy(F.spark_partition_id().alias("pid")).count().collect()
+    }
+    partitions = df.rdd.getNumPartitions()
+    firsts, running = [], first_offset
+    for pid in range(partitions):
+        firsts.append(running)
+        running += counts.get(pid, 0)
+    pid = F.spark_partition_id()
+    within = F.monotonically_increasing_id() - F.shiftleft(pid.cast("long"), _ROW_BITS)
+    base = F.element_at(F.array(*[F.lit(x).cast("long") for x in firsts]), pid + 1)
+    with_offsets = df.select(
+        (base + within).cast("long").alias(vocab.offset_column),
+        *[F.col(f"`{c}`") for c in df.columns],
+    )
+    return with_offsets, counts
+
+
+def write(
+    df,
+    dataset_path: str | Path,
+    *,
+    event_time: str | None = None,
+    source: Mapping[str, Any] | None = None,
+    create: bool = False,
+    hash: str = BLAKE3,
+    avro_schema: str | None = None,
+) -> IngestResult:
+    """Append a Spark DataFrame to the dataset at ``dataset_path`` as Parquet slices.
+
+    ``event_time`` names the column holding event times (default: the vocabulary's
+    ``event_time`` column if present, else the transaction's system time). ``source`` is
+    recorded in every AddData's extra attributes (input files and their hashes, or an upstream
+    dataset's id and head block). ``create`` makes the dataset (with ``hash``) if it does not
+    exist. ``avro_schema`` keeps an Avro writer schema with the SetDataSchema, so field paths
+    follow the Avro convention.
+    """
+    from pyspark import StorageLevel
+
+    timings: dict[str, float] = {}
+    clock = time.perf_counter()
+    path = Path(dataset_path)
+    if create and not (path / "refs" / "head").exists():
+        dataset = Dataset.create(path, hash=hash)
+    else:
+        dataset = Dataset.open(path)
+    storage = dataset.storage
+    state = dataset.refresh()
+    vocab = state.vocab
+    algorithm = state.hash_algorithm or BLAKE3
+    system_time = chain.now(state.system_time)
+    spark = df.sparkSession
+
+    shaped = _with_system_columns(df, vocab, system_time, event_time)
+    shaped = shaped.persist(StorageLevel.MEMORY_AND_DISK)
+    staging = storage.staging_dir / f"spark-{uuid.uuid4().hex}"
+    try:
+        out, counts = _assign_offsets(shaped, vocab, state.next_offset)
+        total = sum(counts.values())
+        timings["offsets"] = time.perf_counter() - clock
+        if total == 0:
+            return IngestResult(path, 0, 0, 0, [], state.head, timings)
+
+        clock = time.perf_counter()
+        previous = spark.conf.get("spark.sql.parquet.outputTimestampType", None)
+        spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MILLIS")
+        try:
+            out.write.option("compression", "zstd").parquet(str(staging))
+        except Exception as exc:  # py4j / Spark errors: the job failed, nothing appended
+            raise IngestError(f"Spark could not write the slices: {_first_line(exc)}") from exc
+        finally:
+            if previous is None:
+                spark.conf.unset("spark.sql.parquet.outputTimestampType")
+            else:
+                spark.conf.set("spark.sql.parquet.outputTimestampType", previous)
+        timings["spark_write"] = time.perf_counter() - clock
+
+        clock = time.perf_counter()
+        files = sorted(
+            (p for p in staging.iterdir() if _PART.match(p.name)),
+            key=lambda p: int(_PART.match(p.name).group(1)),
+        )
+        offset_column = vocab.offset_column
+        written: list[WrittenSlice] = (
+            spark.sparkContext.parallelize([str(p) for p in files], max(len(files), 1))
+            .map(lambda p: _inspect_file(p, algorithm, offset_column))
+            .collect()
+        )
+        written.sort(key=lambda w: w.partition)
+        timings["hashing"] = time.perf_counter() - clock
+
+        clock = time.perf_counter()
+        intervals = _check_files(written, counts, state.next_offset)
+        schema = _declared_schema(
+            pq.read_schema(files[0]).remove_metadata(),  # Spark's row metadata is not ours
+            state.schema,
+            set(vocab.system_columns),
+        )
+        if avro_schema is not None:
+            schema = schema.with_metadata({b"odf_chain.avro.schema": avro_schema.encode()})
+        prepared: list[chain.PreparedBlock] = []
+        if state.schema is None or not schema.equals(state.schema, check_metadata=True):
+            prepared.append(
+                chain.prepare(state, SetDataSchema.from_arrow(schema), system_time=system_time)
+            )
+        watermark = _event_time_max([str(p) for p in files], vocab.event_time_column)
+        current = prepared[-1].after if prepared else state
+        if current.watermark is not None:
+            watermark = max(watermark or current.watermark, current.watermark)
+        extra = None if source is None else {SOURCE_KEY: dict(source)}
+        for slice_info, interval in zip(written, intervals, strict=True):
+            block = chain.prepare(
+                current,
+                AddData(
+                    prev_checkpoint=current.last_checkpoint,
+                    prev_offset=current.last_offset,
+                    new_data=DataSlice(
+                        logical_hash=Multihash.from_multibase(slice_info.logical_hash),
+                        physical_hash=Multihash.from_multibase(slice_info.physical_hash),
+                        offset_interval=interval,
+                        size=slice_info.size,
+                    ),
+                    new_watermark=watermark,
+                    extra=extra,
+                ),
+                system_time=system_time,
+            )
+            prepared.append(block)
+            current = block.after
+
+        for slice_info in written:
+            storage.commit_data(staging / slice_info.file_name, slice_info.physical_hash)
+        timings["renames"] = time.perf_counter() - clock
+
+        clock = time.perf_counter()
+        new_state = chain.commit(storage, *prepared)
+        timings["blocks"] = time.perf_counter() - clock
+        dataset.refresh()
+        return IngestResult(
+            dataset=path,
+            rows=total,
+            slices=len(written),
+            bytes=sum(w.size for w in written),
+            blocks=[p.entry for p in prepared],
+            head=new_state.head,
+            timings=timings,
+        )
+    finally:
+        shaped.unpersist()
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _nullable(t: pa.DataType) -> pa.DataType:
+    """``t`` with every nested field nullable."""
+    if pa.types.is_struct(t):
+        return pa.struct([f.with_type(_nullable(f.type)).with_nullable(True) for f in t])
+    if pa.types.is_map(t):
+        return pa.map_(t.key_type, pa.field(t.item_field.name, _nullable(t.item_type)))
+    if pa.types.is_large_list(t):
+        return pa.large_list(pa.field(t.value_field.name, _nullable(t.value_type)))
+    if pa.types.is_list(t):
+        return pa.list_(pa.field(t.value_field.name, _nullable(t.value_type)))
+    return t
+
+
+def _declared_schema(written: pa.Schema, in_force: pa.Schema | None, system: set[str]) -> pa.Schema:
+    """The schema to declare for what Spark wrote.
+
+    Spark's nullability says more about its plan than about the data (a literal column is
+    "required"), and DataMine's rules forbid new required fields, so user columns are declared
+    nullable: what the files hold always fits. A column the schema in force already declares,
+    with the same type, keeps that declaration, so an unchanged write never changes the schema.
+    """
+    fields = []
+    for f in written:
+        if f.name in system:
+            fields.append(f)
+            continue
+        relaxed = f.with_type(_nullable(f.type)).with_nullable(True)
+        if in_force is not None and f.name in in_force.names:
+            known = in_force.field(f.name)
+            if _nullable(known.type).equals(relaxed.type):
+                relaxed = known
+        fields.append(relaxed)
+    return pa.schema(fields)
+
+
+def _check_files(
+    written: list[WrittenSlice], counts: dict[int, int], first_offset: int
+) -> list[OffsetInterval]:
+    """Each file holds exactly the offsets its partition was promised; returns the intervals."""
+    intervals = []
+    running = first_offset
+    expected = {pid: n for pid, n in counts.items() if n}
+    seen = {w.partition for w in written}
+    if seen != set(expected):
+        raise IngestError(
+            f"Spark wrote files for partitions {sorted(seen)}, expected {sorted(expected)}"
+        )
+    for w in written:
+        start, end = running, running + w.num_rows - 1
+        if w.num_rows != expected[w.partition] or (w.offset_min, w.offset_max) != (start, end):
+            raise IngestError(
+                f"{w.file_name}: expected offsets {start}..{end} "
+                f"({expected[w.partition]} rows), found {w.offset_min}..{w.offset_max} "
+                f"({w.num_rows} rows)"
+            )
+        intervals.append(OffsetInterval(start, end))
+        running = end + 1
+    return intervals
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def read(spark, dataset_path: str | Path, at: str | int = "head"):
+    """The dataset's data as of block ``at``: exactly the slices the chain names up to it."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    dataset = Dataset.open(dataset_path)
+    entries = load_chain(dataset.storage)
+    upto = entries[: select(entries, at) + 1]
+    state = dataset.state_at(upto[-1].hash)
+    paths = [
+        str(dataset.storage.data_path(str(e.block.event.new_data.physical_hash)))
+        for e in upto
+        if isinstance(e.block.event, AddData) and e.block.event.new_data is not None
+    ]
+    if not paths:
+        if state.schema is None:
+            raise NotFoundError(f"{dataset_path} has no schema at block {state.sequence_number}")
+        return spark.createDataFrame([], from_arrow_schema(state.schema))
+    # Read with the schema in force at that block: slices from before an evolution lack the
+    # newer (nullable) columns, which then read as nulls.
+    return spark.read.schema(from_arrow_schema(state.schema)).parquet(*paths)
