@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from odf_chain.dataset import Dataset
 from odf_chain.errors import OdfChainError, SchemaError
 from odf_chain.format.multihash import BLAKE3, SHA3_256
+from odf_chain.gc import DEFAULT_MIN_AGE, collect_garbage_path
 from odf_chain.render import block_to_jsonable, log_line, schema_to_jsonable, state_to_jsonable
 from odf_chain.schema.evolution import check_evolution, diff_schemas
 from odf_chain.schema.fields import FieldInfo
@@ -192,6 +193,62 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return EXIT_OK if report.ok else EXIT_FAILED
 
 
+def cmd_gc(args: argparse.Namespace) -> int:
+    result = collect_garbage_path(args.dir, min_age=args.min_age, dry_run=args.dry_run)
+    verb = "would remove" if args.dry_run else "removed"
+    for path in result.removed:
+        print(f"{verb} {path}")
+    for path in result.kept_young:
+        print(f"kept {path} (younger than {args.min_age:g} s: a writer may still need it)")
+    print(f"{verb} {len(result.removed)} leftovers, {result.bytes_freed:,} bytes")
+    return EXIT_OK
+
+
+def _spark_session(master: str):
+    """A SparkSession for the CLI: local by default, any cluster with --master."""
+    from pyspark.sql import SparkSession
+
+    return (
+        SparkSession.builder.master(master)
+        .appName("odf-chain ingest")
+        .config("spark.ui.showConsoleProgress", "true")  # Spark's own progress bar on stderr
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    from odf_chain.spark import write
+    from odf_chain.spark.sources import read_input
+
+    spark = _spark_session(args.master)
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        source = read_input(spark, list(args.inputs), args.format)
+        result = write(
+            source.df,
+            args.dir,
+            event_time=args.event_time,
+            create=args.create,
+            hash=args.hash,
+            avro_schema=source.avro_schema,
+            source={
+                "format": args.format,
+                "inputs": [{"uri": i.uri, "size": i.size, "hash": i.blake3} for i in source.inputs],
+            },
+        )
+    finally:
+        spark.stop()
+    print(f"ingested   {result.rows:,} rows from {len(source.inputs)} input file(s)")
+    print(f"slices     {result.slices} ({result.bytes:,} bytes of Parquet)")
+    names = ", ".join(sorted({b.block.event_name for b in result.blocks})) or "none"
+    print(f"blocks     {len(result.blocks)} appended ({names})")
+    print(f"head       {result.head}")
+    timings = "  ".join(f"{k} {v:.2f}s" for k, v in result.timings.items())
+    print(f"timings    {timings}")
+    return EXIT_OK
+
+
 def _add_verify_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("dir", help="dataset directory")
     parser.add_argument("--json", action="store_true", help="machine-readable report")
@@ -246,6 +303,34 @@ def build_parser() -> argparse.ArgumentParser:
     fields.add_argument("--at", default="head", metavar="REF", help=REF_HELP)
     fields.add_argument("--json", action="store_true", help="paths, types and nullability as JSON")
     fields.set_defaults(run=cmd_fields)
+
+    ingest = commands.add_parser(
+        "ingest", help="ingest files with Spark: Parquet slices and blocks, one transaction"
+    )
+    ingest.add_argument("dir", help="dataset directory")
+    ingest.add_argument("inputs", nargs="+", metavar="INPUT", help="files, folders or globs")
+    ingest.add_argument(
+        "--format", required=True, choices=["csv", "json", "parquet", "avro"], help="input format"
+    )
+    ingest.add_argument("--event-time", metavar="COL", help="column holding event times")
+    ingest.add_argument("--master", default="local[*]", help="Spark master URL (default: local[*])")
+    ingest.add_argument("--create", action="store_true", help="create the dataset if missing")
+    ingest.add_argument(
+        "--hash", choices=[BLAKE3, SHA3_256], default=BLAKE3, help="hash for a new dataset"
+    )
+    ingest.set_defaults(run=cmd_ingest)
+
+    gc = commands.add_parser("gc", help="remove leftovers of interrupted or losing writers")
+    gc.add_argument("dir", help="dataset directory")
+    gc.add_argument(
+        "--min-age",
+        type=float,
+        default=DEFAULT_MIN_AGE,
+        metavar="SECONDS",
+        help=f"only remove leftovers at least this old (default {DEFAULT_MIN_AGE:g})",
+    )
+    gc.add_argument("--dry-run", action="store_true", help="list what would be removed")
+    gc.set_defaults(run=cmd_gc)
 
     verify = commands.add_parser("verify", help="check blocks, rules and data (chain-verify)")
     _add_verify_arguments(verify)

@@ -14,6 +14,7 @@ import fcntl
 import os
 import re
 import secrets
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -355,15 +356,27 @@ class LocalStorage:
             raise _storage_error(exc, "open", path) from exc
 
     def leftover_staging(self) -> list[Path]:
-        """Files in ``.staging/``: orphans of writers that crashed (or are still writing)."""
+        """Entries of ``.staging/`` (files, and the folders writers such as Spark fill): orphans
+        of writers that crashed, or that are still writing."""
         path = self._root / ".staging"
         try:
             with os.scandir(path) as it:
-                return sorted(path / e.name for e in it if e.is_file())
+                return sorted(path / e.name for e in it if e.is_file() or e.is_dir())
         except FileNotFoundError:
             return []
         except OSError as exc:
             raise _storage_error(exc, "list", path) from exc
+
+    def remove_staged(self, entry: Path) -> None:
+        """Delete one entry of ``.staging/`` (a file or a writer's folder), for gc."""
+        entry = Path(entry)
+        with _os_errors("remove", entry):
+            if entry.parent.resolve() != self.staging_dir.resolve():
+                raise OdfChainError(f"{entry} is not an entry of {self.staging_dir}")
+            if entry.is_dir():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink(missing_ok=True)
 
     # -- head -----------------------------------------------------------------------------------
 

@@ -1,0 +1,99 @@
+"""odf-chain gc: leftovers of interrupted writers are removed, nothing else, never in haste."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from odf_chain import Dataset, OdfChainError
+from odf_chain.gc import collect_garbage_path
+from tests.conftest import snapshot_tree
+
+
+@pytest.fixture
+def dataset(tmp_path: Path) -> Path:
+    ds = Dataset.create(tmp_path / "ds")
+    ds.write(pa.table({"x": [1, 2, 3]}))
+    ds.write(pa.table({"x": [4]}))
+    return tmp_path / "ds"
+
+
+def _age(path: Path, seconds: float) -> None:
+    then = time.time() - seconds
+    os.utime(path, (then, then))
+
+
+def _leave_leftovers(root: Path) -> list[str]:
+    data = sorted((root / "data").iterdir())[0]
+    orphan = root / "data" / "f1e20deadbeef"
+    orphan.write_bytes(data.read_bytes())
+    staging = root / ".staging"
+    staging.mkdir(exist_ok=True)
+    (staging / "data.abandoned.parquet").write_bytes(b"half a file")
+    folder = staging / "spark-0123"
+    folder.mkdir()
+    (folder / "part-00000-x.parquet").write_bytes(b"partial")
+    return ["data/f1e20deadbeef", ".staging/data.abandoned.parquet", ".staging/spark-0123"]
+
+
+def test_young_leftovers_are_kept_old_ones_removed(dataset: Path) -> None:
+    committed = snapshot_tree(dataset)
+    leftovers = _leave_leftovers(dataset)
+    kept = collect_garbage_path(dataset, min_age=3600)
+    assert kept.removed == [] and sorted(kept.kept_young) == sorted(leftovers)
+    for relative in leftovers:
+        _age(dataset / relative, 7200)
+    dry = collect_garbage_path(dataset, min_age=3600, dry_run=True)
+    assert sorted(dry.removed) == sorted(leftovers)
+    assert all((dataset / p).exists() for p in leftovers)
+    done = collect_garbage_path(dataset, min_age=3600)
+    assert sorted(done.removed) == sorted(leftovers)
+    assert done.bytes_freed > 0
+    assert not any((dataset / p).exists() for p in leftovers)
+    after = Dataset.open(dataset).verify()
+    assert after.ok and after.warnings == []
+    # everything committed is exactly as it was
+    now = snapshot_tree(dataset)
+    for name, content in committed.items():
+        assert now.get(name) == content, name
+
+
+def test_gc_refuses_a_damaged_dataset(dataset: Path) -> None:
+    _leave_leftovers(dataset)
+    victim = sorted((dataset / "data").iterdir())[0]
+    victim.write_bytes(victim.read_bytes()[:-1])  # not an orphan: a committed slice, damaged
+    # gc does not check data contents (verify(check_data=False)), so damage a block instead
+    block = next(p for p in (dataset / "blocks").iterdir())
+    block.write_bytes(block.read_bytes() + b"!")
+    before = snapshot_tree(dataset)
+    with pytest.raises(OdfChainError, match="does not verify"):
+        collect_garbage_path(dataset, min_age=0)
+    assert snapshot_tree(dataset) == before
+
+
+def test_cli_gc(dataset: Path) -> None:
+    leftovers = _leave_leftovers(dataset)
+    run = subprocess.run(
+        [sys.executable, "-m", "odf_chain.cli", "gc", str(dataset), "--min-age", "0"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    for relative in leftovers:
+        assert f"removed {relative}" in run.stdout
+    assert f"removed {len(leftovers)} leftovers" in run.stdout
+    bad = subprocess.run(
+        [sys.executable, "-m", "odf_chain.cli", "gc", str(dataset / "nope")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1
