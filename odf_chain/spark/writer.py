@@ -44,6 +44,8 @@ from odf_chain.errors import NotFoundError, OdfChainError, SchemaError
 from odf_chain.events import AddData, DataSlice, OffsetInterval, SetDataSchema
 from odf_chain.format.multihash import BLAKE3, Multihash
 from odf_chain.replay import load_chain, select
+from odf_chain.schema.convert import AVRO_SCHEMA_KEY
+from odf_chain.slices import own_metadata
 from odf_chain.state import Vocabulary
 
 SOURCE_KEY = "odf-chain.dev/source"
@@ -263,7 +265,10 @@ def write(
             set(vocab.system_columns),
         )
         if avro_schema is not None:
-            schema = schema.with_metadata({b"odf_chain.avro.schema": avro_schema.encode()})
+            schema = schema.with_metadata({AVRO_SCHEMA_KEY: avro_schema.encode()})
+        elif state.schema is not None and own_metadata(state.schema):
+            # a dataset keeps its field-path convention when later inputs are not Avro
+            schema = schema.with_metadata(own_metadata(state.schema))
         prepared: list[chain.PreparedBlock] = []
         if state.schema is None or not schema.equals(state.schema, check_metadata=True):
             prepared.append(
