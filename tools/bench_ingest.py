@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""Benchmark: odf_chain.spark.write against plain df.write.parquet, side by side in one run.
+
+    python tools/bench_ingest.py [--rows 5000000] [--partitions 8] [--repeat 2] [--dir PATH]
+
+Both write the same generated DataFrame (computed from spark.range, so generation is part of
+both timings) with the same compression (zstd) on the same local Spark. Runs alternate
+(plain, odf, plain, odf, ...) and the medians are compared. The odf_chain run also reports
+where its extra time goes, from IngestResult.timings: offset assignment (persist + per-partition
+counts), Spark's write, hashing (a task per file), renames and blocks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+
+def make_frame(spark, rows: int, partitions: int):
+    from pyspark.sql import functions as F
+
+    base = spark.range(0, rows, numPartitions=partitions)
+    return base.select(
+        F.col("id"),
+        (F.col("id") % 1000).alias("station_id"),
+        F.concat(F.lit("station-"), (F.col("id") % 977).cast("string")).alias("station"),
+        (F.rand(1) * 40 - 10).alias("temperature_c"),
+        (F.rand(2) * 100).alias("humidity_pct"),
+        F.struct((F.rand(3) * 180 - 90).alias("lat"), (F.rand(4) * 360 - 180).alias("lon")).alias(
+            "location"
+        ),
+        F.expr("timestamp_seconds(1700000000 + id)").alias("event_time"),
+        F.sha2(F.col("id").cast("string"), 256).alias("payload"),
+    )
+
+
+def folder_size(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*.parquet"))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=5_000_000)
+    parser.add_argument("--partitions", type=int, default=8)
+    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--dir", type=Path, default=None)
+    args = parser.parse_args()
+
+    from pyspark.sql import SparkSession
+
+    from odf_chain.spark import write
+
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    spark = (
+        SparkSession.builder.master("local[*]")
+        .appName("odf_chain ingest benchmark")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.memory", "6g")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.host", "127.0.0.1")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MILLIS")
+    scratch = Path(tempfile.mkdtemp(prefix="odf-bench-ingest-", dir=args.dir))
+    plain_times, odf_times, breakdowns = [], [], []
+    size = 0
+    try:
+        frame = make_frame(spark, args.rows, args.partitions)
+        for i in range(args.repeat):
+            target = scratch / f"plain-{i}"
+            start = time.perf_counter()
+            frame.write.option("compression", "zstd").parquet(str(target))
+            plain_times.append(time.perf_counter() - start)
+            size = folder_size(target)
+            shutil.rmtree(target)
+
+            target = scratch / f"odf-{i}"
+            start = time.perf_counter()
+            result = write(frame, target, create=True, event_time="event_time")
+            odf_times.append(time.perf_counter() - start)
+            breakdowns.append(result.timings)
+            assert result.rows == args.rows
+            shutil.rmtree(target)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+        spark.stop()
+
+    plain, odf = statistics.median(plain_times), statistics.median(odf_times)
+    print(f"rows {args.rows:,}, {args.partitions} partitions, {size / 1e6:,.0f} MB of Parquet")
+    runs = [round(t, 2) for t in plain_times]
+    print(f"plain df.write.parquet   median {plain:7.2f} s   runs {runs}")
+    print(f"odf_chain.spark.write    median {odf:7.2f} s   runs {[round(t, 2) for t in odf_times]}")
+    print(f"overhead ratio           {odf / plain:7.2f}x  (aim: at most 1.15x)")
+    print("where odf_chain's time goes (median over runs):")
+    for key in breakdowns[0]:
+        print(f"  {key:<12} {statistics.median(b[key] for b in breakdowns):7.2f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
