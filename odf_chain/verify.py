@@ -31,6 +31,7 @@ from odf_chain.errors import (
 from odf_chain.events import AddData, DataSlice, ExecuteTransform, MetadataBlock
 from odf_chain.format.codec import decode_block
 from odf_chain.format.multihash import Multihash
+from odf_chain.schema.evolution import same_columns
 from odf_chain.state import EMPTY, DatasetState, apply
 from odf_chain.storage import LocalStorage
 
@@ -283,17 +284,14 @@ def _check_slice(
             f"the file holds {metadata.num_rows}",
             **where,
         )
-    if state.schema is not None:
-        expected = [(f.name, f.type) for f in state.schema]
-        found = [(f.name, f.type) for f in file_schema]
-        if expected != found:
-            report.add(
-                "error",
-                "data-schema",
-                "the file's columns differ from the schema in force "
-                f"(block {state.schema_sequence_number})",
-                **where,
-            )
+    if state.schema is not None and not same_columns(file_schema, state.schema):
+        report.add(
+            "error",
+            "data-schema",
+            "the file's columns differ from the schema in force "
+            f"(block {state.schema_sequence_number})",
+            **where,
+        )
 
 
 def _listing(list_names, directory: str, report: VerifyReport, *, needed: bool) -> list:

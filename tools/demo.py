@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
-"""The odf_chain demo: build a dataset, evolve its schema, inspect it, verify it, tamper with it.
+"""The odf_chain demo: real PySpark ingests into a local dataset, then replay, field paths,
+reading back, verification and tamper detection.
 
     bash tools/demo.sh            # sets up .venv, then runs this
     python tools/demo.py [DIR]    # default DIR: ./demo-output
 
-Generates its own data (no downloads), writes real Parquet slices and real blocks, and shows
-each step through the same `odf-chain` / `chain-verify` commands a user would type.
+Generates its own data (no downloads): 200,000 sensor readings in four Avro files, then
+100,000 more in two Parquet files that add a nullable column. Every step runs through the same
+`odf-chain` / `chain-verify` commands a user would type, with local Spark (`--master local[*]`).
 """
 
 from __future__ import annotations
@@ -17,11 +19,31 @@ import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import fastavro
 import pyarrow as pa
+import pyarrow.parquet as pq
 
-from odf_chain import Dataset, SchemaEvolutionError
-
-ROWS_PER_SLICE = 20_000
+ROWS_PER_FILE = 50_000
+STATIONS = [f"station-{i:02d}" for i in range(24)]
+AVRO_SCHEMA = {
+    "type": "record",
+    "name": "Reading",
+    "namespace": "demo.sensors",
+    "doc": "One reading of one weather station",
+    "fields": [
+        {"name": "station", "type": "string"},
+        {"name": "temperature_c", "type": "double"},
+        {
+            "name": "location",
+            "type": {
+                "type": "record",
+                "name": "Location",
+                "fields": [{"name": "lat", "type": "double"}, {"name": "lon", "type": "double"}],
+            },
+        },
+        {"name": "event_time", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+    ],
+}
 
 
 def banner(text: str) -> None:
@@ -39,85 +61,134 @@ def run(*args: str, check: bool = True) -> int:
     return code
 
 
-def sensor_readings(rng: random.Random, start: datetime, n: int, with_humidity: bool) -> pa.Table:
-    """Synthetic IoT readings: one row per sensor per second."""
-    stations = [f"station-{i:02d}" for i in range(12)]
-    columns = {
-        "event_time": pa.array(
-            [start + timedelta(seconds=i) for i in range(n)], type=pa.timestamp("ms", tz="UTC")
-        ),
-        "station": [stations[i % len(stations)] for i in range(n)],
-        "temperature_c": [round(rng.gauss(14.0, 6.0), 2) for _ in range(n)],
-        "location": pa.array(
-            [{"lat": 59.3 + rng.random(), "lon": 18.0 + rng.random()} for _ in range(n)],
-            type=pa.struct([("lat", pa.float64()), ("lon", pa.float64())]),
-        ),
-    }
-    if with_humidity:
-        columns["humidity_pct"] = [round(rng.uniform(20, 95), 1) for _ in range(n)]
-    return pa.table(columns)
+def readings(rng: random.Random, start: datetime, n: int) -> list[dict]:
+    return [
+        {
+            "station": STATIONS[i % len(STATIONS)],
+            "temperature_c": round(rng.gauss(14.0, 6.0), 2),
+            "location": {"lat": 59.3 + rng.random(), "lon": 18.0 + rng.random()},
+            "event_time": start + timedelta(seconds=i),
+        }
+        for i in range(n)
+    ]
+
+
+def generate(inputs: Path) -> None:
+    rng = random.Random(7)
+    start = datetime(2026, 11, 1, tzinfo=UTC)
+    (inputs / "avro").mkdir(parents=True)
+    parsed = fastavro.parse_schema(AVRO_SCHEMA)
+    for i in range(4):
+        with (inputs / "avro" / f"readings-{i}.avro").open("wb") as fh:
+            rows = readings(rng, start + timedelta(days=i), ROWS_PER_FILE)
+            fastavro.writer(fh, parsed, rows, codec="deflate")
+    (inputs / "parquet").mkdir()
+    for i in range(2):
+        rows = readings(rng, start + timedelta(days=4 + i), ROWS_PER_FILE)
+        for row in rows:
+            row["humidity_pct"] = round(rng.uniform(20, 95), 1) if rng.random() > 0.1 else None
+        table = pa.Table.from_pylist(rows)
+        table = table.set_column(
+            table.schema.get_field_index("event_time"),
+            "event_time",
+            table.column("event_time").cast(pa.timestamp("ms", tz="UTC")),
+        )
+        pq.write_table(table, inputs / "parquet" / f"readings-{i}.parquet")
+    (inputs / "bad.csv").write_text(
+        "station,temperature_c,event_time\nstation-01,warm,2026-11-07T00:00:00Z\n"
+    )
+
+
+def first_data_block(dataset: Path) -> int:
+    from odf_chain import AddData, Dataset
+
+    return next(
+        e.block.sequence_number
+        for e in Dataset.open(dataset).blocks()
+        if isinstance(e.block.event, AddData)
+    )
+
+
+def read_back(dataset: Path, at: int) -> None:
+    from pyspark.sql import SparkSession, functions as F
+
+    from odf_chain.spark import read
+
+    spark = (
+        SparkSession.builder.master("local[*]")
+        .appName("odf-chain demo read")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        frame = read(spark, dataset, at=at)
+        summary = frame.agg(
+            F.count("*").alias("rows"),
+            F.min("offset").alias("first"),
+            F.max("offset").alias("last"),
+        ).first()
+        print(f">>> odf_chain.spark.read(spark, {dataset.name!r}, at={at})")
+        print(
+            f"{summary['rows']:,} rows, offsets {summary['first']}..{summary['last']}, "
+            f"columns: {', '.join(frame.columns)}"
+        )
+    finally:
+        spark.stop()
 
 
 def main(argv: list[str]) -> int:
     target = Path(argv[1] if len(argv) > 1 else "demo-output").resolve()
-    dataset_dir = target / "sensors"
     if target.exists():
         shutil.rmtree(target)
-    target.mkdir(parents=True)
-    rng = random.Random(7)
-    start = datetime(2026, 11, 1, tzinfo=UTC)
+    inputs, dataset = target / "inputs", target / "sensors"
 
-    banner("Create a dataset (Seed block, fresh did:odf id, BLAKE3 hashes)")
-    run("odf-chain", "init", str(dataset_dir))
+    banner("Generate 300,000 readings: four Avro files, two Parquet files with a new column")
+    generate(inputs)
+    for path in sorted(inputs.rglob("*.*")):
+        print(f"{path.relative_to(target)}  {path.stat().st_size:,} bytes")
 
-    banner("Write three slices, then evolve the schema with a new nullable column")
-    dataset = Dataset.open(dataset_dir)
-    for i in range(3):
-        table = sensor_readings(rng, start + timedelta(hours=i), ROWS_PER_SLICE, False)
-        blocks = dataset.write(table)
-        print(f"wrote {table.num_rows:,} rows -> {', '.join(b.block.event_name for b in blocks)}")
-    table = sensor_readings(rng, start + timedelta(hours=3), ROWS_PER_SLICE, True)
-    blocks = dataset.write(table)
-    print(
-        f"wrote {table.num_rows:,} rows with humidity_pct -> "
-        f"{', '.join(b.block.event_name for b in blocks)}"
-    )
+    banner("Ingest the Avro files with Spark (creates the dataset: Seed, SetDataSchema, AddData)")
+    run(
+        "odf-chain", "ingest", str(dataset), str(inputs / "avro"),
+        "--format", "avro", "--event-time", "event_time", "--create",
+    )  # fmt: skip
 
-    banner("An incompatible change is refused before anything is written")
-    bad = sensor_readings(rng, start + timedelta(hours=4), 10, True)
-    bad = bad.set_column(
-        bad.schema.get_field_index("temperature_c"),
-        "temperature_c",
-        bad.column("temperature_c").cast(pa.string()),
-    )
-    print("writing temperature_c as strings instead of doubles ...")
-    try:
-        dataset.write(bad)
-    except SchemaEvolutionError as exc:
-        print(f"refused: {exc}")
-    else:
+    banner("An incompatible input is refused before any block is appended")
+    code = run(
+        "odf-chain", "ingest", str(dataset), str(inputs / "bad.csv"), "--format", "csv",
+        check=False,
+    )  # fmt: skip
+    if code == 0:
         raise SystemExit("demo: an incompatible schema change was accepted")
 
+    banner("Ingest the Parquet files, which add a nullable column (schema evolution)")
+    run(
+        "odf-chain", "ingest", str(dataset), str(inputs / "parquet"),
+        "--format", "parquet", "--event-time", "event_time",
+    )  # fmt: skip
+
     banner("The chain")
-    run("odf-chain", "log", str(dataset_dir))
+    run("odf-chain", "log", str(dataset))
 
-    banner("Schema at the first data block, and at head")
-    run("odf-chain", "schema", str(dataset_dir), "--at", "1")
-    run("odf-chain", "schema", str(dataset_dir), "--at", "head")
+    banner("Schema history")
+    run("odf-chain", "schema", str(dataset), "--history")
 
-    banner("DataHub v2 field paths at the first data block, and at head")
-    run("odf-chain", "fields", str(dataset_dir), "--at", "1")
-    run("odf-chain", "fields", str(dataset_dir), "--at", "head")
+    first = first_data_block(dataset)
+    banner(f"DataHub v2 field paths at block {first} (first data) and at head (Avro convention)")
+    run("odf-chain", "fields", str(dataset), "--at", str(first))
+    run("odf-chain", "fields", str(dataset), "--at", "head")
 
-    banner("Schema history: every SetDataSchema and what it changed")
-    run("odf-chain", "schema", str(dataset_dir), "--history")
+    banner(f"Read the data back as of block {first}")
+    read_back(dataset, first)
 
     banner("Verify: every block hash, every rule, every slice")
-    run("chain-verify", str(dataset_dir))
+    run("chain-verify", str(dataset))
 
-    banner("Tamper with one byte of one slice in a copy, and verify again")
+    banner("Tamper with one bit of one slice in a copy, and verify again")
     tampered = target / "sensors-tampered"
-    shutil.copytree(dataset_dir, tampered)
+    shutil.copytree(dataset, tampered)
     victim = sorted((tampered / "data").iterdir())[0]
     raw = bytearray(victim.read_bytes())
     raw[len(raw) // 2] ^= 0x01
@@ -127,7 +198,7 @@ def main(argv: list[str]) -> int:
     if code == 0:
         raise SystemExit("demo: tampering went unnoticed")
     print(f"chain-verify exited {code}: tampering detected")
-    print(f"\nDemo dataset left in {dataset_dir}")
+    print(f"\nDemo dataset left in {dataset}")
     return 0
 
 

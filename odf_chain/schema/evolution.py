@@ -100,6 +100,19 @@ def _walk_pairs(old: pa.Schema, new: pa.Schema) -> Iterator[_Pair]:
         stack.extend(reversed(descend))
 
 
+def same_columns(a: pa.Schema, b: pa.Schema) -> bool:
+    """Same column names in the same order, and the same types all the way down, nullability
+    aside (a file may hold a field as required that the schema declares nullable)."""
+    if a.names != b.names:
+        return False
+    return all(
+        pair.old is not None
+        and pair.new is not None
+        and _shape(pair.old.type) == _shape(pair.new.type)
+        for pair in _walk_pairs(a, b)
+    )
+
+
 Namer = Callable[[NamePath], str]
 
 

@@ -44,7 +44,7 @@ from odf_chain.errors import NotFoundError, OdfChainError, SchemaError
 from odf_chain.events import AddData, DataSlice, OffsetInterval, SetDataSchema
 from odf_chain.format.multihash import BLAKE3, Multihash
 from odf_chain.replay import load_chain, select
-from odf_chain.schema.convert import AVRO_SCHEMA_KEY
+from odf_chain.schema.convert import AVRO_SCHEMA_KEY, avro_to_arrow
 from odf_chain.slices import own_metadata
 from odf_chain.state import Vocabulary
 
@@ -223,7 +223,10 @@ def write(
     shaped = shaped.persist(StorageLevel.MEMORY_AND_DISK)
     staging = storage.staging_dir / f"spark-{uuid.uuid4().hex}"
     try:
-        out, counts = _assign_offsets(shaped, vocab, state.next_offset)
+        try:
+            out, counts = _assign_offsets(shaped, vocab, state.next_offset)
+        except Exception as exc:  # a task of the input's own plan failed: nothing appended
+            raise _spark_failure("count the input", exc) from exc
         total = sum(counts.values())
         timings["offsets"] = time.perf_counter() - clock
         if total == 0:
@@ -235,7 +238,7 @@ def write(
         try:
             out.write.option("compression", "zstd").parquet(str(staging))
         except Exception as exc:  # py4j / Spark errors: the job failed, nothing appended
-            raise IngestError(f"Spark could not write the slices: {_first_line(exc)}") from exc
+            raise _spark_failure("write the slices", exc) from exc
         finally:
             if previous is None:
                 spark.conf.unset("spark.sql.parquet.outputTimestampType")
@@ -249,11 +252,14 @@ def write(
             key=lambda p: int(_PART.match(p.name).group(1)),
         )
         offset_column = vocab.offset_column
-        written: list[WrittenSlice] = (
-            spark.sparkContext.parallelize([str(p) for p in files], max(len(files), 1))
-            .map(lambda p: _inspect_file(p, algorithm, offset_column))
-            .collect()
-        )
+        try:
+            written: list[WrittenSlice] = (
+                spark.sparkContext.parallelize([str(p) for p in files], max(len(files), 1))
+                .map(lambda p: _inspect_file(p, algorithm, offset_column))
+                .collect()
+            )
+        except Exception as exc:  # a file could not be read or hashed: nothing appended
+            raise _spark_failure("hash the slices", exc) from exc
         written.sort(key=lambda w: w.partition)
         timings["hashing"] = time.perf_counter() - clock
 
@@ -265,6 +271,9 @@ def write(
             set(vocab.system_columns),
         )
         if avro_schema is not None:
+            # the writer schema's names (record names, enum symbols, docs) ride on field
+            # metadata, which Spark's files do not carry: take it from the Avro conversion
+            schema = _copy_field_metadata(schema, avro_to_arrow(avro_schema))
             schema = schema.with_metadata({AVRO_SCHEMA_KEY: avro_schema.encode()})
         elif state.schema is not None and own_metadata(state.schema):
             # a dataset keeps its field-path convention when later inputs are not Avro
@@ -356,6 +365,30 @@ def _declared_schema(written: pa.Schema, in_force: pa.Schema | None, system: set
     return pa.schema(fields)
 
 
+def _copy_field_metadata(schema: pa.Schema, reference: pa.Schema) -> pa.Schema:
+    """``schema`` with the field metadata of same-named fields of ``reference`` (nested too)."""
+
+    def merge(f: pa.Field, ref: pa.Field | None) -> pa.Field:
+        if ref is None:
+            return f
+        t = f.type
+        if pa.types.is_struct(t) and pa.types.is_struct(ref.type):
+            names = {ref.type.field(i).name: ref.type.field(i) for i in range(ref.type.num_fields)}
+            t = pa.struct([merge(c, names.get(c.name)) for c in t])
+        elif pa.types.is_list(t) and pa.types.is_list(ref.type):
+            t = pa.list_(merge(t.value_field, ref.type.value_field))
+        elif pa.types.is_map(t) and pa.types.is_map(ref.type):
+            t = pa.map_(t.key_type, merge(t.item_field, ref.type.item_field))
+        out = f.with_type(t)
+        return out.with_metadata(ref.metadata) if ref.metadata else out
+
+    names = set(reference.names)
+    return pa.schema(
+        [merge(f, reference.field(f.name) if f.name in names else None) for f in schema],
+        metadata=schema.metadata,
+    )
+
+
 def _check_files(
     written: list[WrittenSlice], counts: dict[int, int], first_offset: int
 ) -> list[OffsetInterval]:
@@ -379,6 +412,14 @@ def _check_files(
         intervals.append(OffsetInterval(start, end))
         running = end + 1
     return intervals
+
+
+def _spark_failure(step: str, exc: BaseException) -> OdfChainError:
+    """The error to raise when a Spark job failed: the odf_chain error a task raised (say, a
+    corrupt input file, named), else an IngestError with Spark's first line."""
+    from odf_chain.spark.sources import odf_error
+
+    return odf_error(exc) or IngestError(f"Spark could not {step}: {_first_line(exc)}")
 
 
 def _first_line(exc: BaseException) -> str:
