@@ -1,0 +1,313 @@
+"""odf_chain.spark.write / read on the shared local SparkSession.
+
+Every check reads the files back with pyarrow and the blocks with the chain reader: nothing here
+trusts what ``write`` says it did.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+from pyspark.sql import functions as F
+
+from odf_chain.dataset import Dataset
+from odf_chain.errors import NotFoundError, SchemaEvolutionError
+from odf_chain.events import AddData, SetDataSchema
+from odf_chain.format.multihash import BLAKE3, SHA3_256
+from odf_chain.spark import read, write
+from odf_chain.spark.writer import SOURCE_KEY
+from tests.conftest import multihash_name, snapshot_tree
+
+# -- helpers --------------------------------------------------------------------------------------
+
+
+def partition_sizes(df) -> list[int]:
+    """Rows in each partition of ``df`` (one number per partition reaches the driver)."""
+    return df.rdd.mapPartitions(lambda rows: [sum(1 for _ in rows)]).collect()
+
+
+def data_files(path: Path) -> dict[str, pa.Table]:
+    """Every file under data/, read by pyarrow, by name."""
+    return {p.name: pq.read_table(p) for p in sorted((path / "data").iterdir())}
+
+
+def adds(dataset: Dataset) -> list:
+    """The AddData blocks of the chain, oldest first."""
+    return [e for e in dataset.blocks() if isinstance(e.block.event, AddData)]
+
+
+def staging_entries(path: Path) -> list[str]:
+    staging = path / ".staging"
+    return sorted(p.name for p in staging.iterdir()) if staging.exists() else []
+
+
+def offsets_of(table: pa.Table) -> list[int]:
+    return table.column("offset").to_pylist()
+
+
+def check_clean(path: Path) -> None:
+    """verify: no errors, no warnings; nothing left in .staging."""
+    report = Dataset.open(path).verify()
+    assert report.ok, [p.line() for p in report.problems]
+    assert report.warnings == [], [p.line() for p in report.warnings]
+    assert staging_entries(path) == []
+
+
+def check_transaction(path: Path, result, first_offset: int, rows: int, algorithm: str):
+    """The blocks ``result`` reports are the chain's tail and describe exactly the files of the
+    write: one AddData per file, in offset order, contiguous from ``first_offset``, each
+    interval equal to its file's offsets, hashes and sizes as computed independently, one
+    system time for blocks and rows. Returns the write's files, oldest offsets first."""
+    dataset = Dataset.open(path)
+    chain = dataset.blocks()
+    appended = chain[-len(result.blocks) :]
+    assert [e.hash for e in appended] == [b.hash for b in result.blocks]
+    assert dataset.state.head == result.head == appended[-1].hash
+    system_times = {e.block.system_time for e in appended}
+    assert len(system_times) == 1
+    (system_time,) = system_times
+    assert system_time.microsecond % 1000 == 0  # whole milliseconds, as the column stores it
+
+    add_entries = [e for e in appended if isinstance(e.block.event, AddData)]
+    assert len(add_entries) == result.slices
+    files = []
+    expected_start = first_offset
+    for entry in add_entries:
+        event = entry.block.event
+        assert event.prev_offset == (expected_start - 1 if expected_start else None)
+        interval = event.new_data.offset_interval
+        assert interval.start == expected_start
+        name = str(event.new_data.physical_hash)
+        raw = (path / "data" / name).read_bytes()
+        assert name == multihash_name(raw, algorithm)
+        assert event.new_data.size == len(raw)
+        table = pq.read_table(path / "data" / name)
+        offsets = offsets_of(table)
+        # the file's offsets are contiguous, in order, and exactly the interval
+        assert offsets == list(range(interval.start, interval.end + 1))
+        assert (min(offsets), max(offsets)) == (interval.start, interval.end)
+        assert table.column("op").to_pylist() == [0] * table.num_rows
+        assert table.schema.field("system_time").type == pa.timestamp("ms", tz="UTC")
+        assert set(table.column("system_time").to_pylist()) == {system_time}
+        files.append(table)
+        expected_start = interval.end + 1
+    assert expected_start == first_offset + rows
+    assert sum(t.num_rows for t in files) == rows == result.rows
+    return files
+
+
+# -- one write -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("algorithm", [BLAKE3, SHA3_256])
+def test_write_several_partitions(spark, tmp_path, algorithm):
+    path = tmp_path / "ds"
+    n = 1000
+    df = (
+        spark.range(0, n, numPartitions=5)
+        .withColumn("double", F.col("id") * 2)
+        .withColumn("label", F.concat(F.lit("row-"), F.col("id").cast("string")))
+        .withColumn("when", F.timestamp_seconds(F.col("id") + 1_700_000_000))
+    )
+    sizes = partition_sizes(df)
+    assert sizes == [200] * 5
+    source = {"inputs": [{"path": "/in/rows.csv", "hash": "f1e20" + "00" * 32}]}
+
+    assert not path.exists()
+    result = write(df, path, event_time="when", source=source, create=True, hash=algorithm)
+
+    dataset = Dataset.open(path)
+    assert dataset.hash_algorithm == algorithm
+    kinds = [type(e.block.event).__name__ for e in dataset.blocks()]
+    assert kinds == ["Seed", "SetDataSchema"] + ["AddData"] * 5
+    prefix = {BLAKE3: "f1e20", SHA3_256: "f1620"}[algorithm]
+    assert all(str(e.hash).startswith(prefix) for e in dataset.blocks())
+    # no funnel: one slice per non-empty input partition
+    assert result.slices == len([s for s in sizes if s]) == 5
+    files = check_transaction(path, result, 0, n, algorithm)
+    # one AddData per file in data/, nothing else there
+    named = {str(e.block.event.new_data.physical_hash) for e in adds(dataset)}
+    assert set(data_files(path)) == named and len(named) == 5
+
+    everything = pa.concat_tables(files)
+    # spark.range puts ids in partition order, so each row's offset is its id
+    assert everything.column("offset").to_pylist() == list(range(n))
+    assert everything.column("id").to_pylist() == list(range(n))
+    assert everything.column("double").to_pylist() == [2 * i for i in range(n)]
+    assert everything.column("label").to_pylist() == [f"row-{i}" for i in range(n)]
+    assert "when" not in everything.column_names  # it became event_time
+    assert everything.schema.field("event_time").type == pa.timestamp("ms", tz="UTC")
+    assert [t.timestamp() for t in everything.column("event_time").to_pylist()] == [
+        1_700_000_000 + i for i in range(n)
+    ]
+    watermark = datetime.fromtimestamp(1_700_000_000 + n - 1, UTC)
+    for entry in adds(dataset):
+        assert entry.block.event.extra == {SOURCE_KEY: source}
+        assert entry.block.event.new_watermark == watermark
+
+    # the declared schema is the files' schema
+    assert [(f.name, f.type) for f in dataset.state.schema] == [
+        (f.name, f.type) for f in files[0].schema
+    ]
+    check_clean(path)
+
+
+def test_write_with_empty_partitions(spark, tmp_path):
+    path = tmp_path / "ds"
+    df = (
+        spark.range(0, 1000, numPartitions=5)
+        .filter((F.col("id") < 150) | ((F.col("id") >= 600) & (F.col("id") < 700)))
+        .withColumn("value", F.col("id").cast("double") / 4)
+    )
+    sizes = partition_sizes(df)
+    assert sizes == [150, 0, 0, 100, 0]
+
+    result = write(df, path, create=True)
+
+    assert result.slices == 2 == len([s for s in sizes if s])
+    files = check_transaction(path, result, 0, 250, BLAKE3)
+    assert [t.num_rows for t in files] == [150, 100]
+    everything = pa.concat_tables(files)
+    assert everything.column("offset").to_pylist() == list(range(250))
+    assert everything.column("id").to_pylist() == list(range(150)) + list(range(600, 700))
+    # no event time column: event_time is the transaction's system time
+    system_time = Dataset.open(path).blocks()[-1].block.system_time
+    assert set(everything.column("event_time").to_pylist()) == {system_time}
+    assert len(data_files(path)) == 2
+    check_clean(path)
+
+
+def test_write_after_a_shuffle_keeps_its_partitions(spark, tmp_path):
+    path = tmp_path / "ds"
+    df = spark.range(0, 2000, numPartitions=3).repartition(7).withColumn("k", F.col("id") % 13)
+    sizes = partition_sizes(df)
+    assert len(sizes) == 7 and all(sizes)
+
+    result = write(df, path, create=True)
+
+    assert result.slices == 7
+    files = check_transaction(path, result, 0, 2000, BLAKE3)
+    assert sorted(t.num_rows for t in files) == sorted(sizes)
+    ids = pa.concat_tables(files).column("id").to_pylist()
+    assert sorted(ids) == list(range(2000))
+    check_clean(path)
+
+
+def test_write_needs_create_for_a_missing_dataset(spark, tmp_path):
+    path = tmp_path / "missing"
+    with pytest.raises(NotFoundError):
+        write(spark.range(0, 10, numPartitions=1), path)
+    assert not (path / "refs" / "head").exists()
+    # create=True on an existing dataset appends, it does not start over
+    write(spark.range(0, 10, numPartitions=1), path, create=True)
+    result = write(spark.range(10, 30, numPartitions=2), path, create=True)
+    check_transaction(path, result, 10, 20, BLAKE3)
+    assert [type(e.block.event).__name__ for e in Dataset.open(path).blocks()].count("Seed") == 1
+    check_clean(path)
+
+
+def test_an_empty_dataframe_appends_nothing(spark, tmp_path):
+    path = tmp_path / "ds"
+    write(spark.range(0, 10, numPartitions=2), path, create=True)
+    before = snapshot_tree(path)
+    result = write(spark.range(0, 10, numPartitions=3).filter(F.col("id") < 0), path)
+    assert (result.rows, result.slices, result.blocks) == (0, 0, [])
+    assert snapshot_tree(path) == before
+
+
+# -- several writes --------------------------------------------------------------------------------
+
+
+def _without_staging(snapshot: dict) -> dict:
+    return {k: v for k, v in snapshot.items() if not k.startswith(".staging")}
+
+
+def test_writes_continue_evolve_refuse_and_read_back(spark, tmp_path):
+    path = tmp_path / "ds"
+    first = spark.range(0, 300, numPartitions=3).withColumn("v", F.col("id") * 10)
+    r1 = write(first, path, create=True)
+    check_transaction(path, r1, 0, 300, BLAKE3)
+
+    # a second write with a new nullable column: SetDataSchema, then its AddData, offsets go on
+    second = (
+        spark.range(300, 500, numPartitions=2)
+        .withColumn("v", F.col("id") * 10)
+        .withColumn("note", F.when(F.col("id") % 2 == 0, F.col("id").cast("string")))
+    )
+    r2 = write(second, path)
+    assert [type(b.block.event) for b in r2.blocks] == [SetDataSchema, AddData, AddData]
+    files2 = check_transaction(path, r2, 300, 200, BLAKE3)
+    dataset = Dataset.open(path)
+    history = dataset.schema_history()
+    assert len(history) == 2
+    assert dataset.state.schema.field("note").nullable
+    assert "note" not in history[0].schema.names
+    assert history[1].schema.names[-1] == "note"
+    notes = pa.concat_tables(files2).column("note").to_pylist()
+    assert notes == [str(i) if i % 2 == 0 else None for i in range(300, 500)]
+    check_clean(path)
+
+    # an incompatible write is refused before anything is appended or leaves staging
+    before = _without_staging(snapshot_tree(path))
+    retyped = spark.range(500, 600, numPartitions=2).withColumn("v", F.col("id").cast("string"))
+    with pytest.raises(SchemaEvolutionError):
+        write(retyped, path)
+    assert _without_staging(snapshot_tree(path)) == before
+    check_clean(path)
+
+    # reading back at a block: exactly the slices up to it
+    chain = Dataset.open(path).blocks()
+    kinds = [type(e.block.event).__name__ for e in chain]
+    assert kinds == ["Seed", "SetDataSchema", *["AddData"] * 3, "SetDataSchema", *["AddData"] * 2]
+    ends = {
+        e.block.sequence_number: e.block.event.new_data.offset_interval.end
+        for e in chain
+        if isinstance(e.block.event, AddData)
+    }
+    for seq, end in ends.items():
+        frame = read(spark, path, at=seq)
+        offsets = sorted(r["offset"] for r in frame.select("offset").collect())
+        assert offsets == list(range(end + 1)), seq
+        assert ("note" in frame.columns) == (seq > 5), seq
+    # a block hash selects the same as its sequence number
+    assert read(spark, path, at=str(chain[3].hash)).count() == ends[3] + 1
+
+    first_data = read(spark, path, at=2)
+    assert first_data.columns == ["offset", "op", "system_time", "event_time", "id", "v"]
+    at_head = read(spark, path)
+    assert at_head.count() == 500
+    rows = {r["offset"]: (r["id"], r["v"], r["note"]) for r in at_head.collect()}
+    assert rows == {i: (i, 10 * i, str(i) if i >= 300 and i % 2 == 0 else None) for i in range(500)}
+    assert read(spark, path, at="head").count() == 500
+
+    # a file in data/ that no block names is not read
+    stray = pq.read_table(next(iter((path / "data").iterdir())))
+    stray = stray.set_column(0, "offset", pc.add(stray.column("offset"), 10_000))
+    pq.write_table(stray, path / "data" / ("f1e20" + "ab" * 32))
+    assert read(spark, path).count() == 500
+    assert read(spark, path).filter(F.col("offset") >= 10_000).count() == 0
+    report = Dataset.open(path).verify()
+    assert report.ok
+    assert [p.rule for p in report.warnings] == ["orphan-data"]
+
+    # the next write after all this still continues the offsets
+    third = (
+        spark.range(500, 520, numPartitions=2)
+        .withColumn("v", F.col("id") * 10)
+        .withColumn("note", F.lit(None).cast("string"))
+    )
+    r3 = write(third, path)
+    check_transaction(path, r3, 500, 20, BLAKE3)
+    assert [type(b.block.event) for b in r3.blocks] == [AddData, AddData]
+
+
+def test_read_without_data(spark, tmp_path):
+    path = tmp_path / "ds"
+    Dataset.create(path)
+    with pytest.raises(NotFoundError):
+        read(spark, path)
