@@ -208,6 +208,9 @@ def _spark_session(master: str):
     """A SparkSession for the CLI: local by default, any cluster with --master."""
     from pyspark.sql import SparkSession
 
+    # Python workers run this interpreter (with odf_chain and pyarrow), not whatever python3
+    # is first on PATH; a cluster sets its own.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     return (
         SparkSession.builder.master(master)
         .appName("odf-chain ingest")

@@ -16,6 +16,7 @@ import argparse
 import os
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -56,6 +57,7 @@ def main() -> int:
     from odf_chain.spark import write
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers need pyarrow, odf_chain
     spark = (
         SparkSession.builder.master("local[*]")
         .appName("odf_chain ingest benchmark")

@@ -12,6 +12,7 @@ Generates its own data (no downloads): 200,000 sensor readings in four Avro file
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
 import subprocess
@@ -114,6 +115,7 @@ def read_back(dataset: Path, at: int) -> None:
 
     from odf_chain.spark import read
 
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     spark = (
         SparkSession.builder.master("local[*]")
         .appName("odf-chain demo read")
