@@ -311,3 +311,34 @@ def test_read_without_data(spark, tmp_path):
     Dataset.create(path)
     with pytest.raises(NotFoundError):
         read(spark, path)
+
+
+def test_columns_are_laid_out_like_the_schema_in_force(spark, tmp_path):
+    path = tmp_path / "ds"
+    first = (
+        spark.range(0, 100, numPartitions=2)
+        .withColumn("v", F.col("id") * 10)
+        .withColumn("note", F.col("id").cast("string"))
+    )
+    write(first, path, create=True)
+    schema_before = Dataset.open(path).state.schema
+    # same columns, another order: no schema change
+    reordered = spark.range(100, 150, numPartitions=2).select(
+        F.col("id").cast("string").alias("note"), (F.col("id") * 10).alias("v"), F.col("id")
+    )
+    r2 = write(reordered, path)
+    assert [type(b.block.event) for b in r2.blocks] == [AddData, AddData]
+    # a nullable column left out: written as nulls, still no schema change
+    without_note = spark.range(150, 170, numPartitions=1).withColumn("v", F.col("id") * 10)
+    r3 = write(without_note, path)
+    assert [type(b.block.event) for b in r3.blocks] == [AddData]
+    dataset = Dataset.open(path)
+    assert dataset.state.schema.equals(schema_before, check_metadata=True)
+    (last,) = [
+        pq.read_table(
+            dataset.storage.data_path(str(r3.blocks[0].block.event.new_data.physical_hash))
+        )
+    ]
+    assert last.column("note").null_count == 20
+    assert last.column("v").to_pylist() == [i * 10 for i in range(150, 170)]
+    assert dataset.verify().ok

@@ -2,10 +2,13 @@
 
 The write is one transaction:
 
-1. **Offsets without a funnel.** The input is persisted, rows are counted per partition (one
-   small row per partition reaches the driver), prefix sums give each partition its first
-   offset, and a row's offset is that plus its index within the partition (the low 33 bits of
-   ``monotonically_increasing_id``). Offsets are contiguous and gap-free across the write.
+1. **Offsets without a funnel.** Rows are counted per partition (one small row per partition
+   reaches the driver; counting reads no column values), prefix sums give each partition its
+   first offset, and a row's offset is that plus its index within the partition (the low 33
+   bits of ``monotonically_increasing_id``). Offsets are contiguous and gap-free across the
+   write. The count and the write are two jobs over the same plan: an input whose partitions
+   are not reproducible (a random sample, say) is caught by step 3's check, or can be made
+   stable with ``persist=True``.
 2. **Spark writes Parquet** into a staging folder inside the dataset, one file per non-empty
    partition, with ODF's system columns (``offset`` Int64, ``op`` Int32 = 0, ``system_time``
    timestamp(ms, UTC) of the transaction, ``event_time``).
@@ -132,7 +135,40 @@ def _event_time_max(paths: list[str], column: str) -> datetime | None:
     return best
 
 
-def _with_system_columns(df, vocab: Vocabulary, system_time: datetime, event_time: str | None):
+def _user_columns(rest: list[str], in_force: pa.Schema | None, system: set[str]) -> list:
+    """User columns laid out like the schema in force: its columns in its order (a nullable
+    one the input lacks becomes nulls of its type), then new columns. Writing the same data in
+    another column order, or without an optional column, is then no schema change."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    if in_force is None:
+        return [F.col(f"`{c}`") for c in rest]
+    present = set(rest)
+    columns = []
+    for f in in_force:
+        if f.name in system:
+            continue
+        if f.name in present:
+            columns.append(F.col(f"`{f.name}`"))
+        elif f.nullable:
+            try:
+                spark_type = from_arrow_type(f.type)
+            except Exception:  # no Spark type for it: leave it out, the evolution check decides
+                continue
+            columns.append(F.lit(None).cast(spark_type).alias(f.name))
+    known = set(in_force.names)
+    columns += [F.col(f"`{c}`") for c in rest if c not in known]
+    return columns
+
+
+def _with_system_columns(
+    df,
+    vocab: Vocabulary,
+    system_time: datetime,
+    event_time: str | None,
+    in_force: pa.Schema | None,
+):
     """The DataFrame as it will be stored, minus the offsets (added per partition later)."""
     from pyspark.sql import functions as F
 
@@ -157,7 +193,7 @@ def _with_system_columns(df, vocab: Vocabulary, system_time: datetime, event_tim
         F.lit(0).cast("int").alias(vocab.operation_type_column),
         time_literal.alias(vocab.system_time_column),
         event,
-        *[F.col(f"`{c}`") for c in rest],
+        *_user_columns(rest, in_force, {*vocab.system_columns, vocab.event_time_column}),
     )
 
 
@@ -193,6 +229,7 @@ def write(
     create: bool = False,
     hash: str = BLAKE3,
     avro_schema: str | None = None,
+    persist: bool = False,
 ) -> IngestResult:
     """Append a Spark DataFrame to the dataset at ``dataset_path`` as Parquet slices.
 
@@ -201,7 +238,8 @@ def write(
     recorded in every AddData's extra attributes (input files and their hashes, or an upstream
     dataset's id and head block). ``create`` makes the dataset (with ``hash``) if it does not
     exist. ``avro_schema`` keeps an Avro writer schema with the SetDataSchema, so field paths
-    follow the Avro convention.
+    follow the Avro convention. ``persist`` caches the input between counting and writing,
+    for inputs whose partitions would not come out the same twice.
     """
     from pyspark import StorageLevel
 
@@ -219,8 +257,9 @@ def write(
     system_time = chain.now(state.system_time)
     spark = df.sparkSession
 
-    shaped = _with_system_columns(df, vocab, system_time, event_time)
-    shaped = shaped.persist(StorageLevel.MEMORY_AND_DISK)
+    shaped = _with_system_columns(df, vocab, system_time, event_time, state.schema)
+    if persist:
+        shaped = shaped.persist(StorageLevel.MEMORY_AND_DISK)
     staging = storage.staging_dir / f"spark-{uuid.uuid4().hex}"
     try:
         try:
@@ -326,7 +365,8 @@ def write(
             timings=timings,
         )
     finally:
-        shaped.unpersist()
+        if persist:
+            shaped.unpersist()
         shutil.rmtree(staging, ignore_errors=True)
 
 
