@@ -9,10 +9,7 @@ import pyarrow as pa
 from odf_chain import chain, replay, slices
 from odf_chain.chain import BlockEntry
 from odf_chain.events import (
-    AddData,
-    DataSlice,
     MetadataEvent,
-    OffsetInterval,
     Seed,
     SetDataSchema,
 )
@@ -144,22 +141,15 @@ class Dataset:
         staged = self.storage.stage_file(".parquet")
         try:
             written = slices.write_parquet(data, staged, self.hash_algorithm)
-            watermark = slices.max_event_time(data, state.vocab)
-            if state.watermark is not None:
-                watermark = max(watermark or state.watermark, state.watermark)
-            interval = OffsetInterval(state.next_offset, state.next_offset + written.num_rows - 1)
             add_block = chain.prepare(
                 state,
-                AddData(
-                    prev_checkpoint=state.last_checkpoint,
-                    prev_offset=state.last_offset,
-                    new_data=DataSlice(
-                        logical_hash=written.logical_hash,
-                        physical_hash=written.physical_hash,
-                        offset_interval=interval,
-                        size=written.size,
-                    ),
-                    new_watermark=watermark,
+                slices.add_data_for(
+                    state,
+                    physical_hash=written.physical_hash,
+                    logical_hash=written.logical_hash,
+                    size=written.size,
+                    num_rows=written.num_rows,
+                    watermark=slices.max_event_time(data, state.vocab),
                 ),
                 system_time=system_time,
             )

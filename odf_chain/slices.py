@@ -6,17 +6,20 @@ columns and the same content-addressed files at scale.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from odf_chain.errors import SchemaError
+from odf_chain.events import AddData, DataSlice, OffsetInterval
 from odf_chain.format.multihash import Multihash
-from odf_chain.state import Vocabulary
+from odf_chain.state import DatasetState, Vocabulary
 
 OFFSET_TYPE = pa.int64()
 OPERATION_TYPE = pa.int32()
@@ -192,6 +195,35 @@ def max_event_time(table: pa.Table, vocab: Vocabulary) -> datetime | None:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return moment
+
+
+def add_data_for(
+    state: DatasetState,
+    *,
+    physical_hash: Multihash,
+    logical_hash: Multihash,
+    size: int,
+    num_rows: int,
+    watermark: datetime | None,
+    extra: Mapping[str, Any] | None = None,
+) -> AddData:
+    """The AddData appending one slice of ``num_rows`` rows on top of ``state``: offsets go on
+    from the last one, the checkpoint is carried, and the watermark never goes back."""
+    if state.watermark is not None:
+        watermark = max(watermark or state.watermark, state.watermark)
+    start = state.next_offset
+    return AddData(
+        prev_checkpoint=state.last_checkpoint,
+        prev_offset=state.last_offset,
+        new_data=DataSlice(
+            logical_hash=logical_hash,
+            physical_hash=physical_hash,
+            offset_interval=OffsetInterval(start, start + num_rows - 1),
+            size=size,
+        ),
+        new_watermark=watermark,
+        extra=extra,
+    )
 
 
 @dataclass(frozen=True, slots=True)

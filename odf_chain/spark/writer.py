@@ -44,11 +44,11 @@ from odf_chain import chain
 from odf_chain.chain import BlockEntry
 from odf_chain.dataset import Dataset
 from odf_chain.errors import NotFoundError, OdfChainError, SchemaError
-from odf_chain.events import AddData, DataSlice, OffsetInterval, SetDataSchema
+from odf_chain.events import AddData, OffsetInterval, SetDataSchema
 from odf_chain.format.multihash import BLAKE3, Multihash
 from odf_chain.replay import load_chain, select
 from odf_chain.schema.convert import AVRO_SCHEMA_KEY, avro_to_arrow
-from odf_chain.slices import own_metadata
+from odf_chain.slices import add_data_for, own_metadata
 from odf_chain.state import Vocabulary
 
 SOURCE_KEY = "odf-chain.dev/source"
@@ -324,22 +324,19 @@ def write(
             )
         watermark = _event_time_max([str(p) for p in files], vocab.event_time_column)
         current = prepared[-1].after if prepared else state
-        if current.watermark is not None:
-            watermark = max(watermark or current.watermark, current.watermark)
         extra = None if source is None else {SOURCE_KEY: dict(source)}
         for slice_info, interval in zip(written, intervals, strict=True):
+            if interval.start != current.next_offset:  # _check_files laid them end to end
+                raise IngestError(f"{slice_info.file_name}: offsets out of order")
             block = chain.prepare(
                 current,
-                AddData(
-                    prev_checkpoint=current.last_checkpoint,
-                    prev_offset=current.last_offset,
-                    new_data=DataSlice(
-                        logical_hash=Multihash.from_multibase(slice_info.logical_hash),
-                        physical_hash=Multihash.from_multibase(slice_info.physical_hash),
-                        offset_interval=interval,
-                        size=slice_info.size,
-                    ),
-                    new_watermark=watermark,
+                add_data_for(
+                    current,
+                    physical_hash=Multihash.from_multibase(slice_info.physical_hash),
+                    logical_hash=Multihash.from_multibase(slice_info.logical_hash),
+                    size=slice_info.size,
+                    num_rows=slice_info.num_rows,
+                    watermark=watermark,
                     extra=extra,
                 ),
                 system_time=system_time,
