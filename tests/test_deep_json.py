@@ -505,3 +505,11 @@ def test_loads_leaves_the_recursion_limit_alone():
     loads("[" * DEEP + "]" * DEEP, what="doc")
     dumps(nested_list(DEEP))
     assert sys.getrecursionlimit() == limit
+
+
+def test_dumps_reports_errors_in_the_order_json_meets_them():
+    # found by hypothesis: json turns keys into text as it reaches them, depth first, so the
+    # unorderable keys of the inner object are met before the infinite key of the outer one
+    value = {0: {"": None, None: None}, float("inf"): None}
+    assert outcome(dumps, value, sort_keys=True) == outcome(_json_dumps, value, sort_keys=True)
+    assert outcome(dumps, value, sort_keys=True)[0] is TypeError

@@ -24,7 +24,7 @@ import re
 from collections.abc import Callable, Iterable
 from json.decoder import JSONDecodeError, scanstring
 from json.encoder import encode_basestring
-from typing import Any
+from typing import Any, NamedTuple
 
 from odf_chain.errors import SchemaError
 
@@ -251,6 +251,13 @@ def _key_text(key: Any, str_keys: bool) -> str:
     raise TypeError(f"keys must be str, int, float, bool or None, not {type(key).__name__}")
 
 
+class _Key(NamedTuple):
+    """An object key still to be written (and whether a comma goes before it)."""
+
+    key: Any
+    comma: bool
+
+
 def _write(value: Any, sort_keys: bool, str_keys: bool) -> str:
     out: list[str] = []
     open_ids: set[int] = set()  # containers being written: a repeat is a circular reference
@@ -259,6 +266,9 @@ def _write(value: Any, sort_keys: bool, str_keys: bool) -> str:
         item = stack.pop()
         if type(item) is _Text:
             out.append(item)
+        elif type(item) is _Key:
+            text = encode_basestring(_key_text(item.key, str_keys)) + ":"
+            out.append("," + text if item.comma else text)
         elif item is _CLOSE:
             open_ids.discard(id(stack.pop()))
         elif isinstance(item, dict):
@@ -271,8 +281,8 @@ def _write(value: Any, sort_keys: bool, str_keys: bool) -> str:
             for i in range(len(pairs) - 1, -1, -1):
                 key, v = pairs[i]
                 parts.append(v)
-                text = encode_basestring(_key_text(key, str_keys)) + ":"
-                parts.append(_Text("," + text if i else text))
+                # the key is turned into text only when reached, as json does (errors in order)
+                parts.append(_Key(key, bool(i)))
             open_ids.add(id(item))
             out.append("{")
             stack.extend(parts)
