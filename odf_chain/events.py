@@ -170,6 +170,110 @@ class DisablePollingSource:
 
 
 # ---------------------------------------------------------------------------------------------
+# Field lineage (odf_chain's own event; not part of ODF)
+
+
+class TransformationType(enum.IntEnum):
+    """OpenLineage's split: DIRECT = the output's value comes from the input's value; INDIRECT =
+    the input only decides which rows or groups exist (filter, join key, group-by, sort)."""
+
+    DIRECT = 0
+    INDIRECT = 1
+
+
+class TransformationSubtype(enum.IntEnum):
+    IDENTITY = 0
+    TRANSFORMATION = 1
+    AGGREGATION = 2
+    JOIN = 3
+    FILTER = 4
+    GROUP_BY = 5
+    SORT = 6
+    WINDOW = 7
+    CONDITIONAL = 8
+
+
+@dataclass(frozen=True, slots=True)
+class Transformation:
+    """How inputs become outputs. ``masking``: the output hides the input (hash, redaction).
+    ``opaque``: the step could not be looked into (Python UDF, mapInPandas, RDD round trip), so
+    every input it could see is listed and the exact mapping is unknown."""
+
+    type: TransformationType = TransformationType.DIRECT
+    subtype: TransformationSubtype = TransformationSubtype.IDENTITY
+    masking: bool = False
+    opaque: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class LineageInput:
+    """What a run read, under a ``name`` that field references use.
+
+    Either another odf_chain dataset pinned at a block (``dataset_id`` and ``block_hash``; the
+    ``uri`` then says where it was found), or an external source by ``uri`` and, when known, the
+    ``content_hash`` of what was read.
+    """
+
+    name: str
+    uri: str | None = None
+    dataset_id: DatasetId | None = None
+    block_hash: Multihash | None = None
+    content_hash: Multihash | None = None
+
+    @property
+    def is_dataset(self) -> bool:
+        return self.dataset_id is not None
+
+
+@dataclass(frozen=True, slots=True)
+class InputField:
+    """A field an operation reads: ``origin`` names one of the run's inputs (``field`` is then a
+    v2 path in that input's schema) or an earlier operation of the same event (``field`` is then
+    one of that operation's outputs)."""
+
+    origin: str
+    field: str
+
+
+@dataclass(frozen=True, slots=True)
+class FieldOperation:
+    """A CDAP-style field operation.
+
+    ``outputs`` are fields this operation produces. When ``writes`` is true they are v2 paths of
+    this dataset, otherwise intermediate names that later operations read through
+    :class:`InputField`. An operation with no outputs is a drop: recorded, not lost.
+    """
+
+    name: str
+    inputs: tuple[InputField, ...] = ()
+    outputs: tuple[str, ...] = ()
+    transformation: Transformation = Transformation()
+    description: str | None = None
+    writes: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class LineageRun:
+    """The run that wrote the data following the lineage event. ``offsets``: the records it
+    wrote, so any offset can be traced back to its run (``None``: the run wrote no records)."""
+
+    job_name: str
+    run_id: str
+    started_at: datetime
+    ended_at: datetime | None = None
+    offsets: OffsetInterval | None = None
+
+
+@dataclass(frozen=True)
+class AddFieldLineage:
+    """Field-level lineage of one run, appended just before that run's AddData blocks."""
+
+    run: LineageRun
+    inputs: tuple[LineageInput, ...] = ()
+    operations: tuple[FieldOperation, ...] = ()
+
+
+# ---------------------------------------------------------------------------------------------
 # Events odf_chain reads but does not write (content kept as plain data)
 
 
@@ -215,6 +319,7 @@ MetadataEvent = (
     | AddPushSource
     | DisablePushSource
     | DisablePollingSource
+    | AddFieldLineage
 )
 
 # ODF's MetadataEvent union ids; part of the bytes, never to be moved.
@@ -232,6 +337,8 @@ EVENT_TYPE_IDS: dict[type, int] = {
     AddPushSource: 11,
     DisablePushSource: 12,
     DisablePollingSource: 13,
+    # odf_chain's own events: ids far from ODF's 1..13 so that a future ODF event cannot collide.
+    AddFieldLineage: 200,
 }
 
 
