@@ -19,7 +19,7 @@ from odf_chain.events import MetadataBlock, MetadataEvent
 from odf_chain.format.codec import decode_block, encode_block
 from odf_chain.format.multihash import BLAKE3, Multihash
 from odf_chain.state import DatasetState, apply
-from odf_chain.storage import LocalStorage
+from odf_chain.storage import Storage
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +44,7 @@ def parse_block_name(name: str) -> Multihash:
         raise FormatError(f"block name {name!r} is not a multihash: {exc}") from None
 
 
-def load_block(storage: LocalStorage, block_hash: Multihash) -> BlockEntry:
+def load_block(storage: Storage, block_hash: Multihash) -> BlockEntry:
     """Read one block, refusing bytes that do not hash to their name (never re-encoded)."""
     name = str(block_hash)
     data = storage.read_block(name)
@@ -60,17 +60,17 @@ def load_block(storage: LocalStorage, block_hash: Multihash) -> BlockEntry:
     return BlockEntry(block_hash, block, len(data))
 
 
-def read_head(storage: LocalStorage) -> Multihash:
+def read_head(storage: Storage) -> Multihash:
     name = storage.read_head()
     if name is None:
         raise NotFoundError(
-            f"{storage.root}: refs/head is missing (not a dataset, or never seeded)"
+            f"{storage.location}: refs/head is missing (not a dataset, or never seeded)"
         )
     return parse_block_name(name)
 
 
 def walk_back(
-    storage: LocalStorage, head: Multihash, stop_at: Multihash | None = None
+    storage: Storage, head: Multihash, stop_at: Multihash | None = None
 ) -> Iterator[BlockEntry]:
     """Blocks from ``head`` back to the Seed (or to just after ``stop_at``), newest first."""
     current: Multihash | None = head
@@ -83,7 +83,7 @@ def walk_back(
             entry = load_block(storage, current)
         except NotFoundError:
             raise NotFoundError(
-                f"block {current} is referenced but missing from {storage.root / 'blocks'}"
+                f"block {current} is referenced but missing from {storage.location}/blocks"
             ) from None
         yield entry
         current = entry.block.prev_block_hash
@@ -139,7 +139,7 @@ def prepare(
     return PreparedBlock(BlockEntry(block_hash, block, len(data)), data, state, after)
 
 
-def commit(storage: LocalStorage, *prepared: PreparedBlock) -> DatasetState:
+def commit(storage: Storage, *prepared: PreparedBlock) -> DatasetState:
     """Write the block files, then move the head once, from the state the first was built on
     to the last: several blocks of one transaction become visible together or not at all.
 
@@ -161,7 +161,7 @@ def commit(storage: LocalStorage, *prepared: PreparedBlock) -> DatasetState:
 
 
 def append(
-    storage: LocalStorage,
+    storage: Storage,
     state: DatasetState,
     event: MetadataEvent,
     *,

@@ -253,7 +253,9 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 
 def _add_verify_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("dir", help="dataset directory")
+    parser.add_argument(
+        "dir", help="dataset directory or pyarrow.fs URI (s3://..., gs://..., hdfs://...)"
+    )
     parser.add_argument("--json", action="store_true", help="machine-readable report")
     parser.add_argument(
         "--no-data", action="store_true", help="check blocks and rules only, not data files"
@@ -268,7 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     init = commands.add_parser("init", help="create a dataset (writes the Seed block)")
-    init.add_argument("dir", help="dataset directory to create")
+    init.add_argument("dir", help="dataset directory or pyarrow.fs URI to create")
     init.add_argument(
         "--hash",
         choices=[BLAKE3, SHA3_256],
@@ -284,7 +286,9 @@ def build_parser() -> argparse.ArgumentParser:
     init.set_defaults(run=cmd_init)
 
     log = commands.add_parser("log", help="list blocks, newest first")
-    log.add_argument("dir", help="dataset directory")
+    log.add_argument(
+        "dir", help="dataset directory or pyarrow.fs URI (s3://..., gs://..., hdfs://...)"
+    )
     log.add_argument("--json", action="store_true", help="full blocks as JSON")
     log.set_defaults(run=cmd_log)
 
@@ -302,7 +306,9 @@ def build_parser() -> argparse.ArgumentParser:
     schema.set_defaults(run=cmd_schema)
 
     fields = commands.add_parser("fields", help="DataHub v2 field paths at a block")
-    fields.add_argument("dir", help="dataset directory")
+    fields.add_argument(
+        "dir", help="dataset directory or pyarrow.fs URI (s3://..., gs://..., hdfs://...)"
+    )
     fields.add_argument("--at", default="head", metavar="REF", help=REF_HELP)
     fields.add_argument("--json", action="store_true", help="paths, types and nullability as JSON")
     fields.set_defaults(run=cmd_fields)
@@ -310,7 +316,9 @@ def build_parser() -> argparse.ArgumentParser:
     ingest = commands.add_parser(
         "ingest", help="ingest files with Spark: Parquet slices and blocks, one transaction"
     )
-    ingest.add_argument("dir", help="dataset directory")
+    ingest.add_argument(
+        "dir", help="dataset directory or pyarrow.fs URI (s3://..., gs://..., hdfs://...)"
+    )
     ingest.add_argument("inputs", nargs="+", metavar="INPUT", help="files, folders or globs")
     ingest.add_argument(
         "--format", required=True, choices=["csv", "json", "parquet", "avro"], help="input format"
@@ -324,7 +332,9 @@ def build_parser() -> argparse.ArgumentParser:
     ingest.set_defaults(run=cmd_ingest)
 
     gc = commands.add_parser("gc", help="remove leftovers of interrupted or losing writers")
-    gc.add_argument("dir", help="dataset directory")
+    gc.add_argument(
+        "dir", help="dataset directory or pyarrow.fs URI (s3://..., gs://..., hdfs://...)"
+    )
     gc.add_argument(
         "--min-age",
         type=float,

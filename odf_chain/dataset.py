@@ -1,4 +1,4 @@
-"""The user-facing handle on one dataset directory."""
+"""The user-facing handle on one dataset (a local directory or a ``pyarrow.fs`` URI)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from odf_chain.events import (
 from odf_chain.format.did import DatasetId
 from odf_chain.format.multihash import BLAKE3, check_algorithm
 from odf_chain.state import EMPTY, DatasetState
-from odf_chain.storage import LocalStorage
+from odf_chain.storage import LocalStorage, Storage, create_storage, open_storage
 from odf_chain.verify import VerifyReport, verify
 
 
@@ -28,29 +28,36 @@ class Dataset:
     appends on top of an old head.
     """
 
-    def __init__(self, storage: LocalStorage) -> None:
+    def __init__(self, storage: Storage) -> None:
         self.storage = storage
         self._state: DatasetState = EMPTY
 
     # -- lifecycle ----------------------------------------------------------------------------
 
     @classmethod
-    def create(cls, path: str | Path, hash: str = BLAKE3) -> Dataset:
-        """Create the directory layout and append the Seed with a fresh ``did:odf`` id."""
+    def create(cls, location: str | Path, hash: str = BLAKE3) -> Dataset:
+        """Create the layout at ``location`` (a path, or a URI such as ``s3://bucket/x``) and
+        append the Seed with a fresh ``did:odf`` id."""
         check_algorithm(hash)
-        dataset = cls(LocalStorage.create(path))
+        dataset = cls(create_storage(location))
         dataset._append(Seed(dataset_id=DatasetId.generate()), algorithm=hash)
         return dataset
 
     @classmethod
-    def open(cls, path: str | Path) -> Dataset:
-        dataset = cls(LocalStorage.open(path))
+    def open(cls, location: str | Path) -> Dataset:
+        dataset = cls(open_storage(location))
         dataset.refresh()
         return dataset
 
     @property
-    def path(self) -> Path:
-        return self.storage.root
+    def path(self) -> Path | str:
+        """The directory of a local dataset; the URI of one on another filesystem."""
+        storage = self.storage
+        return storage.root if isinstance(storage, LocalStorage) else storage.location
+
+    @property
+    def location(self) -> str:
+        return self.storage.location
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -140,7 +147,9 @@ class Dataset:
             state = schema_block.after
         staged = self.storage.stage_file(".parquet")
         try:
-            written = slices.write_parquet(data, staged, self.hash_algorithm)
+            written = slices.write_parquet(
+                data, str(staged), self.hash_algorithm, self.storage.filesystem
+            )
             add_block = chain.prepare(
                 state,
                 slices.add_data_for(

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from odf_chain.errors import OdfChainError
-from odf_chain.storage import LocalStorage
+from odf_chain.storage import Storage, open_storage
 from odf_chain.verify import verify
 
 DEFAULT_MIN_AGE = 600.0
@@ -27,20 +26,14 @@ class GcReport:
     bytes_freed: int = 0
 
 
-def _size(path: Path) -> int:
-    if path.is_dir():
-        return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
-    return path.stat().st_size if path.exists() else 0
-
-
 def collect_garbage(
-    storage: LocalStorage, *, min_age: float = DEFAULT_MIN_AGE, dry_run: bool = False
+    storage: Storage, *, min_age: float = DEFAULT_MIN_AGE, dry_run: bool = False
 ) -> GcReport:
     """Remove the dataset's leftovers older than ``min_age`` seconds; return what was done."""
     report = verify(storage, check_data=False)
     if not report.ok:
         raise OdfChainError(
-            f"{storage.root} does not verify ({len(report.errors)} errors, first: "
+            f"{storage.location} does not verify ({len(report.errors)} errors, first: "
             f"{report.errors[0].line()}); gc removes nothing from a damaged dataset"
         )
     now = time.time()
@@ -48,24 +41,25 @@ def collect_garbage(
     for problem in report.warnings:
         if problem.rule not in _COLLECTABLE or problem.path is None:
             continue
-        path = storage.root / problem.path
-        if not path.exists():
+        info = storage.entry_info(problem.path)
+        if info is None:
             continue
-        if now - path.stat().st_mtime < min_age:
+        if now - info.mtime < min_age:
             result.kept_young.append(problem.path)
             continue
-        result.bytes_freed += _size(path)
+        result.bytes_freed += info.size
         result.removed.append(problem.path)
         if dry_run:
             continue
+        name = problem.path.rsplit("/", 1)[-1]
         if problem.rule == "orphan-data":
-            storage.remove_data(path.name)
+            storage.remove_data(name)
         elif problem.rule == "orphan-block":
-            storage.remove_block(path.name)
+            storage.remove_block(name)
         else:
-            storage.remove_staged(path)
+            storage.remove_staged(name)
     return result
 
 
-def collect_garbage_path(path: str | Path, **options) -> GcReport:
-    return collect_garbage(LocalStorage.open(path), **options)
+def collect_garbage_path(location: str, **options) -> GcReport:
+    return collect_garbage(open_storage(location), **options)

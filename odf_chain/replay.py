@@ -18,12 +18,12 @@ from odf_chain.events import SetDataSchema
 from odf_chain.format.multihash import Multihash
 from odf_chain.schema.evolution import SchemaDiff, diff_schemas
 from odf_chain.state import EMPTY, DatasetState
-from odf_chain.storage import LocalStorage
+from odf_chain.storage import Storage
 
 Ref = str | int | datetime | Multihash
 
 
-def load_chain(storage: LocalStorage) -> list[BlockEntry]:
+def load_chain(storage: Storage) -> list[BlockEntry]:
     """Every block of the chain, oldest first, each checked against its hash."""
     entries = list(walk_back(storage, read_head(storage)))
     entries.reverse()
@@ -97,7 +97,7 @@ def select(entries: list[BlockEntry], ref: Ref) -> int:
     return len(entries) - 1
 
 
-def state_at(storage: LocalStorage, ref: Ref = "head") -> DatasetState:
+def state_at(storage: Storage, ref: Ref = "head") -> DatasetState:
     """The state as of the block ``ref`` names, validated by every rule on the way."""
     entries = load_chain(storage)
     return fold(entries[: select(entries, ref) + 1])
@@ -112,7 +112,7 @@ class SchemaChange:
     diff: SchemaDiff | None  # None for the first schema
 
 
-def schema_history(storage: LocalStorage) -> list[SchemaChange]:
+def schema_history(storage: Storage) -> list[SchemaChange]:
     """Every schema the dataset has had, oldest first, each with its diff from the previous."""
     history: list[SchemaChange] = []
     previous: pa.Schema | None = None

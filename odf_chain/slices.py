@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from odf_chain.errors import SchemaError
@@ -230,7 +230,7 @@ def add_data_for(
 class WrittenFile:
     """A Parquet file in staging, hashed and counted, ready to be committed under its hash."""
 
-    path: Path
+    path: str
     physical_hash: Multihash
     logical_hash: Multihash
     size: int
@@ -250,12 +250,15 @@ def logical_hash(table: pa.Table, algorithm: str) -> Multihash:
     return Multihash.digest(algorithm, sink.getvalue().to_pybytes())
 
 
-def write_parquet(table: pa.Table, path: Path, algorithm: str) -> WrittenFile:
-    """Write ``table`` as one Parquet file and hash it as stored."""
+def write_parquet(
+    table: pa.Table, path: str, algorithm: str, filesystem: pafs.FileSystem
+) -> WrittenFile:
+    """Write ``table`` as one Parquet file at ``path`` of ``filesystem``, and hash it as
+    stored."""
     try:
-        pq.write_table(table, path, compression="zstd")
+        pq.write_table(table, path, compression="zstd", filesystem=filesystem)
     except pa.ArrowException as exc:
         raise SchemaError(f"cannot write the slice as Parquet: {exc}") from None
-    with path.open("rb") as fh:
+    with filesystem.open_input_stream(path) as fh:
         physical, size = Multihash.digest_stream(algorithm, fh)
     return WrittenFile(path, physical, logical_hash(table, algorithm), size, table.num_rows)

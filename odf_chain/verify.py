@@ -33,7 +33,7 @@ from odf_chain.format.codec import decode_block
 from odf_chain.format.multihash import Multihash
 from odf_chain.schema.evolution import same_columns
 from odf_chain.state import EMPTY, DatasetState, apply
-from odf_chain.storage import LocalStorage
+from odf_chain.storage import Storage, open_storage
 
 Severity = Literal["error", "warning"]
 
@@ -107,7 +107,7 @@ class _Walk:
     visited: set[str] = field(default_factory=set)  # every block name the chain referenced
 
 
-def _walk(storage: LocalStorage, report: VerifyReport) -> _Walk:
+def _walk(storage: Storage, report: VerifyReport) -> _Walk:
     """Blocks from the head back, each hash-checked before it is decoded."""
     walk = _Walk()
     try:
@@ -220,7 +220,7 @@ def _fold(entries: list[BlockEntry], report: VerifyReport) -> list[tuple[BlockEn
 
 
 def _check_slice(
-    storage: LocalStorage,
+    storage: Storage,
     entry: BlockEntry,
     state: DatasetState,
     report: VerifyReport,
@@ -248,15 +248,19 @@ def _check_slice(
         return
     with fh:
         try:
-            size = os.fstat(fh.fileno()).st_size
+            size = fh.size() if hasattr(fh, "size") else os.fstat(fh.fileno()).st_size
             if size != data.size:
                 report.add(
                     "error", "data-size", f"expected {data.size} bytes, found {size}", **where
                 )
             actual, hashed = Multihash.digest_stream(data.physical_hash.algorithm, fh)
         except OSError as exc:
-            path = storage.data_path(name)
-            report.add("error", "data-unreadable", f"cannot read {path}: {exc}", **where)
+            report.add(
+                "error",
+                "data-unreadable",
+                f"cannot read {storage.fs_path(f'data/{name}')}: {exc}",
+                **where,
+            )
             return
         report.bytes_hashed += hashed
         if actual != data.physical_hash:
@@ -310,7 +314,7 @@ _LISTED = 5
 
 
 def _descendants(
-    storage: LocalStorage, walk: _Walk, orphans: list[str], report: VerifyReport
+    storage: Storage, walk: _Walk, orphans: list[str], report: VerifyReport
 ) -> dict[str, int]:
     """Unreferenced blocks that descend from the head (their ``prev_block_hash`` is the head, or
     another such block), by name with their sequence numbers; reported as one warning.
@@ -364,7 +368,7 @@ def _descendants(
     return found
 
 
-def _leftovers(storage: LocalStorage, walk: _Walk, slices: set[str], report: VerifyReport) -> None:
+def _leftovers(storage: Storage, walk: _Walk, slices: set[str], report: VerifyReport) -> None:
     if walk.complete:
         why = "block is not part of the chain (a lost concurrent append?)"
     else:
@@ -389,18 +393,18 @@ def _leftovers(storage: LocalStorage, walk: _Walk, slices: set[str], report: Ver
                 "data file is not named by any block (an interrupted write?)",
                 path=f"data/{name}",
             )
-    for path in _listing(storage.leftover_staging, ".staging/", report, needed=False):
+    for name in _listing(storage.leftover_staging, ".staging/", report, needed=False):
         report.add(
             "warning",
             "staging-leftover",
             "abandoned in-flight file",
-            path=str(path.relative_to(storage.root)),
+            path=f".staging/{name}",
         )
 
 
-def verify(storage: LocalStorage, *, check_data: bool = True) -> VerifyReport:
+def verify(storage: Storage, *, check_data: bool = True) -> VerifyReport:
     """Check the whole dataset; never raises for problems found, only reports them."""
-    report = VerifyReport(dataset=str(storage.root))
+    report = VerifyReport(dataset=storage.location)
     walk = _walk(storage, report)
     entries = walk.entries
     with_data: list[tuple[BlockEntry, DatasetState]] = []
@@ -428,4 +432,4 @@ def verify(storage: LocalStorage, *, check_data: bool = True) -> VerifyReport:
 
 
 def verify_path(path: str | Path, *, check_data: bool = True) -> VerifyReport:
-    return verify(LocalStorage.open(path), check_data=check_data)
+    return verify(open_storage(path), check_data=check_data)

@@ -25,8 +25,10 @@ def dataset(tmp_path: Path) -> Path:
 
 
 def _age(path: Path, seconds: float) -> None:
+    """Make ``path`` (and everything in it) look ``seconds`` old."""
     then = time.time() - seconds
-    os.utime(path, (then, then))
+    for p in [path, *(path.rglob("*") if path.is_dir() else ())]:
+        os.utime(p, (then, then))
 
 
 def _leave_leftovers(root: Path) -> list[str]:
@@ -97,3 +99,16 @@ def test_cli_gc(dataset: Path) -> None:
     )
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_a_writer_folder_with_a_fresh_file_is_young(dataset: Path) -> None:
+    """A Spark job still writing into its staging folder keeps the folder, however old the
+    folder itself is: age is that of the newest file inside."""
+    folder = dataset / ".staging" / "spark-busy"
+    (folder / "_temporary").mkdir(parents=True)
+    (folder / "_temporary" / "part-00001.parquet").write_bytes(b"being written")
+    then = time.time() - 7200
+    os.utime(folder, (then, then))
+    report = collect_garbage_path(dataset, min_age=3600)
+    assert report.kept_young == [".staging/spark-busy"] and report.removed == []
+    assert (folder / "_temporary" / "part-00001.parquet").exists()

@@ -335,8 +335,6 @@ def _failing_rows(value):
 def test_a_failure_at_any_step_leaves_the_chain_as_it_was(spark, dataset, monkeypatch, step):
     from pyspark.sql.types import LongType
 
-    from odf_chain.spark import writer
-
     before, before_chain = snapshot_tree(dataset), chain_hashes(dataset)
     df = frame(spark, BASE_ROWS, 1000, 4, "failed")
     expected: type[OdfChainError] = StorageError
@@ -344,11 +342,8 @@ def test_a_failure_at_any_step_leaves_the_chain_as_it_was(spark, dataset, monkey
         df = df.withColumn("v", F.udf(_failing_rows, LongType(), useArrow=False)(F.col("v")))
         expected = IngestError
     elif step == "spark-write":  # Spark refuses its output folder
-
-        class FixedUuid:
-            hex = "taken"
-
-        monkeypatch.setattr(writer.uuid, "uuid4", lambda: FixedUuid())
+        taken = str((dataset / ".staging" / "spark-taken").absolute())
+        monkeypatch.setattr(LocalStorage, "staging_area", lambda self, prefix: taken)
         (dataset / ".staging" / "spark-taken").write_bytes(b"in the way")
         expected = IngestError
     elif step == "data-rename":

@@ -310,7 +310,7 @@ def test_missing_data_and_foreign_staged_file(store: LocalStorage, tmp_path: Pat
 
 def test_leftover_staging_lists_orphans(store: LocalStorage) -> None:
     orphan = store.stage_file()
-    assert store.leftover_staging() == [orphan]
+    assert store.leftover_staging() == [orphan.name]
 
 
 def test_write_atomic_replaces(tmp_path: Path) -> None:

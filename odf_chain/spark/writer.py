@@ -28,9 +28,7 @@ transaction; what it leaves in staging or ``data/`` is reported by verify and re
 from __future__ import annotations
 
 import re
-import shutil
 import time
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -38,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from odf_chain import chain
@@ -78,7 +77,7 @@ class WrittenSlice:
 class IngestResult:
     """What one :func:`write` appended."""
 
-    dataset: Path
+    dataset: Path | str
     rows: int
     slices: int
     bytes: int
@@ -87,16 +86,19 @@ class IngestResult:
     timings: dict[str, float] = field(default_factory=dict)
 
 
-def _inspect_file(path: str, algorithm: str, offset_column: str) -> WrittenSlice:
-    """Hash and check one written file (runs in a Spark task, next to the file)."""
+def _inspect_file(
+    filesystem: pafs.FileSystem, path: str, algorithm: str, offset_column: str
+) -> WrittenSlice:
+    """Hash and check one written file (runs in a Spark task, next to the file: on remote
+    storage the executor reads it through ``pyarrow.fs``, the driver never does)."""
     from odf_chain.slices import logical_hash
 
-    name = Path(path).name
+    name = path.rsplit("/", 1)[-1]
     match = _PART.match(name)
     partition = int(match.group(1)) if match else -1
-    with open(path, "rb") as fh:
+    with filesystem.open_input_stream(path) as fh:
         physical, size = Multihash.digest_stream(algorithm, fh)
-    parquet = pq.ParquetFile(path)
+    parquet = pq.ParquetFile(filesystem.open_input_file(path))
     metadata = parquet.metadata
     index = parquet.schema_arrow.get_field_index(offset_column)
     low = high = None
@@ -113,11 +115,11 @@ def _inspect_file(path: str, algorithm: str, offset_column: str) -> WrittenSlice
     )
 
 
-def _event_time_max(paths: list[str], column: str) -> datetime | None:
+def _event_time_max(filesystem: pafs.FileSystem, paths: list[str], column: str) -> datetime | None:
     """The largest event time in the files, from Parquet statistics (footers only)."""
     best = None
     for path in paths:
-        parquet = pq.ParquetFile(path)
+        parquet = pq.ParquetFile(filesystem.open_input_file(path))
         index = parquet.schema_arrow.get_field_index(column)
         if index < 0:
             return None
@@ -222,7 +224,7 @@ def _assign_offsets(df, vocab: Vocabulary, first_offset: int):
 
 def write(
     df,
-    dataset_path: str | Path,
+    dataset: str | Path | Dataset,
     *,
     event_time: str | None = None,
     source: Mapping[str, Any] | None = None,
@@ -231,7 +233,8 @@ def write(
     avro_schema: str | None = None,
     persist: bool = False,
 ) -> IngestResult:
-    """Append a Spark DataFrame to the dataset at ``dataset_path`` as Parquet slices.
+    """Append a Spark DataFrame to ``dataset`` (a path, a ``pyarrow.fs`` URI such as
+    ``s3://bucket/sales``, or an open :class:`Dataset`) as Parquet slices.
 
     ``event_time`` names the column holding event times (default: the vocabulary's
     ``event_time`` column if present, else the transaction's system time). ``source`` is
@@ -245,12 +248,10 @@ def write(
 
     timings: dict[str, float] = {}
     clock = time.perf_counter()
-    path = Path(dataset_path)
-    if create and not (path / "refs" / "head").exists():
-        dataset = Dataset.create(path, hash=hash)
-    else:
-        dataset = Dataset.open(path)
+    dataset = _open(dataset, create=create, hash=hash)
+    path = dataset.path
     storage = dataset.storage
+    filesystem = storage.filesystem
     state = dataset.refresh()
     vocab = state.vocab
     algorithm = state.hash_algorithm or BLAKE3
@@ -260,7 +261,7 @@ def write(
     shaped = _with_system_columns(df, vocab, system_time, event_time, state.schema)
     if persist:
         shaped = shaped.persist(StorageLevel.MEMORY_AND_DISK)
-    staging = storage.staging_dir / f"spark-{uuid.uuid4().hex}"
+    staging = storage.staging_area("spark")
     try:
         try:
             out, counts = _assign_offsets(shaped, vocab, state.next_offset)
@@ -275,7 +276,7 @@ def write(
         previous = spark.conf.get("spark.sql.parquet.outputTimestampType", None)
         spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MILLIS")
         try:
-            out.write.option("compression", "zstd").parquet(str(staging))
+            out.write.option("compression", "zstd").parquet(storage.spark_uri(staging))
         except Exception as exc:  # py4j / Spark errors: the job failed, nothing appended
             raise _spark_failure("write the slices", exc) from exc
         finally:
@@ -286,15 +287,12 @@ def write(
         timings["spark_write"] = time.perf_counter() - clock
 
         clock = time.perf_counter()
-        files = sorted(
-            (p for p in staging.iterdir() if _PART.match(p.name)),
-            key=lambda p: int(_PART.match(p.name).group(1)),
-        )
+        files = _part_files(filesystem, staging)
         offset_column = vocab.offset_column
         try:
             written: list[WrittenSlice] = (
-                spark.sparkContext.parallelize([str(p) for p in files], max(len(files), 1))
-                .map(lambda p: _inspect_file(p, algorithm, offset_column))
+                spark.sparkContext.parallelize(files, max(len(files), 1))
+                .map(lambda p: _inspect_file(filesystem, p, algorithm, offset_column))
                 .collect()
             )
         except Exception as exc:  # a file could not be read or hashed: nothing appended
@@ -305,7 +303,8 @@ def write(
         clock = time.perf_counter()
         intervals = _check_files(written, counts, state.next_offset)
         schema = _declared_schema(
-            pq.read_schema(files[0]).remove_metadata(),  # Spark's row metadata is not ours
+            # Spark's row metadata is not ours
+            pq.read_schema(filesystem.open_input_file(files[0])).remove_metadata(),
             state.schema,
             set(vocab.system_columns),
         )
@@ -322,7 +321,7 @@ def write(
             prepared.append(
                 chain.prepare(state, SetDataSchema.from_arrow(schema), system_time=system_time)
             )
-        watermark = _event_time_max([str(p) for p in files], vocab.event_time_column)
+        watermark = _event_time_max(filesystem, files, vocab.event_time_column)
         current = prepared[-1].after if prepared else state
         extra = None if source is None else {SOURCE_KEY: dict(source)}
         for slice_info, interval in zip(written, intervals, strict=True):
@@ -345,7 +344,7 @@ def write(
             current = block.after
 
         for slice_info in written:
-            storage.commit_data(staging / slice_info.file_name, slice_info.physical_hash)
+            storage.commit_data(f"{staging}/{slice_info.file_name}", slice_info.physical_hash)
         timings["renames"] = time.perf_counter() - clock
 
         clock = time.perf_counter()
@@ -364,7 +363,30 @@ def write(
     finally:
         if persist:
             shaped.unpersist()
-        shutil.rmtree(staging, ignore_errors=True)
+        storage.discard_area(staging)
+
+
+def _open(dataset: str | Path | Dataset, *, create: bool, hash: str) -> Dataset:
+    if isinstance(dataset, Dataset):
+        dataset.refresh()
+        return dataset
+    try:
+        return Dataset.open(dataset)
+    except NotFoundError:
+        if not create:
+            raise
+    return Dataset.create(dataset, hash=hash)
+
+
+def _part_files(filesystem: pafs.FileSystem, folder: str) -> list[str]:
+    """The Parquet files Spark wrote into ``folder``, by partition number."""
+    infos = filesystem.get_file_info(pafs.FileSelector(folder))
+    parts = [
+        (int(m.group(1)), info.path)
+        for info in infos
+        if info.type == pafs.FileType.File and (m := _PART.match(info.base_name))
+    ]
+    return [path for _, path in sorted(parts)]
 
 
 def _nullable(t: pa.DataType) -> pa.DataType:
@@ -464,22 +486,26 @@ def _first_line(exc: BaseException) -> str:
     return text[0] if text else type(exc).__name__
 
 
-def read(spark, dataset_path: str | Path, at: str | int = "head"):
+def read(spark, dataset: str | Path | Dataset, at: str | int = "head"):
     """The dataset's data as of block ``at``: exactly the slices the chain names up to it."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    dataset = Dataset.open(dataset_path)
+    if not isinstance(dataset, Dataset):
+        dataset = Dataset.open(dataset)
+    storage = dataset.storage
     entries = load_chain(dataset.storage)
     upto = entries[: select(entries, at) + 1]
     state = dataset.state_at(upto[-1].hash)
     paths = [
-        str(dataset.storage.data_path(str(e.block.event.new_data.physical_hash)))
+        storage.spark_uri(storage.fs_path(f"data/{e.block.event.new_data.physical_hash}"))
         for e in upto
         if isinstance(e.block.event, AddData) and e.block.event.new_data is not None
     ]
     if not paths:
         if state.schema is None:
-            raise NotFoundError(f"{dataset_path} has no schema at block {state.sequence_number}")
+            raise NotFoundError(
+                f"{dataset.location} has no schema at block {state.sequence_number}"
+            )
         return spark.createDataFrame([], from_arrow_schema(state.schema))
     # Read with the schema in force at that block: slices from before an evolution lack the
     # newer (nullable) columns, which then read as nulls.

@@ -1,11 +1,73 @@
-"""Where a dataset's bytes live: blocks, the head ref and data slices on the local filesystem."""
+"""Where a dataset's bytes live: a local directory, or any ``pyarrow.fs`` filesystem.
 
-from odf_chain.storage.local import (
-    DataCommit,
-    LocalStorage,
-    check_name,
-    fsync_dir,
-    write_atomic,
-)
+A plain path (or a ``file://`` URI) is served by :class:`LocalStorage` (fsync, rename, an OS
+lock around the head). Any other URI that ``pyarrow.fs`` understands (``s3://``, ``gs://``,
+``hdfs://``, ``abfs://``, ...) is served by :class:`FsStorage`.
+"""
 
-__all__ = ["DataCommit", "LocalStorage", "check_name", "fsync_dir", "write_atomic"]
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+import pyarrow.fs as pafs
+
+from odf_chain.errors import StorageError
+from odf_chain.storage.base import DataCommit, EntryInfo, Storage
+from odf_chain.storage.fs import FsStorage
+from odf_chain.storage.local import LocalStorage, check_name, fsync_dir, write_atomic
+
+_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+://")
+
+__all__ = [
+    "DataCommit",
+    "EntryInfo",
+    "FsStorage",
+    "LocalStorage",
+    "Storage",
+    "check_name",
+    "create_storage",
+    "fsync_dir",
+    "is_uri",
+    "local_path",
+    "open_storage",
+    "write_atomic",
+]
+
+
+def is_uri(location: str | Path) -> bool:
+    return isinstance(location, str) and bool(_URI.match(location))
+
+
+def local_path(location: str | Path) -> Path | None:
+    """The local path ``location`` names (a path or a ``file://`` URI), else None."""
+    if not is_uri(location):
+        return Path(location)
+    parts = urlsplit(str(location))
+    if parts.scheme == "file" and parts.netloc in ("", "localhost"):
+        return Path(unquote(parts.path))
+    return None
+
+
+def _filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
+    try:
+        return pafs.FileSystem.from_uri(uri)
+    except (OSError, ValueError, TypeError) as exc:
+        raise StorageError(f"cannot open a filesystem for {uri}: {exc}") from None
+
+
+def create_storage(location: str | Path) -> Storage:
+    """Lay out a new dataset at ``location`` (a path or a URI)."""
+    path = local_path(location)
+    if path is not None:
+        return LocalStorage.create(path)
+    return FsStorage.create(*_filesystem(str(location)), str(location))
+
+
+def open_storage(location: str | Path) -> Storage:
+    """Open the dataset at ``location`` (a path or a URI)."""
+    path = local_path(location)
+    if path is not None:
+        return LocalStorage.open(path)
+    return FsStorage.open(*_filesystem(str(location)), str(location))

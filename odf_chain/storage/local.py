@@ -18,7 +18,9 @@ import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO, NamedTuple
+from typing import BinaryIO
+
+import pyarrow.fs as pafs
 
 from odf_chain.errors import (
     ConflictError,
@@ -28,6 +30,7 @@ from odf_chain.errors import (
     OdfChainError,
     StorageError,
 )
+from odf_chain.storage.base import STAGING, DataCommit, EntryInfo
 
 _NAME = re.compile(r"[0-9a-zA-Z]+")
 _SUFFIX = re.compile(r"[0-9a-zA-Z._-]*")
@@ -36,15 +39,6 @@ LOCK_TIMEOUT = 30.0
 _LOCK_POLL = 0.005
 # link(2) refusals that mean "this filesystem has no hard links", not "something is wrong"
 _NO_HARD_LINKS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS}
-
-
-class DataCommit(NamedTuple):
-    """What :meth:`LocalStorage.commit_data` did: where the slice is, and whether this call
-    created ``data/<name>`` (False: a file of that name was already there and was replaced by
-    the staged copy)."""
-
-    path: Path
-    created: bool
 
 
 def _storage_error(exc: OSError, action: str, path: Path | str) -> StorageError:
@@ -189,6 +183,20 @@ class LocalStorage:
         return self._root
 
     @property
+    def location(self) -> str:
+        return str(self._root)
+
+    @property
+    def filesystem(self) -> pafs.FileSystem:
+        return pafs.LocalFileSystem()
+
+    def fs_path(self, relative: str) -> str:
+        return str(self._root.absolute() / relative)
+
+    def spark_uri(self, fs_path: str) -> str:
+        return fs_path
+
+    @property
     def info_dir(self) -> Path:
         return self._root / "info"
 
@@ -196,7 +204,7 @@ class LocalStorage:
     def staging_dir(self) -> Path:
         """``.staging/``, created on demand: it sits on the dataset's filesystem, so a rename
         out of it is atomic."""
-        path = self._root / ".staging"
+        path = self._root / STAGING
         with _os_errors("create", path):
             path.mkdir(exist_ok=True)
         return path
@@ -355,28 +363,52 @@ class LocalStorage:
         except OSError as exc:
             raise _storage_error(exc, "open", path) from exc
 
-    def leftover_staging(self) -> list[Path]:
-        """Entries of ``.staging/`` (files, and the folders writers such as Spark fill): orphans
-        of writers that crashed, or that are still writing."""
-        path = self._root / ".staging"
+    def staging_area(self, prefix: str) -> str:
+        """A fresh folder under ``.staging/`` for a writer such as Spark to fill (not created:
+        the writer creates it)."""
+        check_name(prefix, "staging prefix")
+        return str(self.staging_dir.absolute() / f"{prefix}-{secrets.token_hex(16)}")
+
+    def discard_area(self, area: str) -> None:
+        """Remove a writer's staging folder and whatever is left in it."""
+        path = self._check_staged(Path(area))
+        shutil.rmtree(path, ignore_errors=True)
+
+    def leftover_staging(self) -> list[str]:
+        """Names of the entries of ``.staging/`` (files, and the folders writers such as Spark
+        fill): orphans of writers that crashed, or that are still writing."""
+        path = self._root / STAGING
         try:
             with os.scandir(path) as it:
-                return sorted(path / e.name for e in it if e.is_file() or e.is_dir())
+                return sorted(e.name for e in it if e.is_file() or e.is_dir())
         except FileNotFoundError:
             return []
         except OSError as exc:
             raise _storage_error(exc, "list", path) from exc
 
-    def remove_staged(self, entry: Path) -> None:
+    def remove_staged(self, name: str) -> None:
         """Delete one entry of ``.staging/`` (a file or a writer's folder), for gc."""
-        entry = Path(entry)
+        if not isinstance(name, str) or "/" in name or name in ("", ".", ".."):
+            raise OdfChainError(f"{name!r} is not an entry of {self._root / STAGING}")
+        entry = self._root / STAGING / name
         with _os_errors("remove", entry):
-            if entry.parent.resolve() != self.staging_dir.resolve():
-                raise OdfChainError(f"{entry} is not an entry of {self.staging_dir}")
-            if entry.is_dir():
+            if entry.is_dir() and not entry.is_symlink():
                 shutil.rmtree(entry)
             else:
                 entry.unlink(missing_ok=True)
+
+    def entry_info(self, relative: str) -> EntryInfo | None:
+        """Newest modification time and total size of a file or folder of the dataset."""
+        path = self._root / relative
+        with _os_errors("check", path):
+            if not (path.exists() or path.is_symlink()):
+                return None
+            if path.is_dir():
+                files = [p.lstat() for p in path.rglob("*") if p.is_file()]
+                newest = max((f.st_mtime for f in files), default=path.stat().st_mtime)
+                return EntryInfo(newest, sum(f.st_size for f in files))
+            stat = path.lstat()
+            return EntryInfo(stat.st_mtime, stat.st_size)
 
     # -- head -----------------------------------------------------------------------------------
 

@@ -1,0 +1,305 @@
+"""One dataset on any ``pyarrow.fs`` filesystem (S3, GCS, HDFS, Azure, or a local one).
+
+Same layout and same guarantees for readers as the local backend, from what object stores do
+offer: an object appears whole or not at all when its upload completes, so every file is
+written under a fresh name in ``.staging/`` and then moved into place (on stores without
+rename the move is a server-side copy; readers still never see part of a file).
+
+What they do not offer is a compare-and-swap on an object that this library can reach through
+``pyarrow.fs``. The head is moved by read-compare-write and read back afterwards, which catches
+a concurrent writer in nearly every interleaving but cannot exclude one: run one writer per
+dataset on these stores (one scheduled job, say). If two writers do interleave exactly, the
+chain stays valid (each block links its predecessor) and ``verify`` reports the losing
+writer's blocks as unreferenced descendants.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+import time
+from typing import BinaryIO
+from urllib.parse import urlsplit
+
+import pyarrow.fs as pafs
+
+from odf_chain.errors import (
+    ConflictError,
+    FormatError,
+    IntegrityError,
+    NotFoundError,
+    OdfChainError,
+    StorageError,
+)
+from odf_chain.storage.base import STAGING, DataCommit, EntryInfo, arrow_errors
+from odf_chain.storage.local import _SUBDIRS, _SUFFIX, _is_name, check_name
+
+# pyarrow's scheme -> the Hadoop connector Spark uses for the same store
+_SPARK_SCHEMES = {"s3": "s3a"}
+
+
+class FsStorage:
+    """The files of one dataset on a ``pyarrow.fs`` filesystem. Knows bytes and names only."""
+
+    def __init__(self, filesystem: pafs.FileSystem, root: str, uri: str | None = None) -> None:
+        self._fs = filesystem
+        self._root = root.rstrip("/")
+        self._uri = uri or self._root
+
+    @classmethod
+    def create(cls, filesystem: pafs.FileSystem, root: str, uri: str | None = None) -> FsStorage:
+        """Lay out a new dataset; refuses one that already has a head (see LocalStorage)."""
+        storage = cls(filesystem, root, uri)
+        if storage._info("refs/head").type != pafs.FileType.NotFound:
+            raise OdfChainError(f"already a dataset: {storage.location}")
+        for sub in _SUBDIRS:
+            with arrow_errors("create", storage._join(sub)):
+                filesystem.create_dir(storage._join(sub), recursive=True)
+        return storage
+
+    @classmethod
+    def open(cls, filesystem: pafs.FileSystem, root: str, uri: str | None = None) -> FsStorage:
+        """Open an existing dataset. Object stores have no real folders, so a head or a block
+        is what makes one."""
+        storage = cls(filesystem, root, uri)
+        if storage._info("refs/head").type == pafs.FileType.File or storage.block_names():
+            return storage
+        raise NotFoundError(f"not a dataset: {storage.location} (no refs/head, no blocks)")
+
+    # -- where things are -----------------------------------------------------------------------
+
+    @property
+    def location(self) -> str:
+        return self._uri
+
+    @property
+    def filesystem(self) -> pafs.FileSystem:
+        return self._fs
+
+    def _join(self, relative: str) -> str:
+        return f"{self._root}/{relative}" if self._root else relative
+
+    def fs_path(self, relative: str) -> str:
+        return self._join(relative)
+
+    def spark_uri(self, fs_path: str) -> str:
+        """``s3://bucket/x`` for pyarrow is ``s3a://bucket/x`` for Spark; other schemes (``hdfs``,
+        ``gs``, ``abfs``, ``file``) are named alike by both."""
+        parts = urlsplit(self._uri)
+        if not parts.scheme or len(parts.scheme) == 1:  # a plain path (or a drive letter)
+            return fs_path
+        scheme = _SPARK_SCHEMES.get(parts.scheme, parts.scheme)
+        if parts.scheme in ("file", "local", "mock"):
+            return f"{scheme}://{fs_path if fs_path.startswith('/') else '/' + fs_path}"
+        if parts.scheme == "hdfs":  # pyarrow's HDFS paths are absolute, the host is in the URI
+            return f"{scheme}://{parts.netloc}{fs_path}"
+        return f"{scheme}://{fs_path}"  # bucket/key stores: the path starts with the bucket
+
+    def _info(self, relative: str) -> pafs.FileInfo:
+        with arrow_errors("check", self._join(relative)):
+            return self._fs.get_file_info(self._join(relative))
+
+    def _exists(self, relative: str) -> bool:
+        return self._info(relative).type == pafs.FileType.File
+
+    def _read(self, relative: str) -> bytes:
+        with self._fs.open_input_stream(self._join(relative)) as f:
+            return f.read()
+
+    def _put(self, relative: str, data: bytes) -> None:
+        """Write ``relative`` whole: upload under a fresh staging name, then move into place."""
+        tmp = self._join(f"{STAGING}/.{secrets.token_hex(8)}.tmp")
+        target = self._join(relative)
+        with arrow_errors("write", target):
+            with self._fs.open_output_stream(tmp) as f:
+                f.write(data)
+            try:
+                self._fs.move(tmp, target)
+            except BaseException:
+                self._delete_quietly(tmp)
+                raise
+
+    def _delete_quietly(self, fs_path: str) -> None:
+        with contextlib.suppress(OSError):
+            self._fs.delete_file(fs_path)
+
+    def _names(self, relative: str) -> list[str]:
+        selector = pafs.FileSelector(self._join(relative), allow_not_found=True)
+        with arrow_errors("list", self._join(relative)):
+            infos = self._fs.get_file_info(selector)
+        return sorted(
+            i.base_name for i in infos if i.type == pafs.FileType.File and _is_name(i.base_name)
+        )
+
+    # -- blocks ---------------------------------------------------------------------------------
+
+    def write_block(self, name: str, data: bytes) -> bool:
+        """Store a block; True if it was not there before (see LocalStorage.write_block)."""
+        relative = f"blocks/{check_name(name, 'block name')}"
+        if not self._exists(relative):
+            self._put(relative, data)
+            return True
+        if self.read_block(name) != data:
+            raise IntegrityError(f"block {name} already stored with different content")
+        return False
+
+    def read_block(self, name: str) -> bytes:
+        relative = f"blocks/{check_name(name, 'block name')}"
+        try:
+            return self._read(relative)
+        except FileNotFoundError:
+            raise NotFoundError(f"block {name} not found in {self.location}") from None
+        except OSError as exc:
+            raise IntegrityError(f"block {name} cannot be read: {exc}") from None
+
+    def has_block(self, name: str) -> bool:
+        return self._exists(f"blocks/{check_name(name, 'block name')}")
+
+    def block_names(self) -> list[str]:
+        return self._names("blocks")
+
+    def remove_block(self, name: str) -> bool:
+        return self._remove(f"blocks/{check_name(name, 'block name')}")
+
+    def _remove(self, relative: str) -> bool:
+        if not self._exists(relative):
+            return False
+        with arrow_errors("remove", self._join(relative)):
+            self._fs.delete_file(self._join(relative))
+        return True
+
+    # -- data slices ----------------------------------------------------------------------------
+
+    def stage_file(self, suffix: str = "") -> str:
+        """A fresh staging path for one file (not created: object stores create on upload)."""
+        if not _SUFFIX.fullmatch(suffix):
+            raise OdfChainError(f"invalid staging suffix {suffix!r}")
+        return self._join(f"{STAGING}/data.{secrets.token_hex(8)}{suffix}")
+
+    def staging_area(self, prefix: str) -> str:
+        """A fresh folder path under ``.staging/`` for a writer such as Spark to fill."""
+        check_name(prefix, "staging prefix")
+        return self._join(f"{STAGING}/{prefix}-{secrets.token_hex(16)}")
+
+    def _check_staged(self, staged: str) -> str:
+        staged = str(staged)
+        if not staged.startswith(self._join(STAGING) + "/") or "/../" in staged:
+            raise OdfChainError(f"{staged} is not in {self._join(STAGING)}")
+        return staged
+
+    def commit_data(self, staged: str, name: str) -> DataCommit:
+        """Move a staged file to ``data/<name>``. An existing slice of that name and size is
+        kept (names are content hashes) and the staged copy dropped; a size mismatch is an
+        IntegrityError that leaves the staged copy for :meth:`discard`."""
+        staged = self._check_staged(staged)
+        target = self._join(f"data/{check_name(name, 'data slice name')}")
+        with arrow_errors("store", target):
+            size = self._fs.get_file_info(staged).size
+            existing = self._fs.get_file_info(target)
+            if existing.type == pafs.FileType.File:
+                if existing.size != size:
+                    raise IntegrityError(
+                        f"data slice {name} already stored with size {existing.size}, "
+                        f"staged copy has {size}"
+                    )
+                self._fs.delete_file(staged)
+                return DataCommit(target, False)
+            self._fs.move(staged, target)
+        return DataCommit(target, True)
+
+    def discard(self, staged: str) -> None:
+        self._delete_quietly(self._check_staged(staged))
+
+    def discard_area(self, area: str) -> None:
+        area = self._check_staged(area)
+        with contextlib.suppress(OSError):
+            self._fs.delete_dir(area)
+
+    def data_path(self, name: str) -> str:
+        return self._join(f"data/{check_name(name, 'data slice name')}")
+
+    def has_data(self, name: str) -> bool:
+        return self._exists(f"data/{check_name(name, 'data slice name')}")
+
+    def data_names(self) -> list[str]:
+        return self._names("data")
+
+    def remove_data(self, name: str) -> bool:
+        return self._remove(f"data/{check_name(name, 'data slice name')}")
+
+    def open_data(self, name: str) -> BinaryIO:
+        path = self.data_path(name)
+        try:
+            return self._fs.open_input_file(path)
+        except FileNotFoundError:
+            raise NotFoundError(f"data slice {name} not found in {self.location}") from None
+        except OSError as exc:
+            raise StorageError(f"cannot open {path}: {exc}") from exc
+
+    # -- leftovers ------------------------------------------------------------------------------
+
+    def leftover_staging(self) -> list[str]:
+        selector = pafs.FileSelector(self._join(STAGING), allow_not_found=True)
+        with arrow_errors("list", self._join(STAGING)):
+            infos = self._fs.get_file_info(selector)
+        return sorted(i.base_name for i in infos if i.type != pafs.FileType.NotFound)
+
+    def remove_staged(self, name: str) -> None:
+        if "/" in name or name in ("", ".", ".."):
+            raise OdfChainError(f"{name!r} is not an entry of {self._join(STAGING)}")
+        path = self._join(f"{STAGING}/{name}")
+        with arrow_errors("remove", path):
+            info = self._fs.get_file_info(path)
+            if info.type == pafs.FileType.Directory:
+                self._fs.delete_dir(path)
+            elif info.type == pafs.FileType.File:
+                self._fs.delete_file(path)
+
+    def entry_info(self, relative: str) -> EntryInfo | None:
+        info = self._info(relative)
+        if info.type == pafs.FileType.NotFound:
+            return None
+        if info.type == pafs.FileType.File:
+            return EntryInfo(_seconds(info), info.size or 0)
+        selector = pafs.FileSelector(self._join(relative), recursive=True)
+        with arrow_errors("list", self._join(relative)):
+            files = [i for i in self._fs.get_file_info(selector) if i.type == pafs.FileType.File]
+        newest = max((_seconds(i) for i in files), default=_seconds(info))
+        return EntryInfo(newest, sum(i.size or 0 for i in files))
+
+    # -- head -----------------------------------------------------------------------------------
+
+    def read_head(self) -> str | None:
+        try:
+            text = self._read("refs/head").decode("ascii", errors="replace")
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise StorageError(f"cannot read {self._join('refs/head')}: {exc}") from exc
+        head = text.removesuffix("\n")
+        if not _is_name(head):
+            raise FormatError(f"{self._join('refs/head')}: invalid head {head!r}")
+        return head
+
+    def compare_and_swap_head(self, expected: str | None, new: str, **_: object) -> None:
+        """Move the head from ``expected`` to ``new``: read, compare, write, read back. Not
+        atomic on stores without conditional writes (see the module docstring)."""
+        check_name(new, "head")
+        if expected is not None:
+            check_name(expected, "expected head")
+        current = self.read_head()
+        if current != expected:
+            raise ConflictError(
+                f"head moved: expected {expected or 'no head'}, found {current or 'no head'}; "
+                "another writer appended first — re-open and retry"
+            )
+        self._put("refs/head", new.encode("ascii"))
+        if self.read_head() != new:
+            raise ConflictError(
+                f"head of {self.location} was moved by another writer while this one moved it"
+            )
+
+
+def _seconds(info: pafs.FileInfo) -> float:
+    mtime = info.mtime
+    return mtime.timestamp() if mtime is not None else time.time()
