@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 
 from odf_chain import chain, replay, slices
 from odf_chain.chain import BlockEntry
@@ -35,17 +36,26 @@ class Dataset:
     # -- lifecycle ----------------------------------------------------------------------------
 
     @classmethod
-    def create(cls, location: str | Path, hash: str = BLAKE3) -> Dataset:
-        """Create the layout at ``location`` (a path, or a URI such as ``s3://bucket/x``) and
-        append the Seed with a fresh ``did:odf`` id."""
+    def create(
+        cls,
+        location: str | Path,
+        hash: str = BLAKE3,
+        *,
+        filesystem: pafs.FileSystem | None = None,
+    ) -> Dataset:
+        """Create the layout at ``location`` and append the Seed with a fresh ``did:odf`` id.
+
+        ``location`` is a local path or a ``pyarrow.fs`` URI (``s3://bucket/sales``), or a path
+        in ``filesystem`` when one is given (a filesystem configured in code).
+        """
         check_algorithm(hash)
-        dataset = cls(create_storage(location))
+        dataset = cls(create_storage(location, filesystem))
         dataset._append(Seed(dataset_id=DatasetId.generate()), algorithm=hash)
         return dataset
 
     @classmethod
-    def open(cls, location: str | Path) -> Dataset:
-        dataset = cls(open_storage(location))
+    def open(cls, location: str | Path, *, filesystem: pafs.FileSystem | None = None) -> Dataset:
+        dataset = cls(open_storage(location, filesystem))
         dataset.refresh()
         return dataset
 

@@ -57,16 +57,21 @@ def _filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
         raise StorageError(f"cannot open a filesystem for {uri}: {exc}") from None
 
 
-def create_storage(location: str | Path) -> Storage:
-    """Lay out a new dataset at ``location`` (a path or a URI)."""
+def create_storage(location: str | Path, filesystem: pafs.FileSystem | None = None) -> Storage:
+    """Lay out a new dataset at ``location``: a path or a URI, or a path in ``filesystem``
+    (for a filesystem configured in code, say an ``S3FileSystem`` with its own credentials)."""
+    if filesystem is not None:
+        return FsStorage.create(filesystem, str(location))
     path = local_path(location)
     if path is not None:
         return LocalStorage.create(path)
     return FsStorage.create(*_filesystem(str(location)), str(location))
 
 
-def open_storage(location: str | Path) -> Storage:
-    """Open the dataset at ``location`` (a path or a URI)."""
+def open_storage(location: str | Path, filesystem: pafs.FileSystem | None = None) -> Storage:
+    """Open the dataset at ``location`` (a path or a URI, or a path in ``filesystem``)."""
+    if filesystem is not None:
+        return FsStorage.open(filesystem, str(location))
     path = local_path(location)
     if path is not None:
         return LocalStorage.open(path)

@@ -45,6 +45,7 @@ class FsStorage:
         self._fs = filesystem
         self._root = root.rstrip("/")
         self._uri = uri or self._root
+        self._staging_ready = False
 
     @classmethod
     def create(cls, filesystem: pafs.FileSystem, root: str, uri: str | None = None) -> FsStorage:
@@ -95,6 +96,14 @@ class FsStorage:
             return f"{scheme}://{parts.netloc}{fs_path}"
         return f"{scheme}://{fs_path}"  # bucket/key stores: the path starts with the bucket
 
+    def _staging(self, name: str) -> str:
+        """A path in ``.staging/``, whose folder exists (local and HDFS filesystems need it)."""
+        if not self._staging_ready:
+            with arrow_errors("create", self._join(STAGING)):
+                self._fs.create_dir(self._join(STAGING), recursive=True)
+            self._staging_ready = True
+        return self._join(f"{STAGING}/{name}")
+
     def _info(self, relative: str) -> pafs.FileInfo:
         with arrow_errors("check", self._join(relative)):
             return self._fs.get_file_info(self._join(relative))
@@ -108,7 +117,7 @@ class FsStorage:
 
     def _put(self, relative: str, data: bytes) -> None:
         """Write ``relative`` whole: upload under a fresh staging name, then move into place."""
-        tmp = self._join(f"{STAGING}/.{secrets.token_hex(8)}.tmp")
+        tmp = self._staging(f".{secrets.token_hex(8)}.tmp")
         target = self._join(relative)
         with arrow_errors("write", target):
             with self._fs.open_output_stream(tmp) as f:
@@ -174,12 +183,12 @@ class FsStorage:
         """A fresh staging path for one file (not created: object stores create on upload)."""
         if not _SUFFIX.fullmatch(suffix):
             raise OdfChainError(f"invalid staging suffix {suffix!r}")
-        return self._join(f"{STAGING}/data.{secrets.token_hex(8)}{suffix}")
+        return self._staging(f"data.{secrets.token_hex(8)}{suffix}")
 
     def staging_area(self, prefix: str) -> str:
         """A fresh folder path under ``.staging/`` for a writer such as Spark to fill."""
         check_name(prefix, "staging prefix")
-        return self._join(f"{STAGING}/{prefix}-{secrets.token_hex(16)}")
+        return self._staging(f"{prefix}-{secrets.token_hex(16)}")
 
     def _check_staged(self, staged: str) -> str:
         staged = str(staged)
