@@ -47,7 +47,7 @@ from collections.abc import Callable, Iterable
 
 import pyarrow as pa
 
-from odf_chain.errors import FormatError, RuleViolation, SchemaEvolutionError
+from odf_chain.errors import FormatError, OdfChainError, RuleViolation, SchemaEvolutionError
 from odf_chain.events import (
     AddData,
     AddFieldLineage,
@@ -411,7 +411,14 @@ def check_lineage_outputs(state: DatasetState, block: MetadataBlock, block_hash:
             f"operation {name!r} writes {path!r}, but no schema is in force (expected a "
             "SetDataSchema before the lineage event)",
         )
-    paths = state.field_path_set
+    try:
+        paths = state.field_path_set
+    except (OdfChainError, ValueError) as exc:  # a malformed Avro writer schema in the metadata
+        raise RuleViolation(
+            "lineage-outputs",
+            f"the field paths of the schema in force (block {state.schema_sequence_number}) "
+            f"cannot be computed: {exc}",
+        ) from None
     problems = [
         f"operation {name!r} writes {path!r}, which is not a field path of the schema in force"
         for name, path in written

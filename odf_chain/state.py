@@ -123,7 +123,13 @@ class PendingLineage:
 
 @dataclass(frozen=True, slots=True)
 class DatasetState:
-    """The dataset as of one block. ``EMPTY`` is the state before the Seed."""
+    """The dataset as of one block. ``EMPTY`` is the state before the Seed.
+
+    Field lineage leaves only constant-size traces here (copied with every block, so nothing
+    that grows with the chain): the offsets the latest lineage event promised and no slice has
+    covered yet, and that event's sequence number. Which run wrote an offset is found by
+    walking the chain (replay), not kept here.
+    """
 
     head: Multihash | None = None
     sequence_number: int = -1
@@ -211,15 +217,25 @@ def _apply_lineage(
     )
 
 
+def _covers_pending(event: object) -> bool:
+    return isinstance(event, AddData | ExecuteTransform) and event.new_data is not None
+
+
 def apply(state: DatasetState, block: MetadataBlock, block_hash: Multihash) -> DatasetState:
     """The state after ``block`` (already validated), stored under ``block_hash``."""
+    event = block.event
+    changes: dict = {}
+    if state.lineage_pending is not None and not _covers_pending(event):
+        # Only in a chain that broke rule lineage-data (verify folds on past violations):
+        # report the uncovered offsets once, not again at every later block.
+        changes["lineage_pending"] = None
     state = replace(
         state,
         head=block_hash,
         sequence_number=block.sequence_number,
         system_time=block.system_time,
+        **changes,
     )
-    event = block.event
     match event:
         case Seed():
             return replace(state, dataset_id=event.dataset_id, dataset_kind=event.dataset_kind)

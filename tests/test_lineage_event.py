@@ -191,18 +191,29 @@ def test_verify_names_a_dangling_field_reference(tmp_path) -> None:
 
 def test_verify_names_offsets_a_lineage_event_left_uncovered(tmp_path) -> None:
     ds = with_schema(tmp_path)
+    lineage_seq, _ = _append_behind_the_rules(ds, lineage(OffsetInterval(0, 4)))
+    seq, name = _append_behind_the_rules(ds, SetInfo(description="moving on"))
+    _append_behind_the_rules(ds, SetInfo(description="and on"))
+    report = verify_path(ds.path)
+    [problem] = report.errors  # reported once, at the first block that should have been data
+    assert (problem.rule, problem.sequence_number, problem.block_hash) == (
+        "lineage-data",
+        seq,
+        name,
+    )
+    assert f"offsets 0..4, which the run recorded at block {lineage_seq} wrote" in problem.message
+    assert "found SetInfo" in problem.message
+
+
+def test_verify_names_a_slice_without_data_while_lineage_is_uncovered(tmp_path) -> None:
+    ds = with_schema(tmp_path)
     _append_behind_the_rules(ds, lineage(OffsetInterval(0, 4)))
-    _append_behind_the_rules(
+    seq, _ = _append_behind_the_rules(
         ds, AddData(new_data=None, new_watermark=datetime(2024, 1, 1, tzinfo=UTC))
     )
-    seq, name = _append_behind_the_rules(ds, SetInfo(description="moving on"))
-    report = verify_path(ds.path)
-    assert [(p.rule, p.sequence_number) for p in report.errors] == [
-        ("lineage-data", seq - 1),
-        ("lineage-data", seq),
-    ]
-    assert "offsets 0..4" in report.errors[1].message
-    assert report.errors[1].block_hash == name
+    [problem] = verify_path(ds.path).errors
+    assert (problem.rule, problem.sequence_number) == ("lineage-data", seq)
+    assert "found AddData without data" in problem.message
 
 
 def test_log_line_summarises_the_run(tmp_path) -> None:

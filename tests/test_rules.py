@@ -44,6 +44,7 @@ from odf_chain.events import (
 )
 from odf_chain.format.did import DatasetId
 from odf_chain.format.multihash import BLAKE3, SHA3_256, Multihash
+from odf_chain.schema.convert import AVRO_SCHEMA_KEY
 from odf_chain.state import EMPTY, DatasetState
 from tests.conftest import non_utf8_schema
 
@@ -899,6 +900,13 @@ def test_lineage_outputs_of_a_nested_schema() -> None:
         lineage(op("w", ("src", "x"), outputs=("[version=2.0].[type=int].a",))),
         "lineage-outputs",
     )
+
+
+@pytest.mark.parametrize("writer_schema", ["not json", '{"type": "record"}'])
+def test_lineage_outputs_when_the_schemas_paths_cannot_be_computed(writer_schema: str) -> None:
+    c = seeded()
+    c.add(SetDataSchema.from_arrow(SCHEMA.with_metadata({AVRO_SCHEMA_KEY: writer_schema})))
+    c.reject(lineage(WRITE, READ), "lineage-outputs", "block 1", "cannot be computed")
 
 
 def data_block(start: int, end: int, n: int = 210) -> AddData:
