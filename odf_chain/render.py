@@ -15,6 +15,7 @@ from odf_chain.chain import BlockEntry
 from odf_chain.errors import FormatError
 from odf_chain.events import (
     AddData,
+    AddFieldLineage,
     ExecuteTransform,
     Seed,
     SetDataSchema,
@@ -116,6 +117,17 @@ def summarize_event(event: Any) -> str:
             )
         case SetLicense():
             return event.spdx_id or event.short_name or event.name or ""
+        case AddFieldLineage():
+            run = event.run
+            offsets = (
+                "no records"
+                if run.offsets is None
+                else f"offsets {run.offsets.start}..{run.offsets.end}"
+            )
+            return (
+                f"job {run.job_name} run {run.run_id}: {_count(len(event.inputs), 'input')}, "
+                f"{_count(len(event.operations), 'operation')}; {offsets}"
+            )
         case _:
             return ""
 
@@ -143,4 +155,5 @@ def state_to_jsonable(state: DatasetState) -> dict[str, Any]:
         "num_records": state.num_records,
         "num_slices": state.num_slices,
         "data_size": state.data_size,
+        "last_lineage_block": state.last_lineage_sequence_number,
     }

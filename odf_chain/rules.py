@@ -11,7 +11,8 @@ seed-first                the first block is a Seed at sequence 0 with no predec
 seed-unique               no Seed after the first block
 sequence-number           sequence number = previous + 1
 prev-block-hash           prev_block_hash = hash of the previous block
-hash-algorithm            every block and slice hash uses the chain's algorithm
+hash-algorithm            every block and slice hash uses the chain's algorithm (so does a
+                          lineage input pinned at a block of this very dataset)
 system-time               system time never decreases
 schema-before-data        a SetDataSchema precedes the first data slice
 schema-valid              the SetDataSchema's Arrow schema decodes
@@ -23,21 +24,39 @@ checkpoint                prev_checkpoint = the last checkpoint
 dataset-kind              AddData only in root datasets, ExecuteTransform only in derivative ones
 vocab-before-schema       SetVocab only before the first SetDataSchema (the schema names the
                           system columns)
-no-op                     no empty event and no event that changes nothing
+lineage-structure         a lineage event is well formed: input and operation names unique and
+                          distinct from each other; each input a pinned dataset (dataset_id and
+                          block_hash) or an external source (uri); every input field read from
+                          an input or from an output of another operation; no cycles
+lineage-outputs           every field a lineage operation writes is a v2 path of the schema in
+                          force
+lineage-data              the offsets a lineage event's run wrote start at the next offset and
+                          are covered by the data slices right after it, before any other event
+no-op                     no empty event and no event that changes nothing (a lineage event
+                          with no operations included)
 ========================  =====================================================================
+
+Checks that need other datasets (the input fields of a lineage event against the schemas of the
+datasets it read) cannot be pure rules over (state, block): :func:`lineage_input_problems` does
+that part, given a way to find those schemas.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
-from odf_chain.errors import FormatError, RuleViolation, SchemaEvolutionError
+import pyarrow as pa
+
+from odf_chain.errors import FormatError, OdfChainError, RuleViolation, SchemaEvolutionError
 from odf_chain.events import (
     AddData,
+    AddFieldLineage,
     DatasetKind,
     DisablePollingSource,
     DisablePushSource,
     ExecuteTransform,
+    FieldOperation,
+    LineageInput,
     MetadataBlock,
     Seed,
     SetDataSchema,
@@ -47,7 +66,7 @@ from odf_chain.events import (
 )
 from odf_chain.format.multihash import Multihash
 from odf_chain.schema.evolution import check_evolution
-from odf_chain.state import DatasetState, Vocabulary
+from odf_chain.state import DatasetState, Vocabulary, schema_path_set
 
 Rule = Callable[[DatasetState, MetadataBlock, Multihash], None]
 
@@ -115,6 +134,17 @@ def check_hash_algorithm(state: DatasetState, block: MetadataBlock, block_hash: 
                 raise RuleViolation(
                     "hash-algorithm",
                     f"expected {algorithm} for new_data.{label}, found {value.algorithm}",
+                )
+    if isinstance(event, AddFieldLineage) and state.dataset_id is not None:
+        # A block of another dataset carries that dataset's algorithm; one of ours, ours.
+        for put in event.inputs:
+            pinned = put.block_hash
+            own = put.dataset_id == state.dataset_id and pinned is not None
+            if own and pinned.algorithm != algorithm:
+                raise RuleViolation(
+                    "hash-algorithm",
+                    f"expected {algorithm} for the block_hash of input {put.name!r} (a "
+                    f"block of this dataset), found {pinned.algorithm}",
                 )
 
 
@@ -232,8 +262,247 @@ def check_vocab(state: DatasetState, block: MetadataBlock, block_hash: Multihash
         )
 
 
+# -- field lineage -------------------------------------------------------------------------------
+
+_SHOWN = 10  # problems spelled out in one message; the rest are counted
+
+
+def _joined(problems: list[str]) -> str:
+    shown = "; ".join(problems[:_SHOWN])
+    more = len(problems) - _SHOWN
+    return shown + (f"; and {more} more" if more > 0 else "")
+
+
+def _shorten(names: Iterable[str], limit: int = 5) -> str:
+    names = list(names)
+    listed = ", ".join(repr(n) for n in names[:limit])
+    return listed + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def _input_problems(inputs: tuple[LineageInput, ...]) -> list[str]:
+    problems: list[str] = []
+    seen: set[str] = set()
+    for i, put in enumerate(inputs):
+        label = f"input {put.name!r}" if put.name else f"input #{i}"
+        if not put.name:
+            problems.append(f"{label} has an empty name")
+        elif put.name in seen:
+            problems.append(f"{label} is named twice (input names must be unique)")
+        seen.add(put.name)
+        if put.dataset_id is not None:
+            if put.block_hash is None:
+                problems.append(
+                    f"{label} names dataset {put.dataset_id} but no block_hash (the block it "
+                    "was read at)"
+                )
+        elif put.uri is None:
+            problems.append(
+                f"{label} is neither a dataset (dataset_id and block_hash) nor an external "
+                "source (uri)"
+            )
+        elif put.block_hash is not None:
+            problems.append(f"{label} has a block_hash but no dataset_id it belongs to")
+    return problems
+
+
+def _operation_problems(operations: tuple[FieldOperation, ...], input_names: set[str]) -> list[str]:
+    problems: list[str] = []
+    by_name: dict[str, FieldOperation] = {}
+    for i, op in enumerate(operations):
+        if not op.name:
+            problems.append(f"operation #{i} has an empty name")
+        elif op.name in by_name:
+            problems.append(f"operation {op.name!r} is named twice (names must be unique)")
+        elif op.name in input_names:
+            problems.append(
+                f"operation {op.name!r} has the name of an input (a field's origin would be "
+                "ambiguous)"
+            )
+        by_name.setdefault(op.name, op)
+    outputs_of: dict[str, frozenset[str]] = {}
+    for op in operations:
+        for read in op.inputs:
+            if read.origin in input_names:
+                continue
+            source = by_name.get(read.origin)
+            if source is None:
+                problems.append(
+                    f"operation {op.name!r} reads field {read.field!r} from {read.origin!r}, "
+                    "which is neither an input nor an operation of this event"
+                )
+                continue
+            outputs = outputs_of.setdefault(source.name, frozenset(source.outputs))
+            if read.field not in outputs:
+                problems.append(
+                    f"operation {op.name!r} reads field {read.field!r} from operation "
+                    f"{source.name!r}, which does not output it (its outputs: "
+                    f"{_shorten(source.outputs) or 'none'})"
+                )
+    return problems
+
+
+def _operation_cycle(
+    operations: tuple[FieldOperation, ...], input_names: set[str]
+) -> list[str] | None:
+    """The first cycle in 'operation -> operations it reads from', as a closed list of names
+    (``["a", "b", "a"]``), or None. Iterative: an event may hold thousands of operations.
+    An origin that names an input is read from that input (a clash is reported elsewhere)."""
+    names = {op.name for op in operations} - input_names
+    reads: dict[str, list[str]] = {}
+    for op in operations:
+        targets = reads.setdefault(op.name, [])
+        for read in op.inputs:
+            if read.origin in names and read.origin not in targets:
+                targets.append(read.origin)
+    done: set[str] = set()
+    for start in reads:
+        if start in done:
+            continue
+        path = [start]
+        on_path = {start}
+        pending = [iter(reads[start])]
+        while pending:
+            target = next(pending[-1], None)
+            if target is None:  # every operation this one reads from is explored
+                finished = path.pop()
+                on_path.discard(finished)
+                done.add(finished)
+                pending.pop()
+                continue
+            if target in on_path:
+                return [*path[path.index(target) :], target]
+            if target in done:
+                continue
+            path.append(target)
+            on_path.add(target)
+            pending.append(iter(reads[target]))
+    return None
+
+
+def check_lineage_structure(
+    state: DatasetState, block: MetadataBlock, block_hash: Multihash
+) -> None:
+    event = block.event
+    if not isinstance(event, AddFieldLineage):
+        return
+    problems = _input_problems(event.inputs)
+    input_names = {i.name for i in event.inputs}
+    problems += _operation_problems(event.operations, input_names)
+    cycle = _operation_cycle(event.operations, input_names)
+    if cycle is not None:
+        problems.append(
+            "operations read from each other in a cycle: " + " -> ".join(map(repr, cycle))
+        )
+    if problems:
+        raise RuleViolation("lineage-structure", _joined(problems))
+
+
+def check_lineage_outputs(state: DatasetState, block: MetadataBlock, block_hash: Multihash) -> None:
+    event = block.event
+    if not isinstance(event, AddFieldLineage):
+        return
+    written = [(op.name, path) for op in event.operations if op.writes for path in op.outputs]
+    if not written:
+        return
+    if state.schema is None:
+        name, path = written[0]
+        raise RuleViolation(
+            "lineage-outputs",
+            f"operation {name!r} writes {path!r}, but no schema is in force (expected a "
+            "SetDataSchema before the lineage event)",
+        )
+    try:
+        paths = state.field_path_set
+    except (OdfChainError, ValueError) as exc:  # a malformed Avro writer schema in the metadata
+        raise RuleViolation(
+            "lineage-outputs",
+            f"the field paths of the schema in force (block {state.schema_sequence_number}) "
+            f"cannot be computed: {exc}",
+        ) from None
+    problems = [
+        f"operation {name!r} writes {path!r}, which is not a field path of the schema in force"
+        for name, path in written
+        if path not in paths
+    ]
+    if problems:
+        raise RuleViolation(
+            "lineage-outputs",
+            _joined(problems) + f" (schema set at block {state.schema_sequence_number})",
+        )
+
+
+def check_lineage_data(state: DatasetState, block: MetadataBlock, block_hash: Multihash) -> None:
+    event = block.event
+    pending = state.lineage_pending
+    if pending is not None:
+        gap = pending.uncovered
+        promised = (
+            f"offsets {gap.start}..{gap.end}, which the run recorded at block "
+            f"{pending.sequence_number} wrote"
+        )
+        if isinstance(event, AddData | ExecuteTransform) and event.new_data is not None:
+            interval = event.new_data.offset_interval
+            if interval.start != gap.start or interval.end > gap.end:
+                raise RuleViolation(
+                    "lineage-data",
+                    f"expected a slice starting at {gap.start} within {promised}; found "
+                    f"offsets {interval.start}..{interval.end}",
+                )
+            return
+        found = block.event_name + (
+            " without data" if isinstance(event, AddData | ExecuteTransform) else ""
+        )
+        raise RuleViolation(
+            "lineage-data",
+            f"expected data slices covering {promised}, before any other event; found {found}",
+        )
+    if isinstance(event, AddFieldLineage) and event.run.offsets is not None:
+        offsets = event.run.offsets
+        if offsets.start != state.next_offset or offsets.end < offsets.start:
+            raise RuleViolation(
+                "lineage-data",
+                f"expected the run's offsets to start at the next offset {state.next_offset} "
+                f"and end at or after it, found {offsets.start}..{offsets.end}",
+            )
+
+
+def lineage_input_problems(
+    event: AddFieldLineage, schema_of: Callable[[LineageInput], pa.Schema | None]
+) -> list[str]:
+    """Input fields of ``event`` that are not v2 paths of the schema of the dataset they were
+    read from. ``schema_of`` gives that dataset's schema at the pinned block, or None when it
+    cannot be found (unreachable is unknown, not wrong: those inputs are skipped). External
+    inputs are not looked up. Pure apart from what ``schema_of`` does; append and verify call it
+    with their own way of opening other datasets.
+    """
+    paths_of: dict[str, frozenset[str] | None] = {}
+    for put in event.inputs:
+        if put.is_dataset and put.name not in paths_of:
+            schema = schema_of(put)
+            paths_of[put.name] = None if schema is None else schema_path_set(schema)
+    where = {put.name: put for put in event.inputs}
+    problems: list[str] = []
+    for op in event.operations:
+        for read in op.inputs:
+            paths = paths_of.get(read.origin)
+            if paths is not None and read.field not in paths:
+                put = where[read.origin]
+                problems.append(
+                    f"operation {op.name!r} reads field {read.field!r} from input "
+                    f"{read.origin!r} (dataset {put.dataset_id} at block {put.block_hash}), "
+                    "which has no such field path"
+                )
+    return problems
+
+
 def check_no_op(state: DatasetState, block: MetadataBlock, block_hash: Multihash) -> None:
     event = block.event
+    if isinstance(event, AddFieldLineage) and not event.operations:
+        raise RuleViolation(
+            "no-op",
+            f"AddFieldLineage for run {event.run.run_id!r} of job {event.run.job_name!r} has "
+            "no field operations",
+        )
     if isinstance(event, SetVocab) and Vocabulary.from_event(event) == state.vocab:
         raise RuleViolation("no-op", "SetVocab leaves every column name as it is")
     if isinstance(event, SetInfo) and (
@@ -260,6 +529,9 @@ RULES: tuple[Rule, ...] = (
     check_data,
     check_dataset_kind,
     check_vocab,
+    check_lineage_structure,
+    check_lineage_outputs,
+    check_lineage_data,
     check_no_op,
 )
 

@@ -7,6 +7,8 @@ that append, replay and verify share, so a chain that appends is a chain that ve
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, replace
 from datetime import datetime
 
@@ -14,12 +16,14 @@ import pyarrow as pa
 
 from odf_chain.events import (
     AddData,
+    AddFieldLineage,
     AddPushSource,
     DatasetKind,
     DisablePollingSource,
     DisablePushSource,
     ExecuteTransform,
     MetadataBlock,
+    OffsetInterval,
     Seed,
     SetDataSchema,
     SetInfo,
@@ -62,9 +66,70 @@ class Vocabulary:
         return (self.offset_column, self.operation_type_column, self.system_time_column)
 
 
+# -- field paths, computed once per schema object ---------------------------------------------
+
+_PATHS_CACHE_SIZE = 8
+_paths_cache: OrderedDict[int, tuple[pa.Schema, tuple[FieldInfo, ...], frozenset[str]]] = (
+    OrderedDict()
+)
+_paths_lock = threading.Lock()
+
+
+def _schema_paths(schema: pa.Schema) -> tuple[tuple[FieldInfo, ...], frozenset[str]]:
+    """The schema's v2 fields and the set of their paths, cached by the schema's identity.
+
+    Every state folded after a SetDataSchema holds the very same schema object, so a chain of
+    10,000 blocks computes the paths of each schema once, not once per block. The key is the
+    object, not its value: two equal-looking schemas can differ in metadata that decides the
+    path convention (an Avro writer schema). A hit is confirmed with ``is`` (the entry keeps the
+    schema alive, so its id cannot be reused while cached); the cache holds a few schemas only.
+    """
+    key = id(schema)
+    with _paths_lock:
+        hit = _paths_cache.get(key)
+        if hit is not None and hit[0] is schema:
+            _paths_cache.move_to_end(key)
+            return hit[1], hit[2]
+    fields = tuple(schema_fields(schema))
+    paths = frozenset(f.path for f in fields)
+    with _paths_lock:
+        _paths_cache[key] = (schema, fields, paths)
+        _paths_cache.move_to_end(key)
+        while len(_paths_cache) > _PATHS_CACHE_SIZE:
+            _paths_cache.popitem(last=False)
+    return fields, paths
+
+
+def schema_path_set(schema: pa.Schema) -> frozenset[str]:
+    """The v2 field paths of ``schema`` as a set (cached per schema object)."""
+    return _schema_paths(schema)[1]
+
+
+# -- lineage bookkeeping ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PendingLineage:
+    """Offsets an AddFieldLineage promised (its run wrote them) that no slice has covered yet.
+
+    The blocks right after the lineage event must be data slices covering ``uncovered``
+    exactly, in order; the rule ``lineage-data`` holds them to it.
+    """
+
+    sequence_number: int  # of the lineage event
+    block_hash: Multihash
+    uncovered: OffsetInterval
+
+
 @dataclass(frozen=True, slots=True)
 class DatasetState:
-    """The dataset as of one block. ``EMPTY`` is the state before the Seed."""
+    """The dataset as of one block. ``EMPTY`` is the state before the Seed.
+
+    Field lineage leaves only constant-size traces here (copied with every block, so nothing
+    that grows with the chain): the offsets the latest lineage event promised and no slice has
+    covered yet, and that event's sequence number. Which run wrote an offset is found by
+    walking the chain (replay), not kept here.
+    """
 
     head: Multihash | None = None
     sequence_number: int = -1
@@ -84,6 +149,8 @@ class DatasetState:
     num_records: int = 0
     data_size: int = 0
     num_slices: int = 0
+    lineage_pending: PendingLineage | None = None
+    last_lineage_sequence_number: int | None = None  # the latest AddFieldLineage, if any
 
     @property
     def hash_algorithm(self) -> str | None:
@@ -97,11 +164,16 @@ class DatasetState:
     @property
     def fields(self) -> list[FieldInfo]:
         """The schema's fields as DataHub lists them (v2 paths, types, nullability)."""
-        return [] if self.schema is None else schema_fields(self.schema)
+        return [] if self.schema is None else list(_schema_paths(self.schema)[0])
 
     @property
     def field_paths(self) -> list[str]:
         return [f.path for f in self.fields]
+
+    @property
+    def field_path_set(self) -> frozenset[str]:
+        """The schema's v2 paths for membership tests (computed once per schema)."""
+        return frozenset() if self.schema is None else schema_path_set(self.schema)
 
 
 EMPTY = DatasetState()
@@ -121,18 +193,49 @@ def _apply_data(state: DatasetState, event: AddData | ExecuteTransform) -> Datas
         changes["last_checkpoint"] = event.new_checkpoint.physical_hash
     if event.new_watermark is not None:
         changes["watermark"] = event.new_watermark
+    pending = state.lineage_pending
+    if pending is not None and event.new_data is not None:
+        covered_to = event.new_data.offset_interval.end
+        changes["lineage_pending"] = (
+            None
+            if covered_to >= pending.uncovered.end
+            else replace(pending, uncovered=OffsetInterval(covered_to + 1, pending.uncovered.end))
+        )
     return replace(state, **changes)
+
+
+def _apply_lineage(
+    state: DatasetState, event: AddFieldLineage, sequence_number: int, block_hash: Multihash
+) -> DatasetState:
+    offsets = event.run.offsets
+    return replace(
+        state,
+        last_lineage_sequence_number=sequence_number,
+        lineage_pending=None
+        if offsets is None
+        else PendingLineage(sequence_number, block_hash, offsets),
+    )
+
+
+def _covers_pending(event: object) -> bool:
+    return isinstance(event, AddData | ExecuteTransform) and event.new_data is not None
 
 
 def apply(state: DatasetState, block: MetadataBlock, block_hash: Multihash) -> DatasetState:
     """The state after ``block`` (already validated), stored under ``block_hash``."""
+    event = block.event
+    changes: dict = {}
+    if state.lineage_pending is not None and not _covers_pending(event):
+        # Only in a chain that broke rule lineage-data (verify folds on past violations):
+        # report the uncovered offsets once, not again at every later block.
+        changes["lineage_pending"] = None
     state = replace(
         state,
         head=block_hash,
         sequence_number=block.sequence_number,
         system_time=block.system_time,
+        **changes,
     )
-    event = block.event
     match event:
         case Seed():
             return replace(state, dataset_id=event.dataset_id, dataset_kind=event.dataset_kind)
@@ -142,6 +245,8 @@ def apply(state: DatasetState, block: MetadataBlock, block_hash: Multihash) -> D
             )
         case AddData() | ExecuteTransform():
             return _apply_data(state, event)
+        case AddFieldLineage():
+            return _apply_lineage(state, event, block.sequence_number, block_hash)
         case SetVocab():
             return replace(state, vocab=Vocabulary.from_event(event))
         case AddPushSource():

@@ -8,16 +8,20 @@ schema rather than against itself.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
+import re
 import struct
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
 
 import flatbuffers
 import pytest
 from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 import odf_chain.format.generated.AddData as fbAddData
+import odf_chain.format.generated.AddFieldLineage as fbAddFieldLineage
 import odf_chain.format.generated.DataField as fbDataField
 import odf_chain.format.generated.DataSchema as fbDataSchema
 import odf_chain.format.generated.DataTypeOption as fbDataTypeOption
@@ -30,6 +34,7 @@ import odf_chain.format.generated.Timestamp as fbTimestamp
 from odf_chain.errors import FormatError
 from odf_chain.events import (
     AddData,
+    AddFieldLineage,
     AddPushSource,
     Checkpoint,
     DatasetKind,
@@ -38,6 +43,10 @@ from odf_chain.events import (
     DisablePushSource,
     ExecuteTransform,
     ExecuteTransformInput,
+    FieldOperation,
+    InputField,
+    LineageInput,
+    LineageRun,
     MetadataBlock,
     OffsetInterval,
     Seed,
@@ -49,6 +58,9 @@ from odf_chain.events import (
     SetTransform,
     SetVocab,
     SourceState,
+    Transformation,
+    TransformationSubtype,
+    TransformationType,
 )
 from odf_chain.format.codec import decode_block, encode_block, read_manifest
 from odf_chain.format.did import DatasetId
@@ -65,6 +77,7 @@ from odf_chain.format.generated.MergeStrategy import MergeStrategy
 from odf_chain.format.generated.MergeStrategyAppend import MergeStrategyAppendT
 from odf_chain.format.generated.MergeStrategyLedger import MergeStrategyLedgerT
 from odf_chain.format.generated.MergeStrategySnapshot import MergeStrategySnapshotT
+from odf_chain.format.generated.MetadataBlock import MetadataBlockT
 from odf_chain.format.generated.ReadStep import ReadStep
 from odf_chain.format.generated.ReadStepCsv import ReadStepCsvT
 from odf_chain.format.generated.ReadStepNdJson import ReadStepNdJsonT
@@ -161,8 +174,46 @@ EXECUTE_TRANSFORM = st.builds(
     new_checkpoint=opt(CHECKPOINTS),
     new_watermark=opt(TIMES),
 )
+TRANSFORMATIONS = st.builds(
+    Transformation,
+    type=st.sampled_from(TransformationType),
+    subtype=st.sampled_from(TransformationSubtype),
+    masking=st.booleans(),
+    opaque=st.booleans(),
+)
+FIELD_OPERATIONS = st.builds(
+    FieldOperation,
+    name=TEXT,
+    inputs=st.lists(st.builds(InputField, origin=TEXT, field=TEXT), max_size=3).map(tuple),
+    outputs=st.lists(TEXT, max_size=3).map(tuple),
+    transformation=TRANSFORMATIONS,
+    description=opt(TEXT),
+    writes=st.booleans(),
+)
+LINEAGE_INPUTS = st.builds(
+    LineageInput,
+    name=TEXT,
+    uri=opt(TEXT),
+    dataset_id=opt(DATASET_IDS),
+    block_hash=opt(HASHES),
+    content_hash=opt(HASHES),
+)
+ADD_FIELD_LINEAGE = st.builds(
+    AddFieldLineage,
+    run=st.builds(
+        LineageRun,
+        job_name=TEXT,
+        run_id=TEXT,
+        started_at=TIMES,
+        ended_at=opt(TIMES),
+        offsets=opt(st.builds(OffsetInterval, UINT64, UINT64)),
+    ),
+    inputs=st.lists(LINEAGE_INPUTS, max_size=3).map(tuple),
+    operations=st.lists(FIELD_OPERATIONS, max_size=4).map(tuple),
+)
 EVENTS = st.one_of(
     ADD_DATA,
+    ADD_FIELD_LINEAGE,
     EXECUTE_TRANSFORM,
     st.builds(Seed, dataset_id=DATASET_IDS, dataset_kind=st.sampled_from(DatasetKind)),
     st.builds(SetVocab, opt(TEXT), opt(TEXT), opt(TEXT), opt(TEXT)),
@@ -182,6 +233,60 @@ BLOCKS = st.builds(
     prev_block_hash=opt(HASHES),
     sequence_number=UINT64,
     event=EVENTS,
+)
+
+# ---------------------------------------------------------------------------------------------
+# One field-lineage block with every part present, values chosen by hand
+
+LINEAGE_UPSTREAM_ID = DatasetId(bytes(range(100, 132)))
+LINEAGE_EVENT = AddFieldLineage(
+    run=LineageRun(
+        job_name="orders-daily",
+        run_id="run-0042",
+        started_at=datetime(2024, 3, 1, 2, 0, 0, 500, tzinfo=UTC),
+        ended_at=datetime(2024, 3, 1, 2, 5, tzinfo=UTC),
+        offsets=OffsetInterval(100, 199),
+    ),
+    inputs=(
+        LineageInput(
+            "customers",
+            uri="file:///data/customers",
+            dataset_id=LINEAGE_UPSTREAM_ID,
+            block_hash=Multihash("sha3-256", b"\x11" * 32),
+        ),
+        LineageInput(
+            "orders.csv", uri="s3://b/orders.csv", content_hash=Multihash("blake3", b"\x22" * 32)
+        ),
+    ),
+    operations=(
+        FieldOperation(
+            "join",
+            inputs=(
+                InputField("orders.csv", "[version=2.0].[type=string].customer"),
+                InputField("customers", "[version=2.0].[type=long].id"),
+            ),
+            outputs=("customer",),
+            transformation=Transformation(TransformationType.INDIRECT, TransformationSubtype.JOIN),
+            description="orders join customers on id",
+            writes=False,
+        ),
+        FieldOperation(
+            "mask",
+            inputs=(InputField("join", "customer"),),
+            outputs=("[version=2.0].[type=string].customer_hash",),
+            transformation=Transformation(
+                TransformationType.DIRECT, TransformationSubtype.TRANSFORMATION, masking=True
+            ),
+        ),
+        FieldOperation(
+            "udf",
+            inputs=(InputField("orders.csv", "[version=2.0].[type=string].note"),),
+            transformation=Transformation(opaque=True),
+        ),
+    ),
+)
+LINEAGE_BLOCK = MetadataBlock(
+    datetime(2024, 3, 1, 2, 5, 1, tzinfo=UTC), Multihash("blake3", b"\x33" * 32), 12, LINEAGE_EVENT
 )
 
 # ---------------------------------------------------------------------------------------------
@@ -274,6 +379,7 @@ def test_header_readable_by_generated_bindings(block):
         SetDataSchema: 10,
         DisablePushSource: 12,
         DisablePollingSource: 13,
+        AddFieldLineage: 200,
     }
     assert mb.EventType() == expected_types[type(block.event)]
     if block.prev_block_hash is None:
@@ -741,6 +847,7 @@ def _valid_blocks() -> dict[str, bytes]:
             MetadataBlock(_utc(2020, 1, 1), None, 1, DisablePushSource("x"))
         ),
     }
+    blocks["add_field_lineage"] = encode_block(LINEAGE_BLOCK)
     for name in READ_ONLY_CASES:
         blocks[name] = _read_only_block_bytes(name)
     blocks["structured_schema"] = _hand_manifest(_hand_content(10, _data_schema_packer(3)))
@@ -1037,3 +1144,257 @@ def test_manifest_struct_layout_is_flatbuffers():
     data = VALID_BLOCKS["add_data"]
     (root,) = struct.unpack_from("<I", data, 0)
     assert 4 <= root < len(data)
+
+
+# ---------------------------------------------------------------------------------------------
+# Field lineage (AddFieldLineage, union id 200)
+
+LINEAGE_BLOCKS = st.builds(
+    MetadataBlock,
+    system_time=TIMES,
+    prev_block_hash=opt(HASHES),
+    sequence_number=UINT64,
+    event=ADD_FIELD_LINEAGE,
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(block=LINEAGE_BLOCKS)
+def test_lineage_round_trip_and_identical_re_encoding(block):
+    data = encode_block(block)
+    decoded = decode_block(data)
+    assert decoded == block
+    assert encode_block(decoded) == data
+
+
+def _repacked_by_flatc_object_api(data: bytes) -> bytes:
+    """The block content unpacked and packed again by flatc's generated object API."""
+    content = read_manifest(data)[1]
+    builder = flatbuffers.Builder(0)
+    builder.Finish(MetadataBlockT.InitFromPackedBuf(content, 0).Pack(builder))
+    return bytes(builder.Output())
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(block=LINEAGE_BLOCKS)
+def test_lineage_bytes_follow_flatc_builder_order(block):
+    """flatc's object API packs every table as ODF's reference does (vectors, strings and
+    sub-tables first, in field order; defaults omitted): our bytes must be exactly its bytes."""
+    data = encode_block(block)
+    assert _repacked_by_flatc_object_api(data) == read_manifest(data)[1]
+
+
+def test_lineage_block_read_by_generated_bindings():
+    content = _content_via_bindings(encode_block(LINEAGE_BLOCK))
+    mb = fbMetadataBlock.MetadataBlock.GetRootAs(content, 0)
+    assert mb.EventType() == 200
+    assert mb.SequenceNumber() == 12
+    table = mb.Event()
+    event = fbAddFieldLineage.AddFieldLineage()
+    event.Init(table.Bytes, table.Pos)
+
+    run = event.Run()
+    assert run.JobName() == b"orders-daily"
+    assert run.RunId() == b"run-0042"
+    started = run.StartedAt()
+    # 2024-03-01 is day 31 + 29 + 1 = 61 of a leap year; 02:00:00.0005 = 7200 s + 500,000 ns.
+    assert (started.Year(), started.Ordinal(), started.SecondsFromMidnight()) == (2024, 61, 7200)
+    assert started.Nanoseconds() == 500_000
+    assert run.EndedAt().SecondsFromMidnight() == 7500
+    assert (run.Offsets().Start(), run.Offsets().End()) == (100, 199)
+
+    assert event.InputsLength() == 2
+    customers = event.Inputs(0)
+    assert customers.Name() == b"customers"
+    assert customers.Uri() == b"file:///data/customers"
+    assert customers.DatasetIdAsNumpy().tobytes() == b"\xed\x01" + bytes(range(100, 132))
+    assert customers.BlockHashAsNumpy().tobytes() == b"\x16\x20" + b"\x11" * 32
+    assert customers.ContentHashIsNone()
+    orders = event.Inputs(1)
+    assert orders.DatasetIdIsNone() and orders.BlockHashIsNone()
+    assert orders.ContentHashAsNumpy().tobytes() == b"\x1e\x20" + b"\x22" * 32
+
+    assert event.OperationsLength() == 3
+    join = event.Operations(0)
+    assert join.Name() == b"join"
+    assert [(join.Inputs(i).Origin(), join.Inputs(i).Field()) for i in range(2)] == [
+        (b"orders.csv", b"[version=2.0].[type=string].customer"),
+        (b"customers", b"[version=2.0].[type=long].id"),
+    ]
+    assert [join.Outputs(i) for i in range(join.OutputsLength())] == [b"customer"]
+    assert (join.Transformation().Type(), join.Transformation().Subtype()) == (
+        1,
+        3,
+    )  # INDIRECT JOIN
+    assert join.Description() == b"orders join customers on id"
+    assert join.Writes() is False
+    mask = event.Operations(1)
+    assert mask.Writes() is True
+    assert mask.Transformation().Subtype() == 1  # TRANSFORMATION
+    assert mask.Transformation().Masking() is True
+    assert mask.Transformation().Opaque() is False
+    assert mask.Description() is None
+    udf = event.Operations(2)
+    assert udf.OutputsLength() == 0 and not udf.OutputsIsNone()  # a drop: present and empty
+    assert udf.Transformation().Opaque() is True
+
+
+def _field_present(table, slot: int) -> bool:
+    return table._tab.Offset(4 + 2 * slot) != 0
+
+
+def test_lineage_defaults_are_not_written():
+    content = _content_via_bindings(encode_block(LINEAGE_BLOCK))
+    table = fbMetadataBlock.MetadataBlock.GetRootAs(content, 0).Event()
+    event = fbAddFieldLineage.AddFieldLineage()
+    event.Init(table.Bytes, table.Pos)
+    join, mask, udf = (event.Operations(i) for i in range(3))
+    assert _field_present(join, 5)  # writes=False differs from the schema default (true)
+    assert not _field_present(mask, 5)  # writes=True is the default
+    udf_transformation = udf.Transformation()
+    assert [_field_present(udf_transformation, s) for s in range(4)] == [False, False, False, True]
+    assert not _field_present(mask.Transformation(), 0)  # DIRECT = 0, the default
+    assert _field_present(mask.Transformation(), 1)
+
+
+def test_lineage_block_re_encodes_to_the_same_bytes():
+    data = encode_block(LINEAGE_BLOCK)
+    assert decode_block(data) == LINEAGE_BLOCK
+    assert encode_block(decode_block(data)) == data
+
+
+def _lineage_variant(change: Callable[[Any], None]) -> bytes:
+    """LINEAGE_BLOCK as flatc's object API sees it, changed by ``change``, packed again."""
+    content = read_manifest(encode_block(LINEAGE_BLOCK))[1]
+    block = MetadataBlockT.InitFromPackedBuf(content, 0)
+    change(block.event)
+    builder = flatbuffers.Builder(0)
+    builder.Finish(block.Pack(builder))
+    return _hand_manifest(bytes(builder.Output()))
+
+
+def test_lineage_variant_control():
+    assert decode_block(_lineage_variant(lambda e: None)) == LINEAGE_BLOCK
+
+
+def _set(path: str, value: Any) -> Callable[[Any], None]:
+    def change(event: Any) -> None:
+        *parents, last = path.split(".")
+        target = event
+        for part in parents:
+            target = target[int(part)] if part.isdigit() else getattr(target, part)
+        setattr(target, last, value)
+
+    return change
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        (_set("run", None), "AddFieldLineage.run"),
+        (_set("run.jobName", None), "LineageRun.job_name"),
+        (_set("run.runId", None), "LineageRun.run_id"),
+        (_set("run.startedAt", None), "LineageRun.started_at"),
+        (_set("inputs.1.name", None), "LineageInput.name"),
+        (_set("operations.0.name", None), "FieldOperation.name"),
+        (_set("operations.0.inputs.1.origin", None), "InputField.origin"),
+        (_set("operations.1.inputs.0.field", None), "InputField.field"),
+        (_set("operations.0.transformation.subtype", 9), "Transformation.subtype 9"),
+        (_set("operations.0.transformation.type", 2), "Transformation.type 2"),
+    ],
+    ids=lambda v: v if isinstance(v, str) else "",
+)
+def test_lineage_block_missing_or_unknown_parts(change, named):
+    with pytest.raises(FormatError, match=re.escape(named)):
+        decode_block(_lineage_variant(change))
+
+
+def test_lineage_absent_vectors_read_as_empty():
+    def strip(event: Any) -> None:
+        event.inputs = None
+        event.operations[0].inputs = None
+        event.operations[0].outputs = None
+        event.operations[0].transformation = None
+
+    decoded = decode_block(_lineage_variant(strip)).event
+    assert decoded.inputs == ()
+    assert decoded.operations[0].inputs == ()
+    assert decoded.operations[0].outputs == ()
+    assert decoded.operations[0].transformation == Transformation()
+
+
+def _with_event(change: Callable[[AddFieldLineage], AddFieldLineage]) -> MetadataBlock:
+    return dataclasses.replace(LINEAGE_BLOCK, event=change(LINEAGE_EVENT))
+
+
+def _op(**changes: Any) -> Callable[[AddFieldLineage], AddFieldLineage]:
+    return lambda e: dataclasses.replace(
+        e, operations=(dataclasses.replace(e.operations[0], **changes), *e.operations[1:])
+    )
+
+
+def _run(**changes: Any) -> Callable[[AddFieldLineage], AddFieldLineage]:
+    return lambda e: dataclasses.replace(e, run=dataclasses.replace(e.run, **changes))
+
+
+def _input(**changes: Any) -> Callable[[AddFieldLineage], AddFieldLineage]:
+    return lambda e: dataclasses.replace(
+        e, inputs=(dataclasses.replace(e.inputs[0], **changes), *e.inputs[1:])
+    )
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        (lambda e: dataclasses.replace(e, run=None), "AddFieldLineage.run: required"),
+        (_run(job_name=None), "AddFieldLineage.run.job_name: required"),
+        (_run(started_at=None), "AddFieldLineage.run.started_at: required"),
+        (_run(started_at=datetime(2024, 1, 1)), "AddFieldLineage.run.started_at: timestamps"),
+        (_run(ended_at=datetime(2024, 1, 1)), "AddFieldLineage.run.ended_at: timestamps"),
+        (_run(offsets=OffsetInterval(-1, 5)), "AddFieldLineage.run.offsets.start: -1"),
+        (_run(offsets=OffsetInterval(0, 2**64)), "AddFieldLineage.run.offsets.end"),
+        (_run(offsets=(0, 5)), "AddFieldLineage.run.offsets: expected OffsetInterval"),
+        (_run(run_id=7), "AddFieldLineage.run.run_id: expected str"),
+        (_input(name=None), "AddFieldLineage.inputs[0].name: required"),
+        (_input(block_hash=b"\x16\x20" + bytes(32)), "AddFieldLineage.inputs[0].block_hash"),
+        (_input(dataset_id="did:odf:x"), "AddFieldLineage.inputs[0].dataset_id"),
+        (_input(uri="\ud800"), "AddFieldLineage.inputs[0].uri: text is not encodable"),
+        (
+            lambda e: dataclasses.replace(e, inputs=list(e.inputs)),
+            "AddFieldLineage.inputs: expected a tuple",
+        ),
+        (
+            lambda e: dataclasses.replace(e, operations=("join",)),
+            "AddFieldLineage.operations[0]: expected FieldOperation",
+        ),
+        (_op(writes=1), "AddFieldLineage.operations[0].writes: expected bool"),
+        (_op(writes=None), "AddFieldLineage.operations[0].writes: required"),
+        (_op(outputs=("a", None)), "AddFieldLineage.operations[0].outputs[1]: required"),
+        (_op(outputs="abc"), "AddFieldLineage.operations[0].outputs: expected a tuple"),
+        (_op(inputs=(("a", "b"),)), "AddFieldLineage.operations[0].inputs[0]: expected InputField"),
+        (
+            _op(transformation=Transformation(subtype=3)),
+            "AddFieldLineage.operations[0].transformation.subtype: "
+            "expected a TransformationSubtype",
+        ),
+        (
+            _op(transformation=Transformation(type=TransformationSubtype.JOIN)),
+            "AddFieldLineage.operations[0].transformation.type: expected a TransformationType",
+        ),
+        (
+            _op(transformation=Transformation(masking="no")),
+            "AddFieldLineage.operations[0].transformation.masking: expected bool",
+        ),
+    ],
+    ids=lambda v: v if isinstance(v, str) else "",
+)
+def test_lineage_bad_values_are_refused_naming_the_field(change, named):
+    with pytest.raises(FormatError, match=re.escape(named)):
+        encode_block(_with_event(change))
+
+
+def test_lineage_bad_value_control():
+    # The helpers themselves build a valid block when they change nothing.
+    assert decode_block(encode_block(_with_event(_op()))) == LINEAGE_BLOCK
+    assert decode_block(encode_block(_with_event(_run()))) == LINEAGE_BLOCK
+    assert decode_block(encode_block(_with_event(_input()))) == LINEAGE_BLOCK

@@ -20,6 +20,7 @@ from odf_chain.chain import advance
 from odf_chain.errors import RuleViolation, SchemaEvolutionError
 from odf_chain.events import (
     AddData,
+    AddFieldLineage,
     AddPushSource,
     Checkpoint,
     DatasetKind,
@@ -27,6 +28,10 @@ from odf_chain.events import (
     DisablePollingSource,
     DisablePushSource,
     ExecuteTransform,
+    FieldOperation,
+    InputField,
+    LineageInput,
+    LineageRun,
     MetadataBlock,
     MetadataEvent,
     OffsetInterval,
@@ -39,6 +44,7 @@ from odf_chain.events import (
 )
 from odf_chain.format.did import DatasetId
 from odf_chain.format.multihash import BLAKE3, SHA3_256, Multihash
+from odf_chain.schema.convert import AVRO_SCHEMA_KEY
 from odf_chain.state import EMPTY, DatasetState
 from tests.conftest import non_utf8_schema
 
@@ -676,6 +682,368 @@ def test_compatible_schema_change(case: str) -> None:
     assert c.state.schema_sequence_number == block.sequence_number
 
 
+# -- field lineage: no-op, lineage-structure, lineage-outputs, lineage-data -----------------------
+
+ID = "[version=2.0].[type=long].id"  # SCHEMA's int64 column ``id``, lakehouse convention
+NAME = "[version=2.0].[type=string].name"
+SOURCE = LineageInput("src", uri="file:///in/people.csv", content_hash=mh(90))
+UPSTREAM_DID = DatasetId(bytes([9]) * 32)
+UPSTREAM = LineageInput("up", dataset_id=UPSTREAM_DID, block_hash=mh(91, SHA3_256))
+
+
+def op(name: str, *reads: tuple[str, str], outputs: tuple[str, ...] = (), writes: bool = True):
+    return FieldOperation(
+        name, tuple(InputField(origin, field) for origin, field in reads), outputs, writes=writes
+    )
+
+
+def lineage(
+    *operations: FieldOperation,
+    inputs: tuple[LineageInput, ...] = (SOURCE,),
+    offsets: OffsetInterval | None = None,
+) -> AddFieldLineage:
+    return AddFieldLineage(
+        run=LineageRun("nightly", "run-7", T0, T0 + timedelta(minutes=1), offsets),
+        inputs=inputs,
+        operations=operations,
+    )
+
+
+# A read of two source columns into intermediate names, then writes of both.
+READ = op("read", ("src", "[version=2.0].[type=string].id"), outputs=("id", "name"), writes=False)
+WRITE = op("write", ("read", "id"), ("read", "name"), outputs=(ID, NAME))
+
+
+def test_lineage_event_without_operations() -> None:
+    c = with_schema()
+    c.reject(lineage(), "no-op", "AddFieldLineage", "run-7", "nightly", "no field operations")
+
+
+def test_valid_lineage_folds() -> None:
+    c = with_data()
+    drop = op("drop", ("src", "[version=2.0].[type=string].secret"))
+    block = c.add(lineage(READ, WRITE, drop, inputs=(SOURCE, UPSTREAM)))
+    assert c.state.last_lineage_sequence_number == block.sequence_number
+    assert c.state.lineage_pending is None  # no offsets: the run wrote nothing
+    c.add(SetInfo(description="after a lineage event without offsets"))
+
+
+def test_diamond_of_operations_is_not_a_cycle() -> None:
+    c = with_schema()
+    a = op("a", ("src", "x"), outputs=("x",), writes=False)
+    b = op("b", ("a", "x"), outputs=("y",), writes=False)
+    d = op("d", ("a", "x"), outputs=("z",), writes=False)
+    e = op("e", ("b", "y"), ("d", "z"), outputs=(ID,))
+    c.add(lineage(e, d, b, a))  # listed out of order on purpose: origins may come later
+
+
+STRUCTURE_CASES = {
+    "duplicate input": (
+        lineage(WRITE, inputs=(SOURCE, SOURCE)),
+        ["input 'src' is named twice"],
+    ),
+    "empty input name": (
+        lineage(op("w", ("src", "x"), outputs=(ID,)), inputs=(SOURCE, replace(SOURCE, name=""))),
+        ["input #1 has an empty name"],
+    ),
+    "dataset without block": (
+        lineage(READ, inputs=(SOURCE, replace(UPSTREAM, block_hash=None))),
+        ["input 'up'", str(UPSTREAM_DID), "no block_hash"],
+    ),
+    "neither dataset nor external": (
+        lineage(READ, inputs=(LineageInput("src"),)),
+        ["input 'src' is neither a dataset", "nor an external source (uri)"],
+    ),
+    "block hash without dataset": (
+        lineage(READ, inputs=(replace(SOURCE, block_hash=mh(5)),)),
+        ["input 'src' has a block_hash but no dataset_id"],
+    ),
+    "duplicate operation": (
+        lineage(READ, READ),
+        ["operation 'read' is named twice"],
+    ),
+    "empty operation name": (
+        lineage(READ, op("", ("src", "x"))),
+        ["operation #1 has an empty name"],
+    ),
+    "operation named like an input": (
+        lineage(op("src", ("src", "x"), outputs=(ID,))),
+        ["operation 'src' has the name of an input"],
+    ),
+    "unknown origin": (
+        lineage(op("write", ("nowhere", "col"), outputs=(ID,))),
+        ["operation 'write' reads field 'col' from 'nowhere'", "neither an input nor an operation"],
+    ),
+    "field not output by the origin": (
+        lineage(READ, op("write", ("read", "age"), outputs=(ID,))),
+        ["operation 'write' reads field 'age' from operation 'read'", "'id', 'name'"],
+    ),
+    "reading a drop": (
+        lineage(op("drop", ("src", "x")), op("write", ("drop", "x"), outputs=(ID,))),
+        ["operation 'write' reads field 'x' from operation 'drop'", "outputs: none"],
+    ),
+    "two-step cycle": (
+        lineage(
+            op("a", ("b", "y"), outputs=("x",), writes=False),
+            op("b", ("a", "x"), outputs=("y",), writes=False),
+        ),
+        ["cycle: 'a' -> 'b' -> 'a'"],
+    ),
+    "operation reading itself": (
+        lineage(op("a", ("src", "s"), ("a", "x"), outputs=("x",), writes=False)),
+        ["cycle: 'a' -> 'a'"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(STRUCTURE_CASES))
+def test_malformed_lineage_structure(case: str) -> None:
+    event, fragments = STRUCTURE_CASES[case]
+    with_schema().reject(event, "lineage-structure", *fragments)
+
+
+def test_operation_named_like_an_input_reads_the_input() -> None:
+    v = with_schema().reject(lineage(op("src", ("src", "x"), outputs=(ID,))), "lineage-structure")
+    assert "cycle" not in str(v)
+
+
+def test_lineage_structure_reports_every_problem_briefly() -> None:
+    reads = [("nowhere", f"c{i}") for i in range(25)]
+    v = with_schema().reject(lineage(op("w", *reads)), "lineage-structure", "'c0'", "'c9'")
+    assert "'c10'" not in str(v)
+    assert "and 15 more" in str(v)
+
+
+def test_long_cycle_is_found_without_recursion() -> None:
+    # 5,000 operations, each reading the next; the last reads the first.
+    n = 5000
+    ops = [
+        op(f"op{i}", (f"op{(i + 1) % n}", f"f{(i + 1) % n}"), outputs=(f"f{i}",), writes=False)
+        for i in range(n)
+    ]
+    v = with_schema().reject(lineage(*ops), "lineage-structure", "'op0' -> 'op1' -> 'op2'")
+    assert str(v).rstrip().endswith("'op4999' -> 'op0'")
+
+
+def test_cycle_behind_a_valid_branch_is_named_exactly() -> None:
+    # x reads y and z; z <-> w form the cycle; y is a clean leaf.
+    ops = (
+        op("x", ("y", "o"), ("z", "o"), outputs=(ID,)),
+        op("y", ("src", "s"), outputs=("o",), writes=False),
+        op("z", ("w", "o"), outputs=("o",), writes=False),
+        op("w", ("z", "o"), outputs=("o",), writes=False),
+    )
+    v = with_schema().reject(lineage(*ops), "lineage-structure", "cycle: 'z' -> 'w' -> 'z'")
+    assert "'x'" not in str(v).split("cycle:")[1]
+
+
+def test_lineage_input_pinned_at_own_block_uses_the_chains_algorithm() -> None:
+    c = with_schema(BLAKE3)
+    own = LineageInput("self", dataset_id=DID, block_hash=mh(2, SHA3_256))
+    reads_own = op("w", ("self", ID), outputs=(ID,))
+    c.reject(
+        lineage(reads_own, inputs=(own,)), "hash-algorithm", "input 'self'", "blake3", "sha3-256"
+    )
+    c.add(lineage(reads_own, inputs=(replace(own, block_hash=mh(2, BLAKE3)),)))
+
+
+def test_lineage_input_of_another_dataset_may_use_any_algorithm() -> None:
+    c = with_schema(BLAKE3)
+    c.add(lineage(op("w", ("up", ID), outputs=(ID,)), inputs=(UPSTREAM,)))  # sha3 block hash
+
+
+def test_lineage_writes_a_field_not_in_the_schema() -> None:
+    c = with_schema()
+    event = lineage(READ, op("write", ("read", "id"), outputs=(ID, "[version=2.0].[type=int].age")))
+    c.reject(
+        event,
+        "lineage-outputs",
+        "operation 'write' writes '[version=2.0].[type=int].age'",
+        "not a field path of the schema in force",
+        "block 1",
+    )
+
+
+def test_lineage_output_with_the_wrong_type_token() -> None:
+    # ``id`` is int64: DataHub's lakehouse path says long, not int.
+    c = with_schema()
+    c.reject(
+        lineage(op("w", ("src", "x"), outputs=("[version=2.0].[type=int].id",))),
+        "lineage-outputs",
+        "'[version=2.0].[type=int].id'",
+    )
+
+
+def test_lineage_writes_before_any_schema() -> None:
+    c = seeded()
+    c.reject(lineage(WRITE, READ), "lineage-outputs", "'write'", ID, "no schema is in force")
+
+
+def test_lineage_without_written_outputs_needs_no_schema() -> None:
+    c = seeded()
+    c.add(lineage(READ, op("drop", ("read", "id"))))  # an intermediate step and a drop
+
+
+def test_intermediate_outputs_are_not_schema_paths() -> None:
+    c = with_schema()
+    c.add(lineage(READ, WRITE))  # READ's "id"/"name" are not paths, and need not be
+
+
+def test_lineage_outputs_of_a_nested_schema() -> None:
+    c = seeded()
+    c.add(
+        SetDataSchema.from_arrow(pa.schema([pa.field("s", pa.struct([pa.field("a", pa.int32())]))]))
+    )
+    column = "[version=2.0].[type=struct].[type=struct].s"  # a complex column is wrapped once
+    c.add(lineage(op("w", ("src", "x"), outputs=(f"{column}.[type=int].a", column))))
+    c.reject(
+        lineage(op("w", ("src", "x"), outputs=("[version=2.0].[type=int].a",))),
+        "lineage-outputs",
+    )
+
+
+@pytest.mark.parametrize("writer_schema", ["not json", '{"type": "record"}'])
+def test_lineage_outputs_when_the_schemas_paths_cannot_be_computed(writer_schema: str) -> None:
+    c = seeded()
+    c.add(SetDataSchema.from_arrow(SCHEMA.with_metadata({AVRO_SCHEMA_KEY: writer_schema})))
+    c.reject(lineage(WRITE, READ), "lineage-outputs", "block 1", "cannot be computed")
+
+
+def data_block(start: int, end: int, n: int = 210) -> AddData:
+    prev = None if start == 0 else start - 1
+    return AddData(prev_offset=prev, new_data=data_slice(start, end, n=n), new_watermark=T0)
+
+
+def test_lineage_offsets_covered_by_the_next_slices() -> None:
+    c = with_data()  # offsets 0..9 written
+    seq = c.add(lineage(READ, WRITE, offsets=OffsetInterval(10, 19))).sequence_number
+    pending = c.state.lineage_pending
+    assert (pending.sequence_number, pending.uncovered) == (seq, OffsetInterval(10, 19))
+    assert pending.block_hash == c.state.head
+    c.add(data_block(10, 14))
+    assert c.state.lineage_pending.uncovered == OffsetInterval(15, 19)
+    assert c.state.lineage_pending.sequence_number == seq
+    c.add(data_block(15, 19, n=220))
+    assert c.state.lineage_pending is None
+    assert c.state.last_lineage_sequence_number == seq
+    c.add(SetInfo(description="free again"))
+    c.add(lineage(READ, WRITE, offsets=OffsetInterval(20, 20)))
+    c.add(data_block(20, 20, n=230))
+    assert c.state.lineage_pending is None
+
+
+def test_lineage_offsets_not_at_the_next_offset() -> None:
+    c = with_data()  # next offset is 10
+    c.reject(
+        lineage(READ, WRITE, offsets=OffsetInterval(11, 19)),
+        "lineage-data",
+        "next offset 10",
+        "found 11..19",
+    )
+    c.reject(lineage(READ, WRITE, offsets=OffsetInterval(10, 9)), "lineage-data", "found 10..9")
+
+
+def test_lineage_offsets_on_an_empty_dataset_start_at_zero() -> None:
+    c = with_schema()
+    c.reject(lineage(READ, WRITE, offsets=OffsetInterval(1, 5)), "lineage-data", "next offset 0")
+    c.add(lineage(READ, WRITE, offsets=OffsetInterval(0, 5)))
+    c.add(AddData(new_data=data_slice(0, 5)))
+    assert c.state.lineage_pending is None
+
+
+def covered_from_10_to_19() -> Chain:
+    c = with_data()
+    c.add(lineage(READ, WRITE, offsets=OffsetInterval(10, 19)))
+    return c
+
+
+def test_schema_between_lineage_and_its_data() -> None:
+    c = covered_from_10_to_19()
+    wider = SCHEMA.append(pa.field("score", pa.float64()))
+    c.reject(
+        SetDataSchema.from_arrow(wider),
+        "lineage-data",
+        "offsets 10..19, which the run recorded at block 3 wrote",
+        "found SetDataSchema",
+    )
+
+
+def test_other_event_while_lineage_is_uncovered() -> None:
+    c = covered_from_10_to_19()
+    c.add(data_block(10, 12))
+    c.reject(SetInfo(description="x"), "lineage-data", "offsets 13..19", "found SetInfo")
+
+
+def test_second_lineage_event_while_one_is_uncovered() -> None:
+    c = covered_from_10_to_19()
+    c.reject(
+        lineage(READ, WRITE, offsets=OffsetInterval(10, 19)),
+        "lineage-data",
+        "offsets 10..19",
+        "found AddFieldLineage",
+    )
+    c.reject(lineage(READ, WRITE), "lineage-data", "found AddFieldLineage")
+
+
+def test_slice_running_past_the_runs_offsets() -> None:
+    c = covered_from_10_to_19()
+    c.reject(data_block(10, 25), "lineage-data", "within offsets 10..19,", "found offsets 10..25")
+
+
+def test_watermark_only_add_data_while_lineage_is_uncovered() -> None:
+    c = covered_from_10_to_19()
+    later = T0 + timedelta(hours=1)
+    c.reject(
+        AddData(prev_offset=9, new_watermark=later),
+        "lineage-data",
+        "found AddData without data",
+        "10..19",
+    )
+
+
+def test_lineage_data_rule_alone_checks_the_slice_start() -> None:
+    # The offsets rule catches a wrong start first in a fold; the lineage rule holds on its own.
+    c = covered_from_10_to_19()
+    block, block_hash = c.block(data_block(11, 19))
+    with pytest.raises(RuleViolation) as info:
+        rules.check_lineage_data(c.state, block, block_hash)
+    assert info.value.rule == "lineage-data"
+    assert "starting at 10" in str(info.value)
+
+
+# -- lineage_input_problems (needs other datasets: not a rule of the fold) ------------------------
+
+UPSTREAM_SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("city", pa.string())])
+
+
+def test_lineage_input_problems() -> None:
+    unreachable = LineageInput("gone", dataset_id=DatasetId(bytes([8]) * 32), block_hash=mh(92))
+    event = lineage(
+        op("a", ("up", ID), ("up", "[version=2.0].[type=string].city"), outputs=(ID,)),
+        op("b", ("up", "[version=2.0].[type=int].id"), ("gone", "anything"), outputs=(NAME,)),
+        op("c", ("src", "not checked"), ("a", ID), outputs=(ID,)),
+        inputs=(SOURCE, UPSTREAM, unreachable),
+    )
+    asked: list[str] = []
+
+    def schema_of(put: LineageInput) -> pa.Schema | None:
+        asked.append(put.name)
+        return UPSTREAM_SCHEMA if put.name == "up" else None
+
+    problems = rules.lineage_input_problems(event, schema_of)
+    assert asked == ["up", "gone"]  # external inputs are not looked up
+    assert len(problems) == 1
+    assert "operation 'b' reads field '[version=2.0].[type=int].id' from input 'up'" in problems[0]
+    assert str(UPSTREAM_DID) in problems[0]
+    assert str(UPSTREAM.block_hash) in problems[0]
+
+
+def test_lineage_input_problems_control() -> None:
+    event = lineage(op("a", ("up", ID), outputs=(ID,)), inputs=(UPSTREAM,))
+    assert rules.lineage_input_problems(event, lambda put: UPSTREAM_SCHEMA) == []
+    assert rules.lineage_input_problems(event, lambda put: pa.schema([])) != []
+
+
 # -- every rule is covered -----------------------------------------------------------------------
 
 
@@ -701,6 +1069,9 @@ RULE_TESTS = {
     "no-op": test_empty_add_data,
     "dataset-kind": test_execute_transform_in_a_root_dataset,
     "vocab-before-schema": test_set_vocab_after_the_schema,
+    "lineage-structure": lambda: test_malformed_lineage_structure("two-step cycle"),
+    "lineage-outputs": test_lineage_writes_a_field_not_in_the_schema,
+    "lineage-data": test_schema_between_lineage_and_its_data,
 }
 
 
@@ -721,6 +1092,9 @@ def test_every_documented_rule_is_exercised() -> None:
         "checkpoint",
         "dataset-kind",
         "vocab-before-schema",
+        "lineage-structure",
+        "lineage-outputs",
+        "lineage-data",
         "no-op",
     }
     assert set(RULE_TESTS) == names

@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import json
 import re
 import struct
+import types
+import typing
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -28,6 +31,7 @@ from odf_chain.errors import FormatError
 from odf_chain.events import (
     EVENT_TYPE_IDS,
     AddData,
+    AddFieldLineage,
     AddPushSource,
     Checkpoint,
     DatasetKind,
@@ -36,6 +40,10 @@ from odf_chain.events import (
     DisablePushSource,
     ExecuteTransform,
     ExecuteTransformInput,
+    FieldOperation,
+    InputField,
+    LineageInput,
+    LineageRun,
     MetadataBlock,
     MetadataEvent,
     OffsetInterval,
@@ -48,10 +56,14 @@ from odf_chain.events import (
     SetTransform,
     SetVocab,
     SourceState,
+    Transformation,
+    TransformationSubtype,
+    TransformationType,
 )
 from odf_chain.format.did import DatasetId
 from odf_chain.format.generated import (
     AddData as fbAddData,
+    AddFieldLineage as fbAddFieldLineage,
     AddPushSource as fbAddPushSource,
     Checkpoint as fbCheckpoint,
     DataSchema as fbDataSchema,
@@ -61,6 +73,10 @@ from odf_chain.format.generated import (
     ExecuteTransform as fbExecuteTransform,
     ExecuteTransformInput as fbExecuteTransformInput,
     ExtraAttributes as fbExtraAttributes,
+    FieldOperation as fbFieldOperation,
+    InputField as fbInputField,
+    LineageInput as fbLineageInput,
+    LineageRun as fbLineageRun,
     Manifest as fbManifest,
     MetadataBlock as fbMetadataBlock,
     OffsetInterval as fbOffsetInterval,
@@ -73,6 +89,7 @@ from odf_chain.format.generated import (
     SetTransform as fbSetTransform,
     SetVocab as fbSetVocab,
     SourceState as fbSourceState,
+    Transformation as fbTransformation,
 )
 from odf_chain.format.multihash import Multihash
 
@@ -330,6 +347,81 @@ class _Encoder:
         fbDisablePollingSource.Start(self.b)
         return fbDisablePollingSource.End(self.b)
 
+    # -- field lineage ------------------------------------------------------------------------
+
+    def transformation(self, v: Transformation) -> int:
+        b = self.b
+        fbTransformation.Start(b)
+        fbTransformation.AddType(b, int(v.type))
+        fbTransformation.AddSubtype(b, int(v.subtype))
+        fbTransformation.AddMasking(b, v.masking)
+        fbTransformation.AddOpaque(b, v.opaque)
+        return fbTransformation.End(b)
+
+    def lineage_input(self, v: LineageInput) -> int:
+        name, uri = self.string(v.name), self.string(v.uri)
+        dataset_id = self.bytes_(v.dataset_id)
+        block_hash = self.bytes_(v.block_hash)
+        content_hash = self.bytes_(v.content_hash)
+        b = self.b
+        fbLineageInput.Start(b)
+        fbLineageInput.AddName(b, name)
+        self.add(fbLineageInput.AddUri, b, uri)
+        self.add(fbLineageInput.AddDatasetId, b, dataset_id)
+        self.add(fbLineageInput.AddBlockHash, b, block_hash)
+        self.add(fbLineageInput.AddContentHash, b, content_hash)
+        return fbLineageInput.End(b)
+
+    def input_field(self, v: InputField) -> int:
+        origin, field = self.string(v.origin), self.string(v.field)
+        b = self.b
+        fbInputField.Start(b)
+        fbInputField.AddOrigin(b, origin)
+        fbInputField.AddField(b, field)
+        return fbInputField.End(b)
+
+    def field_operation(self, v: FieldOperation) -> int:
+        name = self.string(v.name)
+        inputs = self.tables([self.input_field(i) for i in v.inputs])
+        outputs = self.strings(v.outputs)
+        transformation = self.transformation(v.transformation)
+        description = self.string(v.description)
+        b = self.b
+        fbFieldOperation.Start(b)
+        fbFieldOperation.AddName(b, name)
+        fbFieldOperation.AddInputs(b, inputs)
+        fbFieldOperation.AddOutputs(b, outputs)
+        fbFieldOperation.AddTransformation(b, transformation)
+        self.add(fbFieldOperation.AddDescription, b, description)
+        fbFieldOperation.AddWrites(b, v.writes)
+        return fbFieldOperation.End(b)
+
+    def lineage_run(self, v: LineageRun) -> int:
+        job_name, run_id = self.string(v.job_name), self.string(v.run_id)
+        offsets = None if v.offsets is None else self.offset_interval(v.offsets)
+        b = self.b
+        fbLineageRun.Start(b)
+        fbLineageRun.AddJobName(b, job_name)
+        fbLineageRun.AddRunId(b, run_id)
+        fbLineageRun.AddStartedAt(b, self.timestamp(v.started_at))
+        if v.ended_at is not None:
+            fbLineageRun.AddEndedAt(b, self.timestamp(v.ended_at))
+        self.add(fbLineageRun.AddOffsets, b, offsets)
+        return fbLineageRun.End(b)
+
+    def add_field_lineage(self, e: AddFieldLineage) -> int:
+        run = self.lineage_run(e.run)
+        inputs = self.tables([self.lineage_input(i) for i in e.inputs])
+        operations = self.tables([self.field_operation(o) for o in e.operations])
+        b = self.b
+        fbAddFieldLineage.Start(b)
+        fbAddFieldLineage.AddRun(b, run)
+        fbAddFieldLineage.AddInputs(b, inputs)
+        fbAddFieldLineage.AddOperations(b, operations)
+        return fbAddFieldLineage.End(b)
+
+    # -- dispatch -----------------------------------------------------------------------------
+
     def event(self, e: MetadataEvent) -> int:
         writer = _EVENT_WRITERS.get(type(e))
         if writer is None:
@@ -360,6 +452,7 @@ _EVENT_WRITERS: dict[type, Callable[[_Encoder, Any], int]] = {
     SetDataSchema: _Encoder.set_data_schema,
     DisablePushSource: _Encoder.disable_push_source,
     DisablePollingSource: _Encoder.disable_polling_source,
+    AddFieldLineage: _Encoder.add_field_lineage,
 }
 
 
@@ -404,9 +497,54 @@ def _check_values(value: Any, where: str) -> None:
             _check_values(item, f"{where}[{i}]")
     elif dataclasses.is_dataclass(value):
         for f in dataclasses.fields(value):
-            _check_values(getattr(value, f.name), f"{where}.{f.name}")
+            item = getattr(value, f.name)
+            if f.type == "bool" and isinstance(item, bool):
+                continue  # a declared flag (FieldOperation.writes); elsewhere a bool is a mistake
+            _check_values(item, f"{where}.{f.name}")
     elif not isinstance(value, Mapping):  # mappings (extra) are checked as JSON when encoded
         raise FormatError(f"{where}: unsupported value of type {type(value).__name__}")
+
+
+@functools.cache
+def _declared_types(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _check_types(value: Any, declared: Any, where: str) -> None:
+    """Refuse a value that is not of its declared type, naming the field
+    (``AddFieldLineage.operations[2].transformation.subtype``).
+
+    Used for the lineage event, whose parts are all typed dataclasses: a wrong type there
+    would otherwise surface as an AttributeError deep inside the encoder. A field without a
+    default is required; ``None`` is accepted only where the declaration says ``| None``.
+    """
+    if typing.get_origin(declared) in (types.UnionType, typing.Union):
+        members = [t for t in typing.get_args(declared) if t is not type(None)]
+        if value is None and len(members) < len(typing.get_args(declared)):
+            return
+        declared = members[0] if len(members) == 1 else declared
+    if value is None:
+        raise FormatError(f"{where}: required, found nothing")
+    if typing.get_origin(declared) is tuple:
+        (item_type, *_) = typing.get_args(declared)
+        if not isinstance(value, tuple):
+            raise FormatError(f"{where}: expected a tuple, got {type(value).__name__}")
+        for i, item in enumerate(value):
+            _check_types(item, item_type, f"{where}[{i}]")
+        return
+    if declared is int and isinstance(value, bool):
+        raise FormatError(f"{where}: expected a number, got a bool")
+    if isinstance(declared, type) and issubclass(declared, enum.Enum):
+        if not isinstance(value, declared):
+            names = ", ".join(m.name for m in declared)
+            raise FormatError(f"{where}: expected a {declared.__name__} ({names}), got {value!r}")
+        return
+    if isinstance(declared, type) and not isinstance(value, declared):
+        raise FormatError(f"{where}: expected {declared.__name__}, got {type(value).__name__}")
+    if dataclasses.is_dataclass(value):
+        hints = _declared_types(type(value))
+        for f in dataclasses.fields(value):
+            _check_types(getattr(value, f.name), hints[f.name], f"{where}.{f.name}")
 
 
 def _check_block(block: MetadataBlock) -> None:
@@ -417,6 +555,8 @@ def _check_block(block: MetadataBlock) -> None:
     _check_values(block.system_time, "MetadataBlock.system_time")
     if block.prev_block_hash is not None and not isinstance(block.prev_block_hash, Multihash):
         raise FormatError("MetadataBlock.prev_block_hash must be a Multihash")
+    if isinstance(event, AddFieldLineage):
+        _check_types(event, AddFieldLineage, "AddFieldLineage")
     _check_values(event, type(event).__name__)
     keywords = getattr(event, "keywords", None)
     if keywords is not None and (
@@ -644,6 +784,80 @@ def _read_disable_push_source(r: _Reader) -> DisablePushSource:
     return DisablePushSource(source_name=r.string(0) or "")
 
 
+def _required(value: Any, what: str) -> Any:
+    if value is None:
+        raise FormatError(f"{what} is missing")
+    return value
+
+
+def _enum(cls: type[enum.IntEnum], raw: int, what: str) -> Any:
+    try:
+        return cls(raw)
+    except ValueError:
+        raise FormatError(f"unknown {what} {raw}") from None
+
+
+def _read_transformation(r: _Reader | None) -> Transformation:
+    if r is None:
+        return Transformation()
+    return Transformation(
+        type=_enum(TransformationType, r.scalar(0, "B", 0), "Transformation.type"),
+        subtype=_enum(TransformationSubtype, r.scalar(1, "B", 0), "Transformation.subtype"),
+        masking=r.scalar(2, "?", False),
+        opaque=r.scalar(3, "?", False),
+    )
+
+
+def _read_lineage_input(r: _Reader) -> LineageInput:
+    raw_id = r.ubytes(2)
+    return LineageInput(
+        name=_required(r.string(0), "LineageInput.name"),
+        uri=r.string(1),
+        dataset_id=None if raw_id is None else DatasetId.from_bytes(raw_id),
+        block_hash=_hash(r.ubytes(3)),
+        content_hash=_hash(r.ubytes(4)),
+    )
+
+
+def _read_field_operation(r: _Reader) -> FieldOperation:
+    return FieldOperation(
+        name=_required(r.string(0), "FieldOperation.name"),
+        inputs=tuple(
+            InputField(
+                origin=_required(i.string(0), "InputField.origin"),
+                field=_required(i.string(1), "InputField.field"),
+            )
+            for i in r.vector_tables(1) or ()
+        ),
+        outputs=r.strings(2) or (),
+        transformation=_read_transformation(r.table(3)),
+        description=r.string(4),
+        writes=r.scalar(5, "?", True),
+    )
+
+
+def _read_lineage_run(r: _Reader | None) -> LineageRun:
+    run = _required(r, "AddFieldLineage.run")
+    offsets = run.table(4)
+    return LineageRun(
+        job_name=_required(run.string(0), "LineageRun.job_name"),
+        run_id=_required(run.string(1), "LineageRun.run_id"),
+        started_at=_required(run.timestamp(2), "LineageRun.started_at"),
+        ended_at=run.timestamp(3),
+        offsets=None
+        if offsets is None
+        else OffsetInterval(offsets.scalar(0, "Q", 0), offsets.scalar(1, "Q", 0)),
+    )
+
+
+def _read_add_field_lineage(r: _Reader) -> AddFieldLineage:
+    return AddFieldLineage(
+        run=_read_lineage_run(r.table(0)),
+        inputs=tuple(_read_lineage_input(i) for i in r.vector_tables(1) or ()),
+        operations=tuple(_read_field_operation(o) for o in r.vector_tables(2) or ()),
+    )
+
+
 # -- events kept as plain data ----------------------------------------------------------------
 
 
@@ -721,6 +935,7 @@ _EVENT_READERS: dict[int, Callable[[_Reader], MetadataEvent]] = {
     11: _read_add_push_source,
     12: _read_disable_push_source,
     13: _read_disable_polling_source,
+    EVENT_TYPE_IDS[AddFieldLineage]: _read_add_field_lineage,
 }
 
 

@@ -135,6 +135,7 @@ def End(builder):
     return MetadataBlockEnd(builder)
 
 import odf_chain.format.generated.AddData
+import odf_chain.format.generated.AddFieldLineage
 import odf_chain.format.generated.AddPushSource
 import odf_chain.format.generated.DisablePollingSource
 import odf_chain.format.generated.DisablePushSource
@@ -169,7 +170,7 @@ class MetadataBlockT(object):
         self.prevBlockHash = prevBlockHash  # type: Optional[List[int]]
         self.sequenceNumber = sequenceNumber  # type: int
         self.eventType = eventType  # type: int
-        self.event = event  # type: Union[None, 'odf_chain.format.generated.AddData.AddDataT', 'odf_chain.format.generated.ExecuteTransform.ExecuteTransformT', 'odf_chain.format.generated.Seed.SeedT', 'odf_chain.format.generated.SetPollingSource.SetPollingSourceT', 'odf_chain.format.generated.SetTransform.SetTransformT', 'odf_chain.format.generated.SetVocab.SetVocabT', 'odf_chain.format.generated.SetAttachments.SetAttachmentsT', 'odf_chain.format.generated.SetInfo.SetInfoT', 'odf_chain.format.generated.SetLicense.SetLicenseT', 'odf_chain.format.generated.SetDataSchema.SetDataSchemaT', 'odf_chain.format.generated.AddPushSource.AddPushSourceT', 'odf_chain.format.generated.DisablePushSource.DisablePushSourceT', 'odf_chain.format.generated.DisablePollingSource.DisablePollingSourceT']
+        self.event = event  # type: Union[None, 'odf_chain.format.generated.AddData.AddDataT', 'odf_chain.format.generated.ExecuteTransform.ExecuteTransformT', 'odf_chain.format.generated.Seed.SeedT', 'odf_chain.format.generated.SetPollingSource.SetPollingSourceT', 'odf_chain.format.generated.SetTransform.SetTransformT', 'odf_chain.format.generated.SetVocab.SetVocabT', 'odf_chain.format.generated.SetAttachments.SetAttachmentsT', 'odf_chain.format.generated.SetInfo.SetInfoT', 'odf_chain.format.generated.SetLicense.SetLicenseT', 'odf_chain.format.generated.SetDataSchema.SetDataSchemaT', 'odf_chain.format.generated.AddPushSource.AddPushSourceT', 'odf_chain.format.generated.DisablePushSource.DisablePushSourceT', 'odf_chain.format.generated.DisablePollingSource.DisablePollingSourceT', 'odf_chain.format.generated.AddFieldLineage.AddFieldLineageT']
 
     @classmethod
     def InitFromBuf(cls, buf, pos):

@@ -17,6 +17,7 @@ class MetadataEvent(object):
     AddPushSource = 11
     DisablePushSource = 12
     DisablePollingSource = 13
+    AddFieldLineage = 200
 
 def MetadataEventCreator(unionType, table):
     from flatbuffers.table import Table
@@ -61,4 +62,7 @@ def MetadataEventCreator(unionType, table):
     if unionType == MetadataEvent.DisablePollingSource:
         import odf_chain.format.generated.DisablePollingSource
         return odf_chain.format.generated.DisablePollingSource.DisablePollingSourceT.InitFromBuf(table.Bytes, table.Pos)
+    if unionType == MetadataEvent.AddFieldLineage:
+        import odf_chain.format.generated.AddFieldLineage
+        return odf_chain.format.generated.AddFieldLineage.AddFieldLineageT.InitFromBuf(table.Bytes, table.Pos)
     return None

@@ -1,0 +1,240 @@
+"""AddFieldLineage in real chains: appended through Dataset, read back, re-checked by verify.
+
+The rules one by one are in ``test_rules.py`` and the bytes in ``test_codec.py``; here the event
+travels the whole way (encode, store, hash, fold, replay, verify, log), and a bad lineage block
+written behind append's back is caught by verify, named by block and rule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime
+
+import pyarrow as pa
+import pytest
+
+from odf_chain.chain import load_block, now, read_head
+from odf_chain.dataset import Dataset
+from odf_chain.errors import RuleViolation
+from odf_chain.events import (
+    AddData,
+    AddFieldLineage,
+    FieldOperation,
+    InputField,
+    LineageInput,
+    LineageRun,
+    MetadataBlock,
+    OffsetInterval,
+    SetInfo,
+    Transformation,
+    TransformationSubtype,
+    TransformationType,
+)
+from odf_chain.format.codec import decode_block, encode_block
+from odf_chain.format.multihash import Multihash
+from odf_chain.render import log_line
+from odf_chain.verify import verify_path
+
+ID = "[version=2.0].[type=long].id"
+NAME = "[version=2.0].[type=string].name"
+USER_SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("name", pa.string())])
+SOURCE = LineageInput(
+    "people.csv", uri="file:///in/people.csv", content_hash=Multihash.digest("blake3", b"csv")
+)
+STARTED = datetime(2024, 5, 1, 8, 0, tzinfo=UTC)
+
+
+def lineage(offsets: OffsetInterval | None, *, writes: tuple[str, ...] = (ID, NAME)):
+    return AddFieldLineage(
+        run=LineageRun("import-people", "run-1", STARTED, STARTED, offsets),
+        inputs=(SOURCE,),
+        operations=(
+            FieldOperation(
+                "read",
+                (
+                    InputField("people.csv", "[version=2.0].[type=string].id"),
+                    InputField("people.csv", "[version=2.0].[type=string].name"),
+                ),
+                ("id", "name"),
+                writes=False,
+            ),
+            FieldOperation(
+                "cast",
+                (InputField("read", "id"),),
+                writes[:1],
+                Transformation(TransformationType.DIRECT, TransformationSubtype.TRANSFORMATION),
+            ),
+            FieldOperation("copy", (InputField("read", "name"),), writes[1:]),
+        ),
+    )
+
+
+def rows(*ids: int) -> pa.Table:
+    return pa.table({"id": pa.array(ids, pa.int64()), "name": pa.array([f"n{i}" for i in ids])})
+
+
+def with_schema(tmp_path) -> Dataset:
+    ds = Dataset.create(tmp_path / "people")
+    ds.set_schema(USER_SCHEMA)
+    return ds
+
+
+def test_chain_with_lineage_events_verifies(tmp_path) -> None:
+    ds = with_schema(tmp_path)
+    first = ds.append(lineage(OffsetInterval(0, 2)))
+    ds.write(rows(1, 2, 3))
+    ds.append(lineage(None))  # a run that wrote nothing: nothing pending
+    ds.append(SetInfo(description="people"))
+    ds.append(lineage(OffsetInterval(3, 4)))
+    data_blocks = ds.write(rows(4, 5))
+    assert [b.block.event_name for b in data_blocks] == ["AddData"]  # no schema block between
+
+    report = verify_path(ds.path)
+    assert report.ok, [p.line() for p in report.problems]
+    assert report.blocks_checked == 8  # Seed, schema, 3 lineage, SetInfo, 2 AddData
+    assert report.slices_checked == 2
+
+    reopened = Dataset.open(ds.path)
+    state = reopened.state
+    assert state.lineage_pending is None
+    assert state.last_lineage_sequence_number == 6
+    assert state.num_records == 5
+    stored = [
+        e.block.event for e in reopened.blocks() if isinstance(e.block.event, AddFieldLineage)
+    ]
+    assert stored == [lineage(OffsetInterval(0, 2)), lineage(None), lineage(OffsetInterval(3, 4))]
+    assert reopened.state_at(first.hash).lineage_pending.uncovered == OffsetInterval(0, 2)
+
+
+def test_stored_lineage_block_re_encodes_to_its_stored_bytes(tmp_path) -> None:
+    ds = with_schema(tmp_path)
+    entry = ds.append(lineage(OffsetInterval(0, 0)))
+    stored = ds.storage.read_block(str(entry.hash))
+    assert Multihash.digest("blake3", stored) == entry.hash
+    assert encode_block(decode_block(stored)) == stored
+
+
+def test_schema_change_between_lineage_and_data_is_refused(tmp_path) -> None:
+    ds = with_schema(tmp_path)
+    ds.append(lineage(OffsetInterval(0, 1)))
+    head = ds.storage.read_head()
+    wider = rows(1, 2).append_column("age", pa.array([30, 40], pa.int32()))
+    with pytest.raises(RuleViolation) as info:
+        ds.write(wider)  # would need a SetDataSchema between the lineage event and its data
+    assert info.value.rule == "lineage-data"
+    assert "offsets 0..1" in str(info.value)
+    assert ds.storage.read_head() == head
+    assert ds.storage.data_names() == []
+    ds.write(rows(1, 2))  # the promised data, as promised, is still welcome
+    assert verify_path(ds.path).ok
+
+
+def test_lineage_writing_unknown_field_is_refused_on_append(tmp_path) -> None:
+    ds = with_schema(tmp_path)
+    bad = lineage(None, writes=(ID, "[version=2.0].[type=string].nickname"))
+    with pytest.raises(RuleViolation) as info:
+        ds.append(bad)
+    assert info.value.rule == "lineage-outputs"
+    assert "'copy' writes '[version=2.0].[type=string].nickname'" in str(info.value)
+
+
+def _append_behind_the_rules(ds: Dataset, event) -> tuple[int, str]:
+    """Write a block straight to storage, as a tool that skipped the rules would (the chain
+    is not folded: after a bad block it could not be)."""
+    head = load_block(ds.storage, read_head(ds.storage))
+    block = MetadataBlock(
+        system_time=now(head.block.system_time),
+        prev_block_hash=head.hash,
+        sequence_number=head.block.sequence_number + 1,
+        event=event,
+    )
+    data = encode_block(block)
+    name = str(Multihash.digest(head.hash.algorithm, data))
+    ds.storage.write_block(name, data)
+    ds.storage.compare_and_swap_head(str(head.hash), name)
+    return block.sequence_number, name
+
+
+def test_verify_names_an_invalid_lineage_block_and_its_rule(tmp_path) -> None:
+    ds = with_schema(tmp_path)
+    ds.write(rows(1))
+    bad = lineage(None, writes=(ID, "[version=2.0].[type=string].nickname"))
+    seq, name = _append_behind_the_rules(ds, bad)
+
+    report = verify_path(ds.path)
+    assert not report.ok
+    [problem] = report.errors
+    assert (problem.rule, problem.sequence_number, problem.block_hash) == (
+        "lineage-outputs",
+        seq,
+        name,
+    )
+    assert "nickname" in problem.message
+    assert f"block {seq}" in problem.line()
+
+
+def test_verify_names_a_dangling_field_reference(tmp_path) -> None:
+    ds = with_schema(tmp_path)
+    event = lineage(None)
+    dangling = replace(event.operations[1], inputs=(InputField("raed", "id"),))
+    seq, name = _append_behind_the_rules(
+        ds, replace(event, operations=(event.operations[0], dangling, event.operations[2]))
+    )
+    [problem] = verify_path(ds.path).errors
+    assert (problem.rule, problem.sequence_number, problem.block_hash) == (
+        "lineage-structure",
+        seq,
+        name,
+    )
+    assert "operation 'cast' reads field 'id' from 'raed'" in problem.message
+
+
+def test_verify_names_offsets_a_lineage_event_left_uncovered(tmp_path) -> None:
+    ds = with_schema(tmp_path)
+    lineage_seq, _ = _append_behind_the_rules(ds, lineage(OffsetInterval(0, 4)))
+    seq, name = _append_behind_the_rules(ds, SetInfo(description="moving on"))
+    _append_behind_the_rules(ds, SetInfo(description="and on"))
+    report = verify_path(ds.path)
+    [problem] = report.errors  # reported once, at the first block that should have been data
+    assert (problem.rule, problem.sequence_number, problem.block_hash) == (
+        "lineage-data",
+        seq,
+        name,
+    )
+    assert f"offsets 0..4, which the run recorded at block {lineage_seq} wrote" in problem.message
+    assert "found SetInfo" in problem.message
+
+
+def test_verify_names_a_slice_without_data_while_lineage_is_uncovered(tmp_path) -> None:
+    ds = with_schema(tmp_path)
+    _append_behind_the_rules(ds, lineage(OffsetInterval(0, 4)))
+    seq, _ = _append_behind_the_rules(
+        ds, AddData(new_data=None, new_watermark=datetime(2024, 1, 1, tzinfo=UTC))
+    )
+    [problem] = verify_path(ds.path).errors
+    assert (problem.rule, problem.sequence_number) == ("lineage-data", seq)
+    assert "found AddData without data" in problem.message
+
+
+def test_log_line_summarises_the_run(tmp_path) -> None:
+    ds = with_schema(tmp_path)
+    entry = ds.append(lineage(OffsetInterval(0, 2)))
+    line = log_line(entry)
+    assert line.endswith(
+        "AddFieldLineage  job import-people run run-1: 1 input, 3 operations; offsets 0..2"
+    )
+    ds.write(rows(1, 2, 3))
+    none = log_line(ds.append(lineage(None)))
+    assert none.endswith("1 input, 3 operations; no records")
+
+
+def test_field_paths_are_computed_once_per_schema(tmp_path) -> None:
+    ds = with_schema(tmp_path)
+    before = ds.state
+    ds.append(lineage(None))
+    ds.append(SetInfo(description="x"))
+    after = ds.state
+    assert after.schema is before.schema
+    assert after.field_path_set is before.field_path_set  # the cached set, not a recomputation
+    assert {ID, NAME} <= after.field_path_set
+    assert sorted(after.field_path_set) == sorted(after.field_paths)
