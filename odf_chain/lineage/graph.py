@@ -178,10 +178,26 @@ class FieldGraph:
         ref = EventRef(dataset, event.run, block)
         resolution = resolve(event)
         keys = {pinned.name: input_key(pinned) for pinned in event.inputs}
+        # One FieldRef per field, however many edges it has.
+        sources: dict[tuple[str, str], FieldRef] = {}
+        targets: dict[str, FieldRef] = {}
+
+        def source(pinned: LineageInput, path: str) -> FieldRef:
+            found = sources.get((pinned.name, path))
+            if found is None:
+                found = sources[(pinned.name, path)] = FieldRef(keys[pinned.name], path)
+            return found
+
+        def target(path: str) -> FieldRef:
+            found = targets.get(path)
+            if found is None:
+                found = targets[path] = FieldRef(dataset, path)
+            return found
+
         edges = tuple(
             FieldEdge(
-                FieldRef(keys[e.input.name], e.source),
-                FieldRef(dataset, e.target),
+                source(e.input, e.source),
+                target(e.target),
                 e.transformation,
                 e.operations,
                 ref,
@@ -191,7 +207,7 @@ class FieldGraph:
         )
         drops = tuple(
             FieldDrop(
-                FieldRef(keys[d.input.name], d.source),
+                source(d.input, d.source),
                 d.operation,
                 d.transformation,
                 d.operations,
@@ -201,7 +217,7 @@ class FieldGraph:
             )
             for d in resolution.drops
         )
-        written = tuple(FieldRef(dataset, path) for path in resolution.written)
+        written = tuple(target(path) for path in resolution.written)
         order = {name: position for position, name in enumerate(resolution.order)}
         self._install(key, _Recorded(ref, edges, drops, written, order))
         return True
@@ -215,10 +231,14 @@ class FieldGraph:
 
     def _install(self, key: _EventKey, recorded: _Recorded) -> None:
         self._events[key] = recorded
-        fields = self._fields
+        fields, into, out_of = self._fields, self._into, self._out_of
+        last_target, last_into = None, []
         for edge in recorded.edges:
-            self._into.setdefault(edge.target, []).append(edge)
-            self._out_of.setdefault(edge.source, []).append(edge)
+            if edge.target is not last_target:  # an event's edges come grouped by target
+                last_target = edge.target
+                last_into = into.setdefault(last_target, [])
+            last_into.append(edge)
+            out_of.setdefault(edge.source, []).append(edge)
             fields.setdefault(edge.source.dataset, {})[edge.source.path] = None
         for drop in recorded.drops:
             self._drops.setdefault(drop.field, []).append(drop)

@@ -15,6 +15,7 @@ in proportion to its fields and edges.
 
 from __future__ import annotations
 
+import functools
 import heapq
 from dataclasses import dataclass
 
@@ -25,16 +26,39 @@ from odf_chain.events import (
     LineageInput,
     Transformation,
     TransformationSubtype,
+    TransformationType,
 )
 from odf_chain.lineage.errors import LineageError
 from odf_chain.lineage.transformations import NEUTRAL, combine
 
-# (input name, field path in that input) -> combined transformation -> positions of the
-# operations on the way (positions in the topological order).
+# A transformation as plain values (type, subtype, masking, opaque): hashed in C, which matters
+# when every source of a wide event is looked up by it.
+_Step = tuple[int, int, bool, bool]
+# (input name, field path in that input) -> combined step -> positions of the operations on the
+# way (positions in the topological order).
 _Source = tuple[str, str]
-_Reach = dict[_Source, dict[Transformation, frozenset[int]]]
+_Reach = dict[_Source, dict[_Step, frozenset[int]]]
 
 _NO_OPS: frozenset[int] = frozenset()
+
+
+def _step(transformation: Transformation) -> _Step:
+    t = transformation
+    return (int(t.type), int(t.subtype), bool(t.masking), bool(t.opaque))
+
+
+@functools.lru_cache(maxsize=256)
+def _transformation(step: _Step) -> Transformation:
+    kind, subtype, masking, opaque = step
+    return Transformation(TransformationType(kind), TransformationSubtype(subtype), masking, opaque)
+
+
+@functools.lru_cache(maxsize=4096)
+def _then(before: _Step, step: _Step) -> _Step:
+    return _step(combine(_transformation(before), _transformation(step)))
+
+
+_NEUTRAL = _step(NEUTRAL)
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +141,7 @@ def topological_order(event: AddFieldLineage) -> list[int]:
 
 
 def _merge_into(target: _Reach, reach: _Reach) -> None:
+    """Add ``reach`` to ``target`` (whose inner dicts are its own: copies are taken)."""
     for source, paths in reach.items():
         known = target.get(source)
         if known is None:
@@ -125,20 +150,31 @@ def _merge_into(target: _Reach, reach: _Reach) -> None:
         for step, ops in paths.items():
             before = known.get(step)
             known[step] = ops if before is None else before | ops
-    return None
 
 
-def _extend(reach: _Reach, step: Transformation, position: int) -> _Reach:
+def _extend(reach: _Reach, step: _Step, position: int) -> _Reach:
     """``reach`` carried one operation further."""
     here = frozenset((position,))
+    grown: dict[frozenset[int], frozenset[int]] = {}  # sources sharing a path share its set
+
+    def grow(ops: frozenset[int]) -> frozenset[int]:
+        found = grown.get(ops)
+        if found is None:
+            found = grown[ops] = ops | here
+        return found
+
+    if step == _NEUTRAL:
+        return {
+            source: {before: grow(ops) for before, ops in paths.items()}
+            for source, paths in reach.items()
+        }
     out: _Reach = {}
     for source, paths in reach.items():
-        extended: dict[Transformation, frozenset[int]] = {}
+        extended: dict[_Step, frozenset[int]] = {}
         for before, ops in paths.items():
-            after = combine(before, step)
-            ops = ops | here
+            after = _then(before, step)
             known = extended.get(after)
-            extended[after] = ops if known is None else known | ops
+            extended[after] = grow(ops) if known is None else known | grow(ops)
         out[source] = extended
     return out
 
@@ -154,7 +190,7 @@ def resolve(event: AddFieldLineage) -> Resolution:
 
     def reach_of(field: InputField, reader: str) -> _Reach:
         if field.origin in inputs:
-            return {(field.origin, field.field): {NEUTRAL: _NO_OPS}}
+            return {(field.origin, field.field): {_NEUTRAL: _NO_OPS}}
         reach = outputs[field.origin].get(field.field)
         if reach is None:
             raise LineageError(
@@ -163,12 +199,11 @@ def resolve(event: AddFieldLineage) -> Resolution:
             )
         return reach
 
-    edges: dict[tuple[_Source, str, Transformation], frozenset[int]] = {}
-    ended: dict[tuple[_Source, int, Transformation], frozenset[int]] = {}
-    written: dict[str, None] = {}
+    written: dict[str, _Reach] = {}  # written path -> what reaches it
+    ended: list[tuple[int, _Reach]] = []  # drop operation -> what reaches it
     for i in order:
         op = operations[i]
-        step, here = op.transformation, position[i]
+        step, here = _step(op.transformation), position[i]
         produced: dict[str, _Reach] = {}
         if copies_pairwise(op):
             for field, out in zip(op.inputs, op.outputs, strict=True):
@@ -182,40 +217,50 @@ def resolve(event: AddFieldLineage) -> Resolution:
                 _merge_into(merged, reach_of(field, op.name))
             shared = _extend(merged, step, here)
             if not op.outputs:
-                for source, paths in shared.items():
-                    for combined, ops in paths.items():
-                        ended[(source, i, combined)] = ops
+                ended.append((i, shared))
                 continue
             produced = dict.fromkeys(op.outputs, shared)
         outputs[op.name] = produced
         if op.writes:
             for target, reach in produced.items():
-                written[target] = None
-                for source, paths in reach.items():
-                    for combined, ops in paths.items():
-                        key = (source, target, combined)
-                        before = edges.get(key)
-                        edges[key] = ops if before is None else before | ops
+                before = written.get(target)
+                if before is not None:  # written by several operations: merge into a copy
+                    combined: _Reach = {}
+                    _merge_into(combined, before)
+                    _merge_into(combined, reach)
+                    reach = combined
+                written[target] = reach
+
+    named_before: dict[frozenset[int], tuple[str, ...]] = {}
 
     def named(ops: frozenset[int]) -> tuple[str, ...]:
-        return tuple(names[p] for p in sorted(ops))
+        found = named_before.get(ops)
+        if found is None:  # many edges share their operations: name each set once
+            found = named_before[ops] = tuple(names[p] for p in sorted(ops))
+        return found
 
-    reaching = {source for source, _, _ in edges}
+    reaching: set[_Source] = set()
+    for reach in {id(r): r for r in written.values()}.values():  # shared reaches once
+        reaching.update(reach)
     return Resolution(
         edges=tuple(
-            ResolvedEdge(inputs[source[0]], source[1], target, combined, named(ops))
-            for (source, target, combined), ops in edges.items()
+            ResolvedEdge(inputs[source[0]], source[1], target, _transformation(step), named(ops))
+            for target, reach in written.items()
+            for source, paths in reach.items()
+            for step, ops in paths.items()
         ),
         drops=tuple(
             ResolvedDrop(
                 inputs[source[0]],
                 source[1],
                 operations[i].name,
-                combined,
+                _transformation(step),
                 named(ops),
                 only_dropped=source not in reaching,
             )
-            for (source, i, combined), ops in ended.items()
+            for i, reach in ended
+            for source, paths in reach.items()
+            for step, ops in paths.items()
         ),
         written=tuple(written),
         order=tuple(names),
