@@ -466,7 +466,7 @@ def _three_datasets() -> FieldGraph:
     """Each dataset's graph built on its own and merged, as a replay across datasets would:
     B's graph holds A's events too, so A's arrive twice in C's."""
     graph_a = FieldGraph()
-    graph_a.add_event(A, _a_event(), (4, "fa4"))
+    graph_a.add_event(A_ID, _a_event(), (4, "fa4"))  # a DatasetId is keyed by its text
     graph_b = FieldGraph()
     graph_b.add_event(B, _b_event(), (2, "fb2"))
     graph_b.merge(graph_a)

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from odf_chain.events import AddFieldLineage, LineageInput, LineageRun, Transformation
+from odf_chain.format.did import DatasetId
 from odf_chain.lineage.errors import LineageError
 from odf_chain.lineage.resolve import resolve
 
@@ -164,12 +165,15 @@ class FieldGraph:
 
     def add_event(
         self,
-        dataset: str,
+        dataset: DatasetId | str,
         event: AddFieldLineage,
         block: BlockRef | tuple[int, str] | None = None,
     ) -> bool:
-        """Fold in the lineage event of ``dataset`` held by ``block``. False (nothing added)
-        when this graph already has it (same dataset, block and run id)."""
+        """Fold in the lineage event of ``dataset`` (its id, or the key of its fields) held by
+        ``block``. False (nothing added) when this graph already has it (same dataset, block
+        and run id)."""
+        if isinstance(dataset, DatasetId):
+            dataset = dataset.to_did()
         if block is not None and not isinstance(block, BlockRef):
             block = BlockRef(*block)
         key = (dataset, None if block is None else block.block_hash, event.run.run_id)
@@ -232,7 +236,8 @@ class FieldGraph:
     def _install(self, key: _EventKey, recorded: _Recorded) -> None:
         self._events[key] = recorded
         fields, into, out_of = self._fields, self._into, self._out_of
-        last_target, last_into = None, []
+        last_target: FieldRef | None = None
+        last_into: list[FieldEdge] = []
         for edge in recorded.edges:
             if edge.target is not last_target:  # an event's edges come grouped by target
                 last_target = edge.target

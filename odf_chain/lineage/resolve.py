@@ -47,13 +47,13 @@ def _step(transformation: Transformation) -> _Step:
     return (int(t.type), int(t.subtype), bool(t.masking), bool(t.opaque))
 
 
-@functools.lru_cache(maxsize=256)
+@functools.cache  # 72 possible steps
 def _transformation(step: _Step) -> Transformation:
     kind, subtype, masking, opaque = step
     return Transformation(TransformationType(kind), TransformationSubtype(subtype), masking, opaque)
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.cache  # at most 72 x 72 pairs
 def _then(before: _Step, step: _Step) -> _Step:
     return _step(combine(_transformation(before), _transformation(step)))
 
