@@ -1,0 +1,67 @@
+"""Field lineage as pure logic: recording a run's field operations by hand, resolving an
+event's operations into field-to-field relations, and the field graph folded from events.
+
+No I/O; imports only events, errors, format and schema.
+"""
+
+from odf_chain.lineage.errors import LineageError
+from odf_chain.lineage.graph import (
+    BlockRef,
+    EventRef,
+    FieldDrop,
+    FieldEdge,
+    FieldGraph,
+    FieldRef,
+    IncomingSummary,
+    OutgoingSummary,
+    Reached,
+    RunOperations,
+    input_key,
+)
+from odf_chain.lineage.recorder import InputHandle, LineageRecorder, OperationHandle
+from odf_chain.lineage.resolve import (
+    Resolution,
+    ResolvedDrop,
+    ResolvedEdge,
+    copies_pairwise,
+    resolve,
+)
+from odf_chain.lineage.transformations import (
+    INDIRECT_SUBTYPES,
+    NEUTRAL,
+    SIGNIFICANCE,
+    combine,
+    combine_all,
+    default_type,
+    transformation,
+)
+
+__all__ = [
+    "INDIRECT_SUBTYPES",
+    "NEUTRAL",
+    "SIGNIFICANCE",
+    "BlockRef",
+    "EventRef",
+    "FieldDrop",
+    "FieldEdge",
+    "FieldGraph",
+    "FieldRef",
+    "IncomingSummary",
+    "InputHandle",
+    "LineageError",
+    "LineageRecorder",
+    "OperationHandle",
+    "OutgoingSummary",
+    "Reached",
+    "Resolution",
+    "ResolvedDrop",
+    "ResolvedEdge",
+    "RunOperations",
+    "combine",
+    "combine_all",
+    "copies_pairwise",
+    "default_type",
+    "input_key",
+    "resolve",
+    "transformation",
+]
