@@ -80,3 +80,8 @@ class RuleViolation(OdfChainError):
 
 class SchemaEvolutionError(RuleViolation):
     """A new schema breaks the evolution rules (a field removed, retyped, or made required)."""
+
+
+class LineageError(OdfChainError, ValueError):
+    """Field lineage that cannot be recorded or resolved (an unknown field, a duplicate
+    operation name, a cycle); the message names the operation and the field."""

@@ -242,6 +242,10 @@ class FieldOperation:
     ``outputs`` are fields this operation produces. When ``writes`` is true they are v2 paths of
     this dataset, otherwise intermediate names that later operations read through
     :class:`InputField`. An operation with no outputs is a drop: recorded, not lost.
+
+    Every output derives from every input, except in an IDENTITY operation with as many outputs
+    as inputs, which copies them pairwise in order (the i-th input becomes the i-th output):
+    that is how a read or a write of many fields is one operation.
     """
 
     name: str

@@ -4,7 +4,7 @@ event's operations into field-to-field relations, and the field graph folded fro
 No I/O; imports only events, errors, format and schema.
 """
 
-from odf_chain.lineage.errors import LineageError
+from odf_chain.errors import LineageError
 from odf_chain.lineage.graph import (
     BlockRef,
     EventRef,

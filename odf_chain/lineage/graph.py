@@ -19,9 +19,9 @@ import operator
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+from odf_chain.errors import LineageError
 from odf_chain.events import AddFieldLineage, LineageInput, LineageRun, Transformation
 from odf_chain.format.did import DatasetId
-from odf_chain.lineage.errors import LineageError
 from odf_chain.lineage.resolve import resolve
 
 

@@ -30,6 +30,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from odf_chain.errors import LineageError
 from odf_chain.events import (
     AddFieldLineage,
     FieldOperation,
@@ -43,7 +44,6 @@ from odf_chain.events import (
 )
 from odf_chain.format.did import DatasetId
 from odf_chain.format.multihash import Multihash
-from odf_chain.lineage.errors import LineageError
 from odf_chain.lineage.transformations import NEUTRAL, transformation
 from odf_chain.schema.paths import v1_path
 

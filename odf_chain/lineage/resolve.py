@@ -19,6 +19,7 @@ import functools
 import heapq
 from dataclasses import dataclass
 
+from odf_chain.errors import LineageError
 from odf_chain.events import (
     AddFieldLineage,
     FieldOperation,
@@ -28,7 +29,6 @@ from odf_chain.events import (
     TransformationSubtype,
     TransformationType,
 )
-from odf_chain.lineage.errors import LineageError
 from odf_chain.lineage.transformations import NEUTRAL, combine
 
 # A transformation as plain values (type, subtype, masking, opaque): hashed in C, which matters
