@@ -96,6 +96,12 @@ class Dataset:
     def state_at(self, ref: replay.Ref = "head") -> DatasetState:
         return replay.state_at(self.storage, ref)
 
+    def lineage(
+        self, at: replay.Ref = "head", *, follow_inputs: bool = True
+    ) -> replay.LineageReplay:
+        """The field graph as of block ``at``, across the datasets it read when reachable."""
+        return replay.lineage_at(self.storage, at, follow_inputs=follow_inputs)
+
     def schema_history(self) -> list[replay.SchemaChange]:
         """Every SetDataSchema, oldest first, with the diff from the schema before it."""
         return replay.schema_history(self.storage)

@@ -6,16 +6,17 @@ A *ref* names a block: ``"head"``, a block hash (``f1e20…``), a sequence numbe
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import pyarrow as pa
 
 from odf_chain.chain import BlockEntry, advance, read_head, walk_back
-from odf_chain.errors import FormatError, NotFoundError
-from odf_chain.events import SetDataSchema
+from odf_chain.errors import FormatError, NotFoundError, OdfChainError
+from odf_chain.events import AddFieldLineage, LineageInput, SetDataSchema
 from odf_chain.format.multihash import Multihash
+from odf_chain.lineage.graph import FieldGraph
 from odf_chain.schema.evolution import SchemaDiff, diff_schemas
 from odf_chain.state import EMPTY, DatasetState
 from odf_chain.storage import Storage
@@ -125,3 +126,87 @@ def schema_history(storage: Storage) -> list[SchemaChange]:
             history.append(SchemaChange(entry, state.schema, diff))
             previous = state.schema
     return history
+
+
+@dataclass(frozen=True, slots=True)
+class UnreachableInput:
+    """A pinned dataset input whose chain could not be read (moved, deleted, no access)."""
+
+    dataset_id: str
+    uri: str | None
+    reason: str
+
+
+@dataclass
+class LineageReplay:
+    """The field graph at a block, and what could not be followed upstream."""
+
+    dataset: str  # the dataset id text: the key of this dataset's fields in ``graph``
+    graph: FieldGraph
+    unreachable: list[UnreachableInput]
+
+
+def _lineage_blocks(entries: list[BlockEntry]) -> Iterator[tuple[BlockEntry, AddFieldLineage]]:
+    for entry in entries:
+        if isinstance(entry.block.event, AddFieldLineage):
+            yield entry, entry.block.event
+
+
+def lineage_at(
+    storage: Storage,
+    ref: Ref = "head",
+    *,
+    follow_inputs: bool = True,
+    open_input: Callable[[str], Storage] | None = None,
+) -> LineageReplay:
+    """The field graph of the dataset as of block ``ref``: every lineage event up to it.
+
+    With ``follow_inputs``, the graphs of the odf_chain datasets it read are merged in,
+    each as of the block it was pinned at (the latest pin when several runs read it), and
+    theirs in turn, so upstream and downstream queries cross datasets. A dataset input that
+    cannot be opened is listed in ``unreachable``, never fatal: lineage is still answered as
+    far as it goes.
+    """
+    from odf_chain.storage import open_storage
+
+    opener = open_input or open_storage
+    entries = load_chain(storage)
+    upto = entries[: select(entries, ref) + 1]
+    own = fold(upto)
+    if own.dataset_id is None:
+        raise NotFoundError(f"{storage.location} has no Seed at that block")
+    key = own.dataset_id.to_did()
+    graph = FieldGraph()
+    unreachable: list[UnreachableInput] = []
+    pending: list[tuple[str, list[BlockEntry]]] = [(key, upto)]
+    seen: set[str] = {key}
+    while pending:
+        dataset, chain_part = pending.pop()
+        pins: dict[str, tuple[LineageInput, int]] = {}
+        for entry, event in _lineage_blocks(chain_part):
+            graph.add_event(dataset, event, (entry.block.sequence_number, str(entry.hash)))
+            for pinned in event.inputs:
+                if pinned.dataset_id is None or pinned.block_hash is None:
+                    continue
+                upstream = pinned.dataset_id.to_did()
+                if upstream not in seen:
+                    pins[upstream] = (pinned, entry.block.sequence_number)
+        if not follow_inputs:
+            continue
+        for upstream, (pinned, _) in sorted(pins.items()):
+            seen.add(upstream)
+            try:
+                if pinned.uri is None:
+                    raise NotFoundError("the input names no location")
+                other = load_chain(opener(pinned.uri))
+                cut = select(other, pinned.block_hash)
+                other_id = fold(other[:1]).dataset_id
+                if other_id is None or other_id.to_did() != upstream:
+                    raise NotFoundError(
+                        f"{pinned.uri} holds {other_id.to_did() if other_id else 'no dataset'}"
+                    )
+            except OdfChainError as exc:
+                unreachable.append(UnreachableInput(upstream, pinned.uri, str(exc)))
+                continue
+            pending.append((upstream, other[: cut + 1]))
+    return LineageReplay(key, graph, unreachable)
