@@ -11,11 +11,13 @@ from odf_chain import chain, replay, slices
 from odf_chain.chain import BlockEntry
 from odf_chain.events import (
     MetadataEvent,
+    OffsetInterval,
     Seed,
     SetDataSchema,
 )
 from odf_chain.format.did import DatasetId
 from odf_chain.format.multihash import BLAKE3, check_algorithm
+from odf_chain.lineage.recorder import LineageRecorder
 from odf_chain.state import EMPTY, DatasetState
 from odf_chain.storage import LocalStorage, Storage, create_storage, open_storage
 from odf_chain.verify import VerifyReport, verify
@@ -134,8 +136,12 @@ class Dataset:
             return None
         return self._append(SetDataSchema.from_arrow(full))
 
-    def write(self, table: pa.Table) -> list[BlockEntry]:
+    def write(self, table: pa.Table, *, lineage: LineageRecorder | None = None) -> list[BlockEntry]:
         """Append ``table`` as one Parquet slice; return the blocks appended.
+
+        ``lineage``: the field operations that produced ``table``, recorded by hand; they are
+        appended as an AddFieldLineage just before the AddData, in the same transaction, and
+        its input fields are checked against the datasets they name when those are reachable.
 
         Adds the system columns; when the slice's schema differs from the one in force,
         prepares a SetDataSchema and checks it by the evolution rules *before* writing any
@@ -144,6 +150,7 @@ class Dataset:
         writer appended meanwhile, raises :class:`ConflictError` and removes what this call
         wrote. An empty table appends nothing.
         """
+        started_at = chain.now()
         state = self.refresh()
         if table.num_rows == 0:
             return []
@@ -161,6 +168,16 @@ class Dataset:
                 state, SetDataSchema.from_arrow(data.schema), system_time=system_time
             )
             state = schema_block.after
+        lineage_block = None
+        if lineage is not None:
+            event = lineage.event(
+                started_at=started_at,
+                ended_at=system_time,
+                offsets=OffsetInterval(state.next_offset, state.next_offset + data.num_rows - 1),
+            )
+            event = replay.settle_lineage(event, state.schema)
+            lineage_block = chain.prepare(state, event, system_time=system_time)
+            state = lineage_block.after
         staged = self.storage.stage_file(".parquet")
         try:
             written = slices.write_parquet(
@@ -182,5 +199,5 @@ class Dataset:
         except BaseException:
             self.storage.discard(staged)
             raise
-        blocks = [add_block] if schema_block is None else [schema_block, add_block]
+        blocks = [b for b in (schema_block, lineage_block, add_block) if b is not None]
         return self._commit(*blocks)

@@ -16,7 +16,7 @@ from odf_chain.chain import BlockEntry, advance, read_head, walk_back
 from odf_chain.errors import FormatError, NotFoundError, OdfChainError
 from odf_chain.events import AddFieldLineage, LineageInput, SetDataSchema
 from odf_chain.format.multihash import Multihash
-from odf_chain.lineage.graph import FieldGraph
+from odf_chain.lineage.graph import FieldGraph, FieldRef
 from odf_chain.schema.evolution import SchemaDiff, diff_schemas
 from odf_chain.state import EMPTY, DatasetState
 from odf_chain.storage import Storage
@@ -144,6 +144,19 @@ class LineageReplay:
     dataset: str  # the dataset id text: the key of this dataset's fields in ``graph``
     graph: FieldGraph
     unreachable: list[UnreachableInput]
+    schema: pa.Schema | None = None  # this dataset's schema at the block
+
+    def field(self, name: str, dataset: str | None = None) -> FieldRef:
+        """The field a user means by ``name``: a v2 path, or a plain dotted name (``id``,
+        ``address.city``) that exactly one field has. ``dataset`` defaults to this one."""
+        from odf_chain.lineage.names import resolve_name
+        from odf_chain.state import schema_path_set
+
+        key = dataset or self.dataset
+        known = set(self.graph.fields(key))
+        if key == self.dataset and self.schema is not None:
+            known |= schema_path_set(self.schema)
+        return FieldRef(key, resolve_name(name, known, where=key))
 
 
 def _lineage_blocks(entries: list[BlockEntry]) -> Iterator[tuple[BlockEntry, AddFieldLineage]]:
@@ -209,4 +222,51 @@ def lineage_at(
                 unreachable.append(UnreachableInput(upstream, pinned.uri, str(exc)))
                 continue
             pending.append((upstream, other[: cut + 1]))
-    return LineageReplay(key, graph, unreachable)
+    return LineageReplay(key, graph, unreachable, own.schema)
+
+
+def pinned_schema(pinned: LineageInput, open_input: Callable[[str], Storage] | None = None):
+    """The schema of a pinned dataset input at its block; raises NotFoundError (or another
+    OdfChainError) naming what is missing when the input cannot be followed."""
+    from odf_chain.storage import open_storage
+
+    if pinned.dataset_id is None or pinned.block_hash is None:
+        raise NotFoundError(f"input {pinned.name!r} is not a pinned dataset")
+    if pinned.uri is None:
+        raise NotFoundError(f"input {pinned.name!r} names no location")
+    entries = load_chain((open_input or open_storage)(pinned.uri))
+    state = fold(entries[: select(entries, pinned.block_hash) + 1])
+    if state.dataset_id != pinned.dataset_id:
+        raise NotFoundError(
+            f"input {pinned.name!r}: {pinned.uri} holds dataset {state.dataset_id}, "
+            f"not {pinned.dataset_id}"
+        )
+    return state.schema
+
+
+def settle_lineage(event: AddFieldLineage, schema: pa.Schema) -> AddFieldLineage:
+    """A lineage event ready to append above ``schema`` (the schema of the data it describes):
+    fields named by plain names become v2 paths (of ``schema`` for outputs, of each reachable
+    pinned input at its block for inputs), then input fields are checked against those inputs.
+    Unreachable inputs are not checked here (verify warns about them)."""
+    from odf_chain.errors import RuleViolation
+    from odf_chain.lineage.names import with_v2_paths
+    from odf_chain.rules import lineage_input_problems
+    from odf_chain.state import schema_path_set
+
+    schemas: dict[str, pa.Schema | None] = {}
+    for pinned in event.inputs:
+        if pinned.is_dataset:
+            try:
+                schemas[pinned.name] = pinned_schema(pinned)
+            except OdfChainError:
+                schemas[pinned.name] = None
+    event = with_v2_paths(
+        event,
+        schema_path_set(schema),
+        {name: schema_path_set(s) for name, s in schemas.items() if s is not None},
+    )
+    problems = lineage_input_problems(event, lambda pinned: schemas.get(pinned.name))
+    if problems:
+        raise RuleViolation("lineage-inputs", "; ".join(problems))
+    return event
