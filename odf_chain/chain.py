@@ -151,6 +151,13 @@ def commit(storage: Storage, *prepared: PreparedBlock) -> DatasetState:
     for earlier, later in itertools.pairwise(prepared):
         if later.before is not earlier.after:
             raise ValueError("prepared blocks must each be built on the one before")
+    pending = prepared[-1].after.lineage_pending
+    if pending is not None:  # the data a lineage event describes goes in the same transaction
+        raise RuleViolation(
+            "lineage-data",
+            f"the lineage event promises offsets {pending.uncovered.start}.."
+            f"{pending.uncovered.end}; commit it together with the data slices covering them",
+        ).at(pending.sequence_number, None)
     for block in prepared:
         storage.write_block(str(block.entry.hash), block.data)
     expected = prepared[0].before.head

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 import pyarrow as pa
 
 from odf_chain.chain import BlockEntry, advance, read_head, walk_back
-from odf_chain.errors import FormatError, NotFoundError, OdfChainError
+from odf_chain.errors import FormatError, NotFoundError, OdfChainError, RuleViolation
 from odf_chain.events import AddFieldLineage, LineageInput, SetDataSchema
 from odf_chain.format.multihash import Multihash
 from odf_chain.lineage.graph import FieldGraph, FieldRef
@@ -235,13 +235,16 @@ def pinned_schema(pinned: LineageInput, open_input: Callable[[str], Storage] | N
     if pinned.uri is None:
         raise NotFoundError(f"input {pinned.name!r} names no location")
     entries = load_chain((open_input or open_storage)(pinned.uri))
-    state = fold(entries[: select(entries, pinned.block_hash) + 1])
-    if state.dataset_id != pinned.dataset_id:
-        raise NotFoundError(
-            f"input {pinned.name!r}: {pinned.uri} holds dataset {state.dataset_id}, "
-            f"not {pinned.dataset_id}"
+    if fold(entries[:1]).dataset_id != pinned.dataset_id:
+        raise NotFoundError(f"input {pinned.name!r}: {pinned.uri} holds another dataset")
+    index = next((i for i, e in enumerate(entries) if e.hash == pinned.block_hash), None)
+    if index is None:
+        raise RuleViolation(
+            "lineage-input-dangling",
+            f"input {pinned.name!r} ({pinned.dataset_id}) is pinned at block "
+            f"{pinned.block_hash}, which its chain at {pinned.uri} does not have",
         )
-    return state.schema
+    return fold(entries[: index + 1]).schema
 
 
 def settle_lineage(event: AddFieldLineage, schema: pa.Schema) -> AddFieldLineage:
@@ -249,7 +252,6 @@ def settle_lineage(event: AddFieldLineage, schema: pa.Schema) -> AddFieldLineage
     fields named by plain names become v2 paths (of ``schema`` for outputs, of each reachable
     pinned input at its block for inputs), then input fields are checked against those inputs.
     Unreachable inputs are not checked here (verify warns about them)."""
-    from odf_chain.errors import RuleViolation
     from odf_chain.lineage.names import with_v2_paths
     from odf_chain.rules import lineage_input_problems
     from odf_chain.state import schema_path_set
@@ -259,8 +261,10 @@ def settle_lineage(event: AddFieldLineage, schema: pa.Schema) -> AddFieldLineage
         if pinned.is_dataset:
             try:
                 schemas[pinned.name] = pinned_schema(pinned)
+            except RuleViolation:
+                raise  # reachable, but the pin is wrong: refuse
             except OdfChainError:
-                schemas[pinned.name] = None
+                schemas[pinned.name] = None  # unreachable: unknown, not wrong
     event = with_v2_paths(
         event,
         schema_path_set(schema),

@@ -39,8 +39,9 @@ no-op                     no empty event and no event that changes nothing (a li
 Checks that need other datasets (the input fields of a lineage event against the schemas of the
 datasets it read) cannot be pure rules over (state, block): :func:`lineage_input_problems` does
 that part, given a way to find those schemas. Append refuses, and verify reports, its findings
-under the rule name ``lineage-inputs``; verify warns (``lineage-input-unreachable``) about
-inputs it cannot open.
+under the rule name ``lineage-inputs``, and a pin to a block the input's chain does not have
+under ``lineage-input-dangling``; verify warns (``lineage-input-unreachable``) about inputs it
+cannot open.
 """
 
 from __future__ import annotations

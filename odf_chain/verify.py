@@ -5,7 +5,9 @@
    rule is re-run exactly as it ran when the block was written.
 3. Check each data slice the chain names: present, size, physical hash, row count equal to its
    offset interval, columns as the schema in force says.
-4. Report leftovers (unreferenced blocks and data files, abandoned staging files) as warnings:
+4. Follow the datasets lineage events pin: the pinned block must be in their chain, the input
+   fields in their schema there (an input that cannot be opened is a warning).
+5. Report leftovers (unreferenced blocks and data files, abandoned staging files) as warnings:
    they are not part of the dataset, but an auditor wants to know.
 
 Problems are collected, not raised, so one run reports everything it can see.
@@ -28,9 +30,18 @@ from odf_chain.errors import (
     OdfChainError,
     RuleViolation,
 )
-from odf_chain.events import AddData, DataSlice, ExecuteTransform, MetadataBlock
+from odf_chain.events import (
+    AddData,
+    AddFieldLineage,
+    DataSlice,
+    ExecuteTransform,
+    MetadataBlock,
+    Seed,
+)
 from odf_chain.format.codec import decode_block
 from odf_chain.format.multihash import Multihash
+from odf_chain.replay import load_chain
+from odf_chain.rules import lineage_input_problems
 from odf_chain.schema.evolution import same_columns
 from odf_chain.state import EMPTY, DatasetState, apply
 from odf_chain.storage import Storage, open_storage
@@ -192,8 +203,11 @@ def _walk(storage: Storage, report: VerifyReport) -> _Walk:
     return walk
 
 
-def _fold(entries: list[BlockEntry], report: VerifyReport) -> list[tuple[BlockEntry, DatasetState]]:
-    """Re-run every rule; return each data-carrying block with the state it was written on."""
+def _fold(
+    entries: list[BlockEntry], report: VerifyReport
+) -> tuple[list[tuple[BlockEntry, DatasetState]], DatasetState]:
+    """Re-run every rule; return each data-carrying block with the state it was written on,
+    and the state at the head."""
     state = EMPTY
     with_data: list[tuple[BlockEntry, DatasetState]] = []
     for entry in entries:
@@ -211,12 +225,126 @@ def _fold(entries: list[BlockEntry], report: VerifyReport) -> list[tuple[BlockEn
             try:  # keep going so later, unrelated problems are reported too
                 next_state = apply(state, entry.block, entry.hash)
             except OdfChainError:
-                return with_data
+                return with_data, state
         event = entry.block.event
         if isinstance(event, AddData | ExecuteTransform) and event.new_data is not None:
             with_data.append((entry, next_state))
         state = next_state
-    return with_data
+    _check_head_lineage(state, report)
+    return with_data, state
+
+
+def _check_head_lineage(state: DatasetState, report: VerifyReport) -> None:
+    """A lineage event's promise that no block after it kept: no later block can break the rule
+    when the chain ends right there, so it is checked at the head."""
+    pending = state.lineage_pending
+    if pending is not None:
+        gap = pending.uncovered
+        report.add(
+            "error",
+            "lineage-data",
+            f"the lineage event promised offsets {gap.start}..{gap.end}, and the chain ends "
+            "before any data slice covers them",
+            sequence_number=pending.sequence_number,
+            block_hash=str(pending.block_hash),
+        )
+
+
+class _Upstream:
+    """Other datasets that lineage events pin, each opened and read once."""
+
+    def __init__(self) -> None:
+        self._chains: dict[str, list[BlockEntry] | OdfChainError] = {}
+        self._schemas: dict[str, list[pa.Schema | None]] = {}
+
+    def schema_at(self, uri: str, index: int) -> pa.Schema | None:
+        """The schema in force at block ``index`` of the chain at ``uri`` (one fold per chain,
+        however many blocks of it are pinned)."""
+        schemas = self._schemas.get(uri)
+        if schemas is None:
+            schemas, state = [], EMPTY
+            for entry in self.chain(uri):
+                state = advance(state, entry.block, entry.hash)
+                schemas.append(state.schema)
+            self._schemas[uri] = schemas
+        return schemas[index]
+
+    def chain(self, uri: str) -> list[BlockEntry]:
+        found = self._chains.get(uri)
+        if found is None:
+            try:
+                found = load_chain(open_storage(uri))
+            except OdfChainError as exc:
+                found = exc
+            self._chains[uri] = found
+        if isinstance(found, OdfChainError):
+            raise found
+        return found
+
+
+def _check_lineage_inputs(entries: list[BlockEntry], report: VerifyReport) -> None:
+    """Follow every pinned dataset input of every lineage event: an input that cannot be
+    opened is a warning (it may have moved); a pinned block the input's chain does not have is
+    a dangling reference, and input fields its schema there lacks are wrong: both errors."""
+    upstream = _Upstream()
+    for entry in entries:
+        event = entry.block.event
+        if not isinstance(event, AddFieldLineage):
+            continue
+        where = {
+            "sequence_number": entry.block.sequence_number,
+            "block_hash": str(entry.hash),
+        }
+        schemas: dict[str, pa.Schema | None] = {}
+        for pinned in event.inputs:
+            if pinned.dataset_id is None or pinned.block_hash is None:
+                continue
+            label = f"input {pinned.name!r} ({pinned.dataset_id})"
+            if pinned.uri is None:
+                report.add(
+                    "warning", "lineage-input-unreachable", f"{label} names no location", **where
+                )
+                continue
+            try:
+                other = upstream.chain(pinned.uri)
+            except OdfChainError as exc:
+                report.add(
+                    "warning",
+                    "lineage-input-unreachable",
+                    f"{label} cannot be read at {pinned.uri}: {exc}",
+                    **where,
+                )
+                continue
+            seed = other[0].block.event if other else None
+            if not isinstance(seed, Seed) or seed.dataset_id != pinned.dataset_id:
+                report.add(
+                    "warning",
+                    "lineage-input-unreachable",
+                    f"{label}: {pinned.uri} now holds another dataset",
+                    **where,
+                )
+                continue
+            index = next((i for i, e in enumerate(other) if e.hash == pinned.block_hash), None)
+            if index is None:
+                report.add(
+                    "error",
+                    "lineage-input-dangling",
+                    f"{label} is pinned at block {pinned.block_hash}, which its chain at "
+                    f"{pinned.uri} does not have",
+                    **where,
+                )
+                continue
+            try:
+                schemas[pinned.name] = upstream.schema_at(pinned.uri, index)
+            except OdfChainError as exc:
+                report.add(
+                    "warning",
+                    "lineage-input-unreachable",
+                    f"{label} does not verify up to its pinned block: {exc}",
+                    **where,
+                )
+        for problem in lineage_input_problems(event, lambda p, found=schemas: found.get(p.name)):
+            report.add("error", "lineage-inputs", problem, **where)
 
 
 def _check_slice(
@@ -409,7 +537,8 @@ def verify(storage: Storage, *, check_data: bool = True) -> VerifyReport:
     entries = walk.entries
     with_data: list[tuple[BlockEntry, DatasetState]] = []
     if walk.complete:
-        with_data = _fold(entries, report)
+        with_data, _ = _fold(entries, report)
+        _check_lineage_inputs(entries, report)
     else:
         report.add(
             "error", "chain-incomplete", "rules not re-run: the chain could not be read to the Seed"

@@ -7,9 +7,10 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from odf_chain import Dataset
+from odf_chain import Dataset, chain
 from odf_chain.errors import RuleViolation
 from odf_chain.events import AddData, AddFieldLineage, OffsetInterval, TransformationSubtype
+from odf_chain.format.multihash import Multihash
 from odf_chain.lineage import FieldRef, LineageRecorder
 from odf_chain.schema.paths import v1_path
 from tests.conftest import snapshot_tree
@@ -94,3 +95,106 @@ def test_an_unreachable_input_is_listed_not_fatal(users: Dataset, tmp_path: Path
     # this dataset's own edges are still there
     up = replayed.graph.upstream(replayed.field("name"))
     assert {v1_path(r.field.path) for r in up} == {"first", "last"}
+
+
+def _force(dataset: Dataset, *prepared) -> None:
+    """Store blocks and move the head without chain.commit's transaction checks, as a buggy
+    or hostile writer could."""
+    for block in prepared:
+        dataset.storage.write_block(str(block.entry.hash), block.data)
+    before = prepared[0].before.head
+    dataset.storage.compare_and_swap_head(str(before), str(prepared[-1].entry.hash))
+
+
+def _event(
+    users: Dataset,
+    *,
+    block_hash=None,
+    field: str = "[version=2.0].[type=string].first",
+    start: int = 0,
+) -> AddFieldLineage:
+    state = users.state
+    rec = LineageRecorder("copy", run_id="r")
+    src = rec.dataset_input(
+        "users", state.dataset_id, block_hash or state.head, uri=str(users.path)
+    )
+    rec.write("write", {"[version=2.0].[type=string].name": src[field]})
+    return rec.event(started_at=state.system_time, offsets=OffsetInterval(start, start))
+
+
+def _people(tmp_path: Path) -> Dataset:
+    out = Dataset.create(tmp_path / "people")
+    out.set_schema(pa.schema([("name", pa.string())]))
+    return out
+
+
+def test_a_lineage_event_without_its_data_is_not_committed(users, tmp_path) -> None:
+    out = _people(tmp_path)
+    before = snapshot_tree(tmp_path / "people")
+    with pytest.raises(RuleViolation, match=r"offsets 0\.\.0") as caught:
+        out.append(_event(users))
+    assert caught.value.rule == "lineage-data"
+    assert snapshot_tree(tmp_path / "people") == before
+
+
+def test_verify_reports_a_promise_the_chain_ends_before(users, tmp_path) -> None:
+    out = _people(tmp_path)
+    prepared = chain.prepare(out.refresh(), _event(users))
+    _force(out, prepared)
+    (problem,) = out.verify().errors
+    assert (problem.rule, problem.sequence_number) == ("lineage-data", 2)
+    assert problem.block_hash == str(prepared.entry.hash) and "0..0" in problem.message
+
+
+def test_verify_follows_pinned_inputs(users, tmp_path) -> None:
+    """A pin to a block the input does not have is dangling (an error), a field the input
+    lacks is wrong (an error), an input that cannot be opened is a warning."""
+    out = _people(tmp_path)
+    state = out.refresh()
+    fake_block = Multihash.digest("blake3", b"no such block")
+    for kind in ("dangling", "no such field"):
+        if kind == "dangling":
+            event = _event(users, block_hash=fake_block, start=state.next_offset)
+        else:
+            event = _event(users, field="nickname", start=state.next_offset)
+        lineage = chain.prepare(state, event)
+        data = chain.prepare(lineage.after, _slice(lineage.after))
+        _force(out, lineage, data)
+        state = data.after
+    report = out.verify(check_data=False)  # the slices' files were never written
+    assert [(p.rule, p.sequence_number) for p in report.errors] == [
+        ("lineage-input-dangling", 2),
+        ("lineage-inputs", 4),
+    ]
+    assert str(fake_block) in report.errors[0].message
+    assert "nickname" in report.errors[1].message
+    # append would have refused both
+    with pytest.raises(RuleViolation) as caught:
+        out.write(pa.table({"name": ["x"]}), lineage=_recording(users, fake_block))
+    assert caught.value.rule == "lineage-input-dangling"
+    (tmp_path / "users").rename(tmp_path / "gone")
+    report = out.verify(check_data=False)
+    assert report.errors == []
+    assert [(p.rule, p.sequence_number) for p in report.warnings] == [
+        ("lineage-input-unreachable", 2),
+        ("lineage-input-unreachable", 4),
+    ]
+
+
+def _recording(users: Dataset, block_hash) -> LineageRecorder:
+    state = users.state
+    rec = LineageRecorder("copy", run_id="r2")
+    src = rec.dataset_input("users", state.dataset_id, block_hash, uri=str(users.path))
+    rec.write("write", {"name": src["first"]})
+    return rec
+
+
+def _slice(state) -> AddData:
+    """An AddData for one row whose file is never written (these tests verify without data)."""
+    from odf_chain.events import DataSlice
+
+    h = Multihash.digest("blake3", b"slice")
+    return AddData(
+        prev_offset=state.last_offset,
+        new_data=DataSlice(h, h, OffsetInterval(state.next_offset, state.next_offset), 1),
+    )
