@@ -222,7 +222,7 @@ def _spark_session(master: str):
 
 def cmd_ingest(args: argparse.Namespace) -> int:
     from odf_chain.spark import write
-    from odf_chain.spark.sources import read_input
+    from odf_chain.spark.sources import ingest_lineage, read_input
 
     spark = _spark_session(args.master)
     spark.sparkContext.setLogLevel("ERROR")
@@ -235,6 +235,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             create=args.create,
             hash=args.hash,
             avro_schema=source.avro_schema,
+            lineage=ingest_lineage(source, args.job, event_time=args.event_time),
             source={
                 "format": args.format,
                 "inputs": [{"uri": i.uri, "size": i.size, "hash": i.blake3} for i in source.inputs],
@@ -324,6 +325,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--format", required=True, choices=["csv", "json", "parquet", "avro"], help="input format"
     )
     ingest.add_argument("--event-time", metavar="COL", help="column holding event times")
+    ingest.add_argument(
+        "--job", default="odf-chain ingest", help="job name recorded with the field lineage"
+    )
     ingest.add_argument("--master", default="local[*]", help="Spark master URL (default: local[*])")
     ingest.add_argument("--create", action="store_true", help="create the dataset if missing")
     ingest.add_argument(

@@ -29,8 +29,9 @@ from __future__ import annotations
 
 import re
 import time
+import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -43,9 +44,10 @@ from odf_chain import chain
 from odf_chain.chain import BlockEntry
 from odf_chain.dataset import Dataset
 from odf_chain.errors import NotFoundError, OdfChainError, SchemaError
-from odf_chain.events import AddData, OffsetInterval, SetDataSchema
+from odf_chain.events import AddData, AddFieldLineage, LineageRun, OffsetInterval, SetDataSchema
 from odf_chain.format.multihash import BLAKE3, Multihash
-from odf_chain.replay import load_chain, select
+from odf_chain.lineage.recorder import LineageRecorder
+from odf_chain.replay import load_chain, select, settle_lineage
 from odf_chain.schema.convert import AVRO_SCHEMA_KEY, avro_to_arrow
 from odf_chain.slices import add_data_for, own_metadata
 from odf_chain.state import Vocabulary
@@ -84,6 +86,7 @@ class IngestResult:
     blocks: list[BlockEntry]
     head: Multihash | None
     timings: dict[str, float] = field(default_factory=dict)
+    lineage: AddFieldLineage | None = None  # the field lineage appended with the data
 
 
 def _inspect_file(
@@ -232,6 +235,8 @@ def write(
     hash: str = BLAKE3,
     avro_schema: str | None = None,
     persist: bool = False,
+    lineage: LineageRecorder | bool = True,
+    job_name: str | None = None,
 ) -> IngestResult:
     """Append a Spark DataFrame to ``dataset`` (a path, a ``pyarrow.fs`` URI such as
     ``s3://bucket/sales``, or an open :class:`Dataset`) as Parquet slices.
@@ -243,10 +248,17 @@ def write(
     exist. ``avro_schema`` keeps an Avro writer schema with the SetDataSchema, so field paths
     follow the Avro convention. ``persist`` caches the input between counting and writing,
     for inputs whose partitions would not come out the same twice.
+
+    ``lineage``: True (the default) derives the field lineage of ``df`` from its analyzed plan;
+    a :class:`LineageRecorder` gives it by hand instead (also the way under Spark Connect, where
+    no plan is reachable); False records none. The lineage is appended as an AddFieldLineage
+    right before the AddData blocks, in the same transaction, for the run ``job_name`` (default:
+    the Spark application's name).
     """
     from pyspark import StorageLevel
 
     timings: dict[str, float] = {}
+    started_at = chain.now()
     clock = time.perf_counter()
     dataset = _open(dataset, create=create, hash=hash)
     path = dataset.path
@@ -323,6 +335,27 @@ def write(
             )
         watermark = _event_time_max(filesystem, files, vocab.event_time_column)
         current = prepared[-1].after if prepared else state
+        timings["renames"] = time.perf_counter() - clock
+
+        clock = time.perf_counter()
+        event = _lineage_event(
+            df,
+            lineage,
+            schema,
+            run=LineageRun(
+                job_name=job_name or spark.sparkContext.appName,
+                run_id=str(uuid.uuid4()),
+                started_at=started_at,
+                ended_at=system_time,
+                offsets=OffsetInterval(current.next_offset, current.next_offset + total - 1),
+            ),
+            vocab=vocab,
+        )
+        if event is not None:
+            prepared.append(chain.prepare(current, event, system_time=system_time))
+            current = prepared[-1].after
+        timings["lineage"] = time.perf_counter() - clock
+        clock = time.perf_counter()
         extra = None if source is None else {SOURCE_KEY: dict(source)}
         for slice_info, interval in zip(written, intervals, strict=True):
             if interval.start != current.next_offset:  # _check_files laid them end to end
@@ -345,7 +378,7 @@ def write(
 
         for slice_info in written:
             storage.commit_data(f"{staging}/{slice_info.file_name}", slice_info.physical_hash)
-        timings["renames"] = time.perf_counter() - clock
+        timings["renames"] += time.perf_counter() - clock
 
         clock = time.perf_counter()
         new_state = chain.commit(storage, *prepared)
@@ -359,11 +392,35 @@ def write(
             blocks=[p.entry for p in prepared],
             head=new_state.head,
             timings=timings,
+            lineage=event,
         )
     finally:
         if persist:
             shaped.unpersist()
         storage.discard_area(staging)
+
+
+def _lineage_event(
+    df, lineage: LineageRecorder | bool, schema: pa.Schema, *, run: LineageRun, vocab: Vocabulary
+) -> AddFieldLineage | None:
+    """The lineage to append for this write (see :func:`write`), settled on ``schema``: plain
+    names turned into v2 paths, input fields checked against the datasets they pin."""
+    if lineage is False:
+        return None
+    if isinstance(lineage, LineageRecorder):
+        event = lineage.event(started_at=run.started_at, ended_at=run.ended_at, offsets=run.offsets)
+        event = replace(event, run=replace(run, job_name=lineage.job_name, run_id=lineage.run_id))
+    else:
+        from odf_chain.spark.plan_lineage import lineage_from_plan
+
+        parts = lineage_from_plan(df, schema, system_columns=set(vocab.system_columns))
+        if parts is None:  # Spark Connect: lineage_from_plan has warned
+            return None
+        inputs, operations = parts
+        if not operations:
+            return None
+        event = AddFieldLineage(run=run, inputs=tuple(inputs), operations=tuple(operations))
+    return settle_lineage(event, schema)
 
 
 def _open(dataset: str | Path | Dataset, *, create: bool, hash: str) -> Dataset:
