@@ -411,7 +411,10 @@ def _lineage_event(
         event = lineage.event(started_at=run.started_at, ended_at=run.ended_at, offsets=run.offsets)
         event = replace(event, run=replace(run, job_name=lineage.job_name, run_id=lineage.run_id))
     else:
-        from odf_chain.spark.plan_lineage import lineage_from_plan
+        try:  # TEMPORARY until plan capture lands on main
+            from odf_chain.spark.plan_lineage import lineage_from_plan
+        except ImportError:
+            return None
 
         parts = lineage_from_plan(df, schema, system_columns=set(vocab.system_columns))
         if parts is None:  # Spark Connect: lineage_from_plan has warned
