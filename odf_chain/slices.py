@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 from odf_chain.errors import SchemaError
 from odf_chain.events import AddData, DataSlice, OffsetInterval
-from odf_chain.format.multihash import Multihash
+from odf_chain.format.multihash import HashingSink, Multihash
 from odf_chain.state import DatasetState, Vocabulary
 
 OFFSET_TYPE = pa.int64()
@@ -243,11 +243,11 @@ def logical_hash(table: pa.Table, algorithm: str) -> Multihash:
     Independent of Parquet encoding and compression, so re-encoding a slice keeps it. (ODF's
     own arrow-digest algorithm is not implemented; this is not interchangeable with it.)
     """
-    sink = pa.BufferOutputStream()
+    hashing = HashingSink(algorithm)  # streamed: the IPC bytes are never held in memory
     schema = table.schema.remove_metadata()
-    with pa.ipc.new_stream(sink, schema) as writer:
+    with pa.PythonFile(hashing, mode="w") as sink, pa.ipc.new_stream(sink, schema) as writer:
         writer.write_table(table.replace_schema_metadata(None).combine_chunks())
-    return Multihash.digest(algorithm, sink.getvalue().to_pybytes())
+    return hashing.multihash()
 
 
 def write_parquet(

@@ -69,6 +69,35 @@ def _hasher(algorithm: str):  # -> blake3.blake3 | hashlib._Hash
     return blake3.blake3() if check_algorithm(algorithm) == BLAKE3 else hashlib.sha3_256()
 
 
+class HashingSink:
+    """A write-only file object that hashes what is written to it, without keeping it: lets a
+    serializer (Arrow IPC, say) stream into a digest instead of a buffer that is then copied."""
+
+    def __init__(self, algorithm: str) -> None:
+        self.algorithm = algorithm
+        self._hasher = _hasher(algorithm)
+        self.size = 0
+        self.closed = False
+
+    def write(self, data) -> int:
+        self._hasher.update(data)
+        n = memoryview(data).nbytes
+        self.size += n
+        return n
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+    def writable(self) -> bool:
+        return True
+
+    def multihash(self) -> Multihash:
+        return Multihash(self.algorithm, self._hasher.digest())
+
+
 @dataclass(frozen=True, slots=True)
 class Multihash:
     """A self-describing digest: which algorithm, and the 32 digest bytes."""
