@@ -28,6 +28,7 @@ from pyspark.sql import functions as F
 from odf_chain.dataset import Dataset
 from odf_chain.errors import ConflictError, OdfChainError, StorageError
 from odf_chain.events import AddData
+from odf_chain.gc import collect_garbage_path
 from odf_chain.spark import IngestError, read, write
 from odf_chain.storage import LocalStorage
 from tests.conftest import snapshot_tree
@@ -247,6 +248,46 @@ def test_kill_between_the_data_renames_and_the_head_move(spark, dataset, childre
     # the orphans are not read: the data is what the chain names
     check_offsets(spark, dataset, BASE_ROWS, {"base": BASE_ROWS})
     follow_up(spark, dataset, BASE_ROWS, {"base": BASE_ROWS})
+
+
+def test_kill_right_after_the_head_move(spark, dataset, children):
+    """Killed once the head has moved, before the writer cleaned up: the whole transaction is
+    in the chain, nothing else changed, and what the writer did not get to remove (Spark's
+    folder with its marker files) is a leftover for gc."""
+    before, before_chain = snapshot_tree(dataset), chain_hashes(dataset)
+    head_before = (dataset / "refs" / "head").read_text()
+    rows, partitions = 3000, 6
+    proc = children.start(
+        dataset,
+        start=BASE_ROWS,
+        rows=rows,
+        partitions=partitions,
+        tag="killed",
+        pause_after_head_move=30,
+    )
+
+    def head_moved() -> bool:
+        return (dataset / "refs" / "head").read_text() != head_before
+
+    children.kill_when(proc, head_moved)
+
+    assert proc.returncode == -signal.SIGKILL
+    after = snapshot_tree(dataset)
+    for name, content in committed(before).items():
+        if name != "refs/head":  # the one file a commit changes
+            assert after.get(name, "missing") == content, name  # nothing else was altered
+    check_transaction_tail(dataset, before_chain, BASE_ROWS, rows)
+    report = Dataset.open(dataset).verify()
+    assert report.ok, [p.line() for p in report.errors]
+    (folder,) = staging_folders(dataset)
+    assert [(p.rule, p.path) for p in report.warnings] == [
+        ("staging-leftover", str(folder.relative_to(dataset)))
+    ]
+    check_offsets(spark, dataset, BASE_ROWS + rows, {"base": BASE_ROWS, "killed": rows})
+    removed = collect_garbage_path(str(dataset), min_age=0)
+    assert removed.removed == [str(folder.relative_to(dataset))]
+    assert Dataset.open(dataset).verify().warnings == []
+    follow_up(spark, dataset, BASE_ROWS + rows, {"base": BASE_ROWS, "killed": rows})
 
 
 # -- two ingests at once ---------------------------------------------------------------------------

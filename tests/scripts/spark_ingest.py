@@ -1,7 +1,7 @@
 """A real ingest in a process of its own, for tests/test_spark_crash.py to kill or to race.
 
     python tests/scripts/spark_ingest.py DATASET --start S --rows N --partitions P --tag T
-        [--ready FILE --go FILE] [--pause-after-rename SECONDS]
+        [--ready FILE --go FILE] [--pause-after-rename SECONDS] [--pause-after-head-move S]
 
 Starts a local SparkSession, builds ``spark.range(S, S + N)`` in P partitions with the columns
 ``id``, ``v`` (= 3 * id) and ``tag`` (= T), and appends it with :func:`odf_chain.spark.write`.
@@ -9,7 +9,9 @@ With ``--ready``/``--go`` it touches FILE once Spark is up and waits for the go 
 writing, so that two processes can start their writes together. ``--pause-after-rename`` sleeps
 after each slice is renamed into ``data/`` (the real rename, then a pause; odf_chain itself is
 not changed), so that a parent watching ``data/`` can kill the process between the renames and
-the head move however fast the disk is.
+the head move however fast the disk is. ``--pause-after-head-move`` sleeps right after the head
+moved, so that the parent can kill the process once the transaction is committed but before
+the writer has cleaned up after itself.
 
 Prints a JSON summary on stdout and exits 0 on success; prints ``ConflictError: ...`` on stderr
 and exits 3 when another writer moved the head first; any other failure is a traceback, exit 1.
@@ -65,6 +67,7 @@ def main() -> int:
     parser.add_argument("--ready", default=None)
     parser.add_argument("--go", default=None)
     parser.add_argument("--pause-after-rename", type=float, default=0.0)
+    parser.add_argument("--pause-after-head-move", type=float, default=0.0)
     args = parser.parse_args()
 
     work = Path(args.work or f"{args.dataset}.{args.tag}.work")
@@ -90,6 +93,16 @@ def main() -> int:
                 return done
 
             LocalStorage.commit_data = commit_then_pause
+        if args.pause_after_head_move:
+            from odf_chain.storage import LocalStorage
+
+            move_head = LocalStorage.compare_and_swap_head
+
+            def move_then_pause(self, expected, new, **options):
+                move_head(self, expected, new, **options)
+                time.sleep(args.pause_after_head_move)
+
+            LocalStorage.compare_and_swap_head = move_then_pause
         if args.ready:
             Path(args.ready).touch()
         if args.go:
