@@ -145,7 +145,10 @@ class LineageView:
 
 
 def plain_name(path: str) -> str:
-    """The dotted name people know a field by (the v2 path itself when it has none)."""
+    """The dotted name people know a field by: a v2 path without its type tokens; any other
+    name (a field of an external source, as its run named it) as it is."""
+    if not path.startswith("[version="):
+        return path
     return v1_path(path) or path
 
 
@@ -783,10 +786,10 @@ def _edges_tip(edges: Sequence[FieldEdge]) -> str:
 
 
 def _quote(text: str) -> str:
-    """A DOT quoted string that shows ``text`` as it is. Backslashes, quotes and ampersands
-    become character references (Graphviz reads them in labels and tooltips): a backslash
-    escape before the closing quote would end the string in the wrong place."""
-    text = text.replace("&", "&amp;").replace('"', "&quot;").replace("\\", "&#92;")
+    """A DOT quoted string whose escString value is ``text``: backslashes and quotes escaped,
+    line breaks as ``\\n``, and ampersands as ``&amp;`` (Graphviz reads character references
+    in labels and tooltips)."""
+    text = text.replace("\\", "\\\\").replace('"', '\\"').replace("&", "&amp;")
     return '"' + text.replace("\r", "").replace("\n", "\\n") + '"'
 
 
