@@ -258,77 +258,80 @@ def _section_order(view: LineageView) -> list[str]:
 
 
 def graph_json(view: LineageView) -> Doc:
-    """Per dataset that recorded lineage: its runs, each written field with its direct sources
-    (runs merged where the source, input name, transformation and operations agree), its
-    drops, and the inputs its runs read."""
-    graph = view.graph
-    drops_by_dataset: dict[str, list[FieldDrop]] = {}
-    for drop in _all_drops(graph):
-        drops_by_dataset.setdefault(drop.event.dataset, []).append(drop)
-    sections = []
-    for key in _section_order(view):
-        events = sorted(graph.events(key), key=_event_order)
-        inputs: dict[str, set[str]] = {}
-        fields = []
-        refs = sorted(
-            (FieldRef(key, p) for p in graph.fields(key)), key=lambda r: _field_sort_key(view, r)
-        )
-        for ref in refs:
-            edges = graph.edges_into(ref)
-            if not edges and not _written_by(graph, ref):
-                continue
-            groups: dict[tuple, list[EventRef]] = {}
-            for edge in edges:
-                inputs.setdefault(edge.source_input.name, set()).add(input_key(edge.source_input))
-                group = (edge.source, edge.source_input.name, edge.transformation, edge.operations)
-                runs = groups.setdefault(group, [])
-                if edge.event not in runs:
-                    runs.append(edge.event)
-            sources = [
-                {
-                    "field": field_json(view, source),
-                    "input": alias,
-                    "transformation": transformation_json(step),
-                    "operations": list(operations),
-                    "runs": [run_json(view, r) for r in sorted(runs, key=_event_order)],
-                }
-                for (source, alias, step, operations), runs in groups.items()
-            ]
-            sources.sort(
-                key=lambda s: (
-                    s["field"]["dataset_name"],
-                    s["field"]["name"],
-                    s["field"]["path"],
-                    _label(s["transformation"]),
-                    s["input"],
-                )
-            )
-            fields.append({"field": field_json(view, ref), "sources": sources})
-        drops = drops_by_dataset.get(key, [])
-        for drop in drops:
-            inputs.setdefault(drop.source_input.name, set()).add(input_key(drop.source_input))
-        sections.append(
-            {
-                "dataset": key,
-                "name": view.name(key),
-                "inputs": [
-                    {"input": alias, "dataset": k, "dataset_name": view.name(k)}
-                    for alias in sorted(inputs)
-                    for k in sorted(inputs[alias], key=view.name)
-                ],
-                "runs": [run_json(view, e) for e in events],
-                "fields": fields,
-                "drops": _grouped_drops(view, drops),
-            }
-        )
+    """Per dataset that recorded lineage: the inputs its runs read, its runs, each written field
+    with its direct sources, and its drops."""
+    drops: dict[str, list[FieldDrop]] = {}
+    for drop in _all_drops(view.graph):
+        drops.setdefault(drop.event.dataset, []).append(drop)
     doc = _header(view, {"mode": "graph", "field": None, "depth": None})
-    doc["graph"] = sections
+    doc["graph"] = [_section_json(view, key, drops.get(key, [])) for key in _section_order(view)]
     return doc
 
 
+def _section_json(view: LineageView, key: str, drops: list[FieldDrop]) -> Doc:
+    graph = view.graph
+    inputs: dict[str, set[str]] = {}  # input name -> dataset keys
+    for item in [
+        *drops,
+        *(e for p in graph.fields(key) for e in graph.edges_into(FieldRef(key, p))),
+    ]:
+        inputs.setdefault(item.source_input.name, set()).add(input_key(item.source_input))
+    refs = sorted(
+        (FieldRef(key, p) for p in graph.fields(key)), key=lambda r: _field_sort_key(view, r)
+    )
+    return {
+        "dataset": key,
+        "name": view.name(key),
+        "inputs": [
+            {"input": alias, "dataset": k, "dataset_name": view.name(k)}
+            for alias in sorted(inputs)
+            for k in sorted(inputs[alias], key=view.name)
+        ],
+        "runs": [run_json(view, e) for e in sorted(graph.events(key), key=_event_order)],
+        "fields": [
+            {"field": field_json(view, ref), "sources": _sources_json(view, graph.edges_into(ref))}
+            for ref in refs
+            if _written_by(graph, ref)
+        ],
+        "drops": _grouped_drops(view, drops),
+    }
+
+
+def _sources_json(view: LineageView, edges: Iterable[FieldEdge]) -> list[Doc]:
+    """The direct sources of one field, runs merged where the source, input name,
+    transformation and operations agree."""
+    groups: dict[tuple, list[EventRef]] = {}
+    for edge in edges:
+        group = (edge.source, edge.source_input.name, edge.transformation, edge.operations)
+        runs = groups.setdefault(group, [])
+        if edge.event not in runs:
+            runs.append(edge.event)
+    sources = [
+        {
+            "field": field_json(view, source),
+            "input": alias,
+            "transformation": transformation_json(step),
+            "operations": list(operations),
+            "runs": [run_json(view, r) for r in sorted(runs, key=_event_order)],
+        }
+        for (source, alias, step, operations), runs in groups.items()
+    ]
+    sources.sort(
+        key=lambda s: (
+            s["field"]["dataset_name"],
+            s["field"]["name"],
+            s["field"]["path"],
+            _label(s["transformation"]),
+            s["input"],
+        )
+    )
+    return sources
+
+
 def _written_by(graph: FieldGraph, ref: FieldRef) -> bool:
-    """``ref`` is a field its own dataset's runs wrote (a field in the graph that no edge of
-    another dataset reads, or one with edges into it)."""
+    """``ref`` was written by its own dataset's runs: it has sources, or nothing reads it. (A
+    field that only a downstream run reads is in the graph whether its dataset's own lineage
+    wrote it or not: without sources it is not listed as written.)"""
     if graph.edges_into(ref):
         return True
     reads = graph.edges_out_of(ref) or graph.drops_of(ref)

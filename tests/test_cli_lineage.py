@@ -846,15 +846,26 @@ def test_quoting_of_awkward_names(tmp_path: Path) -> None:
         rec = LineageRecorder("odd-job", run_id="q-1")
         src = rec.external_input("x", 'file:///src/x[0] "q".csv')
         rec.write("write", {'sa"y \\': src["items[0].price"], "addr.city": src['we"ird\\']})
+        rec.transform("constant", [], ["const"], writes=True)
         ds.write(
             pa.table(
                 {
                     'sa"y \\': [1.0],
                     "addr": pa.array([{"city": "P"}], pa.struct([("city", pa.string())])),
+                    "const": [7],
                 }
             ),
             lineage=rec,
         )
+    listing = ok(run("odd", cwd=tmp_path)).splitlines()
+    assert listing[4:] == [
+        "  addr.city",
+        '    <- x  we"ird\\         DIRECT/IDENTITY  via write  odd-job/q-1',
+        "  const",
+        "    (no recorded source)",
+        '  sa"y \\',
+        "    <- x  items[0].price  DIRECT/IDENTITY  via write  odd-job/q-1",
+    ]
     text = ok(run("odd", "--format", "dot", cwd=tmp_path))
     dot = parse_dot(text)
     assert {(n["label"], n["tooltip"]) for n in dot.nodes.values()} == {
@@ -862,6 +873,7 @@ def test_quoting_of_awkward_names(tmp_path: Path) -> None:
         ("addr.city", "[version=2.0].[type=struct].[type=struct].addr.[type=string].city"),
         ("items[0].price", "items[0].price"),
         ('we"ird\\', 'we"ird\\'),
+        ("const", "[version=2.0].[type=long].const"),
     }
     assert {c["label"] for c in dot.clusters.values()} == {"odd", 'file:///src/x[0] "q".csv'}
     assert set(_named_edges(dot)) == {
