@@ -10,9 +10,11 @@ import argparse
 import dataclasses
 import json
 import os
+import shutil
 import sys
 from collections.abc import Callable, Sequence
 
+from odf_chain import lineage_render
 from odf_chain.dataset import Dataset
 from odf_chain.errors import OdfChainError, SchemaError
 from odf_chain.format.multihash import BLAKE3, SHA3_256
@@ -253,6 +255,116 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _lineage_depth(text: str | None) -> int | None:
+    """--depth: N >= 1 steps; 0 or 'all' for all the way."""
+    if text is None:
+        return 1
+    if text.strip().lower() == "all":
+        return None
+    try:
+        depth = int(text)
+    except ValueError:
+        raise UsageError(f"--depth takes a number of steps, 0 or 'all', not {text!r}") from None
+    if depth < 0:
+        raise UsageError(f"--depth takes a number of steps, 0 or 'all', not {text!r}")
+    return None if depth == 0 else depth
+
+
+def _lineage_format(args: argparse.Namespace) -> str:
+    if args.json and args.format not in (None, "json"):
+        raise UsageError(f"--json and --format {args.format} ask for two different outputs")
+    return "json" if args.json else (args.format or "text")
+
+
+def _check_lineage_usage(args: argparse.Namespace, output: str) -> None:
+    direction = args.upstream or args.downstream
+    if args.upstream and args.downstream:
+        raise UsageError("--upstream and --downstream ask two questions: choose one")
+    if args.field is None:
+        for flag, given in (
+            ("--upstream", args.upstream),
+            ("--downstream", args.downstream),
+            ("--depth", args.depth is not None),
+            ("--dataset", args.dataset is not None),
+        ):
+            if given:
+                raise UsageError(f"{flag} needs a FIELD")
+    if args.depth is not None and not direction:
+        raise UsageError("--depth needs --upstream or --downstream")
+    if args.offset is not None:
+        if args.field is not None:
+            raise UsageError("--offset asks about a record, not a FIELD: give one or the other")
+        if output in ("dot", "svg"):
+            raise UsageError(f"--offset has no picture: use text or json, not {output}")
+
+
+def _emit(text: str | bytes, output_file: str | None) -> None:
+    if output_file is None:
+        if isinstance(text, bytes):
+            sys.stdout.flush()
+            sys.stdout.buffer.write(text)
+        else:
+            sys.stdout.write(text)
+        return
+    data = text if isinstance(text, bytes) else text.encode("utf-8")
+    with open(output_file, "wb") as out:
+        out.write(data)
+
+
+def cmd_lineage(args: argparse.Namespace) -> int:
+    output = _lineage_format(args)
+    _check_lineage_usage(args, output)
+    direction = "upstream" if args.upstream else "downstream" if args.downstream else None
+    depth = _lineage_depth(args.depth) if direction else None
+    dataset = Dataset.open(args.dir)
+    state = dataset.state_at(args.at)
+    view = lineage_render.LineageView.build(
+        dataset.lineage(state.head), dataset.location, state.sequence_number, str(state.head)
+    )
+    field = None if args.field is None else view.field(args.field, args.dataset)
+
+    if output in ("dot", "svg"):
+        if field is None:
+            dot = lineage_render.dot_text(view)
+        else:
+            nodes, dropping = lineage_render.neighbourhood(view, field, direction, depth)
+            dot = lineage_render.dot_text(view, nodes, dropping, highlight=field)
+        for warning in lineage_render.warnings(view):  # the DOT text has no room for them
+            print(f"odf-chain: {warning}", file=sys.stderr)
+        if output == "dot":
+            _emit(dot, args.output)
+            return EXIT_OK
+        binary = shutil.which("dot")
+        if binary is None:
+            print(
+                "odf-chain: Graphviz is not installed (no 'dot' on PATH), so this is the DOT "
+                f"text instead of SVG; install it with {lineage_render.GRAPHVIZ_INSTALL}",
+                file=sys.stderr,
+            )
+            _emit(dot, None)
+            return EXIT_OK
+        _emit(lineage_render.svg_from_dot(dot, binary), args.output)
+        return EXIT_OK
+
+    if args.offset is not None:
+        doc = lineage_render.offset_json(view, args.offset)
+        text = lineage_render.offset_text
+    elif field is None:
+        doc = lineage_render.graph_json(view)
+        text = lineage_render.graph_text
+    elif direction is None:
+        doc = lineage_render.summary_json(view, field)
+        text = lineage_render.summary_text
+    else:
+        doc = lineage_render.reached_json(view, field, direction, depth)
+        text = lineage_render.reached_text
+    if output == "json":
+        _emit(json.dumps(doc, indent=2) + "\n", args.output)
+    else:
+        _emit(text(doc), args.output)
+    return EXIT_OK
+
+
 def _add_verify_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "dir", help="dataset directory or pyarrow.fs URI (s3://..., gs://..., hdfs://...)"
@@ -348,6 +460,46 @@ def build_parser() -> argparse.ArgumentParser:
     )
     gc.add_argument("--dry-run", action="store_true", help="list what would be removed")
     gc.set_defaults(run=cmd_gc)
+
+    lineage = commands.add_parser(
+        "lineage",
+        help="field lineage: the field graph, where a field comes from and goes, or a picture",
+        description="Field-level lineage as of a block, across the datasets this one read "
+        "(when they can be opened). Without FIELD: every written field with its direct "
+        "sources, drops and runs. With FIELD: where its values come from and go (all the way), "
+        "or the fields --upstream/--downstream of it with their distance.",
+    )
+    lineage.add_argument(
+        "dir", help="dataset directory or pyarrow.fs URI (s3://..., gs://..., hdfs://...)"
+    )
+    lineage.add_argument(
+        "field", nargs="?", metavar="FIELD", help="a plain name (total, address.city) or a v2 path"
+    )
+    lineage.add_argument("--at", default="head", metavar="REF", help=REF_HELP)
+    lineage.add_argument(
+        "--dataset",
+        metavar="NAME",
+        help="FIELD is a field of this input (its location, URI, dataset id, or the name a run "
+        "gave it) rather than of DIR: how to ask where an input's field went",
+    )
+    lineage.add_argument("--upstream", action="store_true", help="the fields FIELD comes from")
+    lineage.add_argument("--downstream", action="store_true", help="the fields FIELD goes to")
+    lineage.add_argument(
+        "--depth",
+        metavar="N",
+        help="steps for --upstream/--downstream: 1 by default, 0 or 'all' for all the way",
+    )
+    lineage.add_argument(
+        "--offset", type=int, metavar="N", help="which run wrote record N of this dataset"
+    )
+    lineage.add_argument(
+        "--format",
+        choices=["text", "json", "dot", "svg"],
+        help="text (default), json, dot (Graphviz source) or svg (needs Graphviz's dot)",
+    )
+    lineage.add_argument("--json", action="store_true", help="same as --format json")
+    lineage.add_argument("-o", "--output", metavar="FILE", help="write to FILE, not stdout")
+    lineage.set_defaults(run=cmd_lineage)
 
     verify = commands.add_parser("verify", help="check blocks, rules and data (chain-verify)")
     _add_verify_arguments(verify)

@@ -1,0 +1,816 @@
+"""Lineage answers for people and programs: the field graph, a field's summaries, the fields
+reached up or down, the run of an offset, as JSON-ready documents, as text, and as Graphviz DOT.
+
+Each answer is first built as one JSON-ready document (stable keys, full v2 paths and dataset
+ids); the text is rendered from that document, so ``--json`` always holds everything the text
+shows. Other datasets are named the way people know them: the location a run read them from,
+the URI of an external source, and only when neither is known the dataset id.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from odf_chain.errors import NotFoundError, OdfChainError
+from odf_chain.events import LineageInput, LineageRun, Transformation, TransformationType
+from odf_chain.lineage.graph import (
+    EventRef,
+    FieldDrop,
+    FieldEdge,
+    FieldGraph,
+    FieldRef,
+    Reached,
+    RunOperations,
+    input_key,
+)
+from odf_chain.lineage.names import resolve_name
+from odf_chain.replay import LineageReplay
+from odf_chain.schema.paths import v1_path
+from odf_chain.state import schema_path_set
+
+Doc = dict[str, Any]
+
+GRAPHVIZ_INSTALL = "apt install graphviz, brew install graphviz or conda install graphviz"
+
+
+class GraphvizError(OdfChainError):
+    """Graphviz's ``dot`` refused the DOT text or could not run."""
+
+
+# -- naming ---------------------------------------------------------------------------------------
+
+
+def _all_edges(graph: FieldGraph) -> Iterator[FieldEdge]:
+    for dataset in graph.datasets():
+        for path in graph.fields(dataset):
+            yield from graph.edges_into(FieldRef(dataset, path))
+
+
+def _all_drops(graph: FieldGraph) -> Iterator[FieldDrop]:
+    for dataset in graph.datasets():
+        for path in graph.fields(dataset):
+            yield from graph.drops_of(FieldRef(dataset, path))
+
+
+@dataclass(frozen=True)
+class LineageView:
+    """A replayed field graph with readable dataset names, the block it is at, and the lookups
+    a command line needs (a field by plain name or v2 path, a dataset by name, alias or id)."""
+
+    replay: LineageReplay
+    names: dict[str, str]  # dataset key -> readable name
+    aliases: dict[str, frozenset[str]]  # input name used by some run -> dataset keys
+    sequence_number: int
+    block_hash: str
+
+    @classmethod
+    def build(
+        cls, replay: LineageReplay, location: str, sequence_number: int, block_hash: str
+    ) -> LineageView:
+        """``location``: how the user named this dataset (its own display name)."""
+        found: dict[str, str] = {replay.dataset: location}
+        aliases: dict[str, set[str]] = {}
+
+        def note(pinned: LineageInput) -> None:
+            key = input_key(pinned)
+            aliases.setdefault(pinned.name, set()).add(key)
+            if key not in found and pinned.uri:
+                found[key] = pinned.uri
+
+        for edge in _all_edges(replay.graph):
+            note(edge.source_input)
+        for drop in _all_drops(replay.graph):
+            note(drop.source_input)
+        for key in replay.graph.datasets():
+            found.setdefault(key, key)
+        # Two datasets shown under one name (a location reused) are told apart by their ids.
+        counts: dict[str, int] = {}
+        for name in found.values():
+            counts[name] = counts.get(name, 0) + 1
+        names = {
+            key: name if counts[name] == 1 or name == key else f"{name} ({key})"
+            for key, name in found.items()
+        }
+        return cls(
+            replay,
+            names,
+            {alias: frozenset(keys) for alias, keys in aliases.items()},
+            sequence_number,
+            block_hash,
+        )
+
+    @property
+    def graph(self) -> FieldGraph:
+        return self.replay.graph
+
+    @property
+    def dataset(self) -> str:
+        return self.replay.dataset
+
+    def name(self, key: str) -> str:
+        return self.names.get(key, key)
+
+    def find_dataset(self, text: str) -> str:
+        """The dataset key ``text`` means: a dataset id or URI key, a readable name, or the name
+        a run gave the input."""
+        if text in self.names:
+            return text
+        by_name = [key for key, name in self.names.items() if name == text]
+        if len(by_name) == 1:
+            return by_name[0]
+        keys = self.aliases.get(text, frozenset())
+        if len(keys) == 1:
+            return next(iter(keys))
+        if keys:
+            listed = ", ".join(sorted(self.name(k) for k in keys))
+            raise NotFoundError(f"{text!r} names several inputs: {listed}")
+        known = ", ".join(sorted({*self.names.values(), *self.aliases}))
+        raise NotFoundError(
+            f"no dataset {text!r} in the lineage of {self.name(self.dataset)} (known: {known})"
+        )
+
+    def field(self, name: str, dataset: str | None = None) -> FieldRef:
+        """The field ``name`` (plain dotted name or v2 path) of ``dataset`` (default: this one)."""
+        key = self.dataset if dataset is None else self.find_dataset(dataset)
+        known = set(self.graph.fields(key))
+        if key == self.dataset and self.replay.schema is not None:
+            known |= schema_path_set(self.replay.schema)
+        return FieldRef(key, resolve_name(name, known, where=self.name(key)))
+
+
+# -- JSON pieces ----------------------------------------------------------------------------------
+
+
+def plain_name(path: str) -> str:
+    """The dotted name people know a field by: a v2 path without its type tokens; any other
+    name (a field of an external source, as its run named it) as it is."""
+    if not path.startswith("[version="):
+        return path
+    return v1_path(path) or path
+
+
+def field_json(view: LineageView, ref: FieldRef) -> Doc:
+    return {
+        "dataset": ref.dataset,
+        "dataset_name": view.name(ref.dataset),
+        "name": plain_name(ref.path),
+        "path": ref.path,
+    }
+
+
+def transformation_json(t: Transformation) -> Doc:
+    return {
+        "type": t.type.name,
+        "subtype": t.subtype.name,
+        "masking": t.masking,
+        "opaque": t.opaque,
+    }
+
+
+def run_json(view: LineageView, event: EventRef) -> Doc:
+    run: LineageRun = event.run
+    return {
+        "job_name": run.job_name,
+        "run_id": run.run_id,
+        "dataset": event.dataset,
+        "dataset_name": view.name(event.dataset),
+        "started_at": run.started_at.isoformat(),
+        "ended_at": None if run.ended_at is None else run.ended_at.isoformat(),
+        "offsets": None
+        if run.offsets is None
+        else {"start": run.offsets.start, "end": run.offsets.end},
+        "block": None
+        if event.block is None
+        else {"sequence_number": event.block.sequence_number, "hash": event.block.block_hash},
+    }
+
+
+def _event_order(event: EventRef) -> tuple[int, float, str]:
+    sequence = -1 if event.block is None else event.block.sequence_number
+    return (sequence, event.run.started_at.timestamp(), event.run.run_id)
+
+
+def _header(view: LineageView, query: Doc) -> Doc:
+    return {
+        "dataset": {"id": view.dataset, "name": view.name(view.dataset)},
+        "block": {"sequence_number": view.sequence_number, "hash": view.block_hash},
+        "query": query,
+        "datasets": [
+            {"key": key, "name": view.name(key), "is_dataset": key.startswith("did:")}
+            for key in view.graph.datasets()
+        ],
+        "unreachable": [
+            {"dataset_id": u.dataset_id, "uri": u.uri, "reason": u.reason}
+            for u in view.replay.unreachable
+        ],
+    }
+
+
+def _field_sort_key(view: LineageView, ref: FieldRef) -> tuple[str, str, str]:
+    return (view.name(ref.dataset), plain_name(ref.path), ref.path)
+
+
+def _grouped_drops(view: LineageView, drops: Iterable[FieldDrop]) -> list[Doc]:
+    """Drops of the same field by the same operation and transformation, runs merged."""
+    groups: dict[tuple, list[EventRef]] = {}
+    for drop in drops:
+        key = (
+            drop.field,
+            drop.source_input.name,
+            drop.operation,
+            drop.operations,
+            drop.transformation,
+            drop.only_dropped,
+        )
+        runs = groups.setdefault(key, [])
+        if drop.event not in runs:
+            runs.append(drop.event)
+    out = []
+    for (field, alias, operation, operations, step, only), runs in groups.items():
+        out.append(
+            {
+                "field": field_json(view, field),
+                "input": alias,
+                "operation": operation,
+                "operations": list(operations),
+                "transformation": transformation_json(step),
+                "only_dropped": only,
+                "runs": [run_json(view, r) for r in sorted(runs, key=_event_order)],
+            }
+        )
+    out.sort(
+        key=lambda d: (d["field"]["dataset_name"], d["field"]["name"], d["operation"], d["input"])
+    )
+    return out
+
+
+# -- the whole graph ------------------------------------------------------------------------------
+
+
+def _section_order(view: LineageView) -> list[str]:
+    """Datasets that recorded lineage: this one first, then the others by name."""
+    with_events = {e.dataset for e in view.graph.events()}
+    others = sorted((k for k in with_events if k != view.dataset), key=view.name)
+    return ([view.dataset] if view.dataset in with_events else []) + others
+
+
+def graph_json(view: LineageView) -> Doc:
+    """Per dataset that recorded lineage: the inputs its runs read, its runs, each written field
+    with its direct sources, and its drops."""
+    drops: dict[str, list[FieldDrop]] = {}
+    for drop in _all_drops(view.graph):
+        drops.setdefault(drop.event.dataset, []).append(drop)
+    doc = _header(view, {"mode": "graph", "field": None, "depth": None})
+    doc["graph"] = [_section_json(view, key, drops.get(key, [])) for key in _section_order(view)]
+    return doc
+
+
+def _section_json(view: LineageView, key: str, drops: list[FieldDrop]) -> Doc:
+    graph = view.graph
+    inputs: dict[str, set[str]] = {}  # input name -> dataset keys
+    for item in [
+        *drops,
+        *(e for p in graph.fields(key) for e in graph.edges_into(FieldRef(key, p))),
+    ]:
+        inputs.setdefault(item.source_input.name, set()).add(input_key(item.source_input))
+    refs = sorted(
+        (FieldRef(key, p) for p in graph.fields(key)), key=lambda r: _field_sort_key(view, r)
+    )
+    return {
+        "dataset": key,
+        "name": view.name(key),
+        "inputs": [
+            {"input": alias, "dataset": k, "dataset_name": view.name(k)}
+            for alias in sorted(inputs)
+            for k in sorted(inputs[alias], key=view.name)
+        ],
+        "runs": [run_json(view, e) for e in sorted(graph.events(key), key=_event_order)],
+        "fields": [
+            {"field": field_json(view, ref), "sources": _sources_json(view, graph.edges_into(ref))}
+            for ref in refs
+            if _written_by(graph, ref)
+        ],
+        "drops": _grouped_drops(view, drops),
+    }
+
+
+def _sources_json(view: LineageView, edges: Iterable[FieldEdge]) -> list[Doc]:
+    """The direct sources of one field, runs merged where the source, input name,
+    transformation and operations agree."""
+    groups: dict[tuple, list[EventRef]] = {}
+    for edge in edges:
+        group = (edge.source, edge.source_input.name, edge.transformation, edge.operations)
+        runs = groups.setdefault(group, [])
+        if edge.event not in runs:
+            runs.append(edge.event)
+    sources = [
+        {
+            "field": field_json(view, source),
+            "input": alias,
+            "transformation": transformation_json(step),
+            "operations": list(operations),
+            "runs": [run_json(view, r) for r in sorted(runs, key=_event_order)],
+        }
+        for (source, alias, step, operations), runs in groups.items()
+    ]
+    sources.sort(
+        key=lambda s: (
+            s["field"]["dataset_name"],
+            s["field"]["name"],
+            s["field"]["path"],
+            _label(s["transformation"]),
+            s["input"],
+        )
+    )
+    return sources
+
+
+def _written_by(graph: FieldGraph, ref: FieldRef) -> bool:
+    """``ref`` was written by its own dataset's runs: it has sources, or nothing reads it. (A
+    field that only a downstream run reads is in the graph whether its dataset's own lineage
+    wrote it or not: without sources it is not listed as written.)"""
+    if graph.edges_into(ref):
+        return True
+    reads = graph.edges_out_of(ref) or graph.drops_of(ref)
+    return not reads
+
+
+# -- one field ------------------------------------------------------------------------------------
+
+
+def _runs_json(view: LineageView, runs: Sequence[RunOperations]) -> list[Doc]:
+    return [{"run": run_json(view, r.event), "operations": list(r.operations)} for r in runs]
+
+
+def summary_json(view: LineageView, field: FieldRef) -> Doc:
+    """CDAP's incoming and outgoing summaries of ``field``."""
+    incoming = view.graph.incoming(field)
+    outgoing = view.graph.outgoing(field)
+    doc = _header(view, {"mode": "summary", "field": field_json(view, field), "depth": None})
+    doc["incoming"] = {
+        "origins": [
+            field_json(view, f)
+            for f in sorted(incoming.origins, key=lambda r: _field_sort_key(view, r))
+        ],
+        "runs": _runs_json(view, incoming.runs),
+    }
+    doc["outgoing"] = {
+        "destinations": [
+            field_json(view, f)
+            for f in sorted(outgoing.destinations, key=lambda r: _field_sort_key(view, r))
+        ],
+        "drops": _grouped_drops(view, outgoing.drops),
+        "runs": _runs_json(view, outgoing.runs),
+    }
+    return doc
+
+
+def edge_json(view: LineageView, edge: FieldEdge) -> Doc:
+    return {
+        "source": field_json(view, edge.source),
+        "target": field_json(view, edge.target),
+        "input": edge.source_input.name,
+        "transformation": transformation_json(edge.transformation),
+        "operations": list(edge.operations),
+        "run": run_json(view, edge.event),
+    }
+
+
+def reached_json(view: LineageView, field: FieldRef, direction: str, depth: int | None) -> Doc:
+    """The fields ``direction`` ("upstream" or "downstream") of ``field``, ``depth`` steps
+    (None: all the way), each with its distance and the edges that link it one step nearer."""
+    walk = view.graph.upstream if direction == "upstream" else view.graph.downstream
+    reached: Sequence[Reached] = walk(field, depth, with_edges=True)
+    doc = _header(view, {"mode": direction, "field": field_json(view, field), "depth": depth})
+    doc["reached"] = [
+        {
+            "distance": r.distance,
+            "field": field_json(view, r.field),
+            "edges": [
+                edge_json(view, e) for e in sorted(r.edges, key=lambda e: _edge_order(view, e))
+            ],
+        }
+        for r in sorted(reached, key=lambda r: (r.distance, *_field_sort_key(view, r.field)))
+    ]
+    return doc
+
+
+def _edge_order(view: LineageView, edge: FieldEdge) -> tuple:
+    return (
+        _field_sort_key(view, edge.source),
+        _field_sort_key(view, edge.target),
+        _event_order(edge.event),
+    )
+
+
+def offset_json(view: LineageView, offset: int) -> Doc:
+    """The run that wrote record ``offset`` of this dataset; NotFoundError when no lineage
+    event covers it."""
+    event = view.graph.event_for_offset(view.dataset, offset)
+    if event is None:
+        raise NotFoundError(
+            f"no run with recorded lineage wrote offset {offset} of {view.name(view.dataset)} "
+            f"(as of block {view.sequence_number})"
+        )
+    doc = _header(view, {"mode": "offset", "field": None, "depth": None})
+    doc["offset"] = offset
+    doc["run"] = run_json(view, event)
+    return doc
+
+
+# -- text -----------------------------------------------------------------------------------------
+
+
+def _label(t: Doc) -> str:
+    """DIRECT/IDENTITY, INDIRECT/JOIN masked, ..."""
+    label = f"{t['type']}/{t['subtype']}"
+    if t["masking"]:
+        label += " masked"
+    if t["opaque"]:
+        label += " opaque"
+    return label
+
+
+def _run_label(run: Doc) -> str:
+    return f"{run['job_name']}/{run['run_id']}"
+
+
+def _runs_label(runs: Iterable[Doc]) -> str:
+    return ", ".join(_run_label(r) for r in runs)
+
+
+def _block_label(run: Doc) -> str:
+    block = run["block"]
+    return "no block" if block is None else f"block {block['sequence_number']}"
+
+
+def _table(rows: Sequence[Sequence[str]], indent: str) -> list[str]:
+    """Rows as aligned columns (the last column unpadded)."""
+    if not rows:
+        return []
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    out = []
+    for row in rows:
+        cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
+        out.append((indent + "  ".join([*cells, row[-1]])).rstrip())
+    return out
+
+
+def _heading(doc: Doc) -> str:
+    block = doc["block"]
+    return (
+        f"field lineage of {doc['dataset']['name']} at block {block['sequence_number']} "
+        f"{block['hash']}"
+    )
+
+
+def warnings(view: LineageView) -> list[str]:
+    """One line per input whose lineage could not be followed."""
+    return _warnings(_header(view, {}))
+
+
+def _warnings(doc: Doc) -> list[str]:
+    names = {d["key"]: d["name"] for d in doc["datasets"]}
+    return [
+        f"warning: input {names.get(u['dataset_id'], u['uri'] or u['dataset_id'])} "
+        f"({u['dataset_id']}) could not be followed, its lineage is missing: {u['reason']}"
+        for u in doc["unreachable"]
+    ]
+
+
+def graph_text(doc: Doc) -> str:
+    lines = [_heading(doc)]
+    for section in doc["graph"]:
+        lines.append(f"dataset {section['name']} ({section['dataset']})")
+        inputs = ", ".join(f"{i['input']} = {i['dataset_name']}" for i in section["inputs"])
+        lines.append(f"  inputs: {inputs or 'none'}")
+        runs = ", ".join(
+            f"{_run_label(r)} ({_block_label(r)}, {_offsets_label(r)})" for r in section["runs"]
+        )
+        lines.append(f"  runs: {runs}")
+        rows: list[list[str]] = []
+        marks: list[tuple[int, str]] = []  # (row index, field line before it)
+        for written in section["fields"]:
+            marks.append((len(rows), f"  {written['field']['name']}"))
+            if not written["sources"]:
+                marks.append((len(rows), "    (no recorded source)"))
+            for source in written["sources"]:
+                rows.append(
+                    [
+                        source["input"],
+                        source["field"]["name"],
+                        _label(source["transformation"]),
+                        "via " + ", ".join(source["operations"]),
+                        _runs_label(source["runs"]),
+                    ]
+                )
+        table = _table(rows, "    <- ")
+        lines.extend(_interleave(table, marks))
+        if section["drops"]:
+            lines.append("  drops")
+            lines.extend(
+                _table(
+                    [
+                        [
+                            d["input"],
+                            d["field"]["name"],
+                            f"by {d['operation']}",
+                            _runs_label(d["runs"]),
+                        ]
+                        for d in section["drops"]
+                    ],
+                    "    ",
+                )
+            )
+    if not doc["graph"]:
+        lines.append("no field lineage recorded")
+    lines.extend(_warnings(doc))
+    return "\n".join(lines) + "\n"
+
+
+def _interleave(table: list[str], marks: list[tuple[int, str]]) -> list[str]:
+    out: list[str] = []
+    at = 0
+    for row, line in marks:
+        out.extend(table[at:row])
+        at = max(at, row)
+        out.append(line)
+    out.extend(table[at:])
+    return out
+
+
+def _offsets_label(run: Doc) -> str:
+    offsets = run["offsets"]
+    return "no records" if offsets is None else f"offsets {offsets['start']}..{offsets['end']}"
+
+
+def _field_title(doc: Doc) -> str:
+    field = doc["query"]["field"]
+    return f"{field['name']} in {field['dataset_name']}"
+
+
+def _fields_rows(fields: Sequence[Doc]) -> list[list[str]]:
+    return [[f["dataset_name"], f["name"]] for f in fields]
+
+
+def _run_rows(runs: Sequence[Doc]) -> list[list[str]]:
+    return [
+        [
+            _run_label(r["run"]),
+            r["run"]["dataset_name"],
+            _block_label(r["run"]),
+            ", ".join(r["operations"]),
+        ]
+        for r in runs
+    ]
+
+
+def summary_text(doc: Doc) -> str:
+    field = doc["query"]["field"]
+    lines = [_heading(doc), _field_title(doc), f"  path {field['path']}"]
+    incoming, outgoing = doc["incoming"], doc["outgoing"]
+    lines.append("incoming: where its values come from")
+    lines.append("  origins")
+    lines.extend(_table(_fields_rows(incoming["origins"]), "    ") or ["    (none recorded)"])
+    if incoming["runs"]:
+        lines.append("  operations, nearest run first")
+        lines.extend(_table(_run_rows(incoming["runs"]), "    "))
+    lines.append("outgoing: where its values go")
+    lines.append("  destinations")
+    nowhere = ["    (none recorded)"]
+    if field["dataset"] == doc["dataset"]["id"]:
+        nowhere = [
+            "    (none recorded: the datasets that read this one are not in its chain; run "
+            "lineage on them with --dataset)"
+        ]
+    lines.extend(_table(_fields_rows(outgoing["destinations"]), "    ") or nowhere)
+    if outgoing["drops"]:
+        lines.append("  drops")
+        lines.extend(
+            _table(
+                [
+                    [
+                        d["field"]["dataset_name"],
+                        d["field"]["name"],
+                        f"by {d['operation']}",
+                        _runs_label(d["runs"]),
+                    ]
+                    for d in outgoing["drops"]
+                ],
+                "    ",
+            )
+        )
+    if outgoing["runs"]:
+        lines.append("  operations, nearest run first")
+        lines.extend(_table(_run_rows(outgoing["runs"]), "    "))
+    lines.extend(_warnings(doc))
+    return "\n".join(lines) + "\n"
+
+
+def _unique(values: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(values))
+
+
+def reached_text(doc: Doc) -> str:
+    depth = doc["query"]["depth"]
+    steps = "all the way" if depth is None else f"{depth} step" + ("s" if depth != 1 else "")
+    lines = [_heading(doc), f"{doc['query']['mode']} of {_field_title(doc)}, {steps}"]
+    rows = [
+        [
+            str(r["distance"]),
+            r["field"]["dataset_name"],
+            r["field"]["name"],
+            ", ".join(_unique(_label(e["transformation"]) for e in r["edges"])),
+            ", ".join(_unique(_run_label(e["run"]) for e in r["edges"])),
+        ]
+        for r in doc["reached"]
+    ]
+    lines.extend(_table(rows, "  ") or ["  (none recorded)"])
+    lines.extend(_warnings(doc))
+    return "\n".join(lines) + "\n"
+
+
+def offset_text(doc: Doc) -> str:
+    run = doc["run"]
+    block = run["block"]
+    lines = [
+        f"offset {doc['offset']} of {doc['dataset']['name']} was written by run "
+        f"{run['run_id']} of job {run['job_name']}",
+        f"  started  {run['started_at']}",
+        f"  ended    {run['ended_at'] or 'unknown'}",
+        "  offsets  "
+        + ("none" if run["offsets"] is None else _offsets_label(run).removeprefix("offsets ")),
+        "  lineage  "
+        + ("no block" if block is None else f"block {block['sequence_number']} {block['hash']}"),
+    ]
+    lines.extend(_warnings(doc))
+    return "\n".join(lines) + "\n"
+
+
+# -- Graphviz -------------------------------------------------------------------------------------
+
+
+def neighbourhood(
+    view: LineageView, field: FieldRef, direction: str | None, depth: int | None
+) -> tuple[set[FieldRef], set[FieldRef]]:
+    """The fields a picture of ``field`` shows (those the text answer names: upstream and/or
+    downstream, ``depth`` steps), and the fields whose drops it shows (the downstream side)."""
+    nodes = {field}
+    dropping: set[FieldRef] = set()
+    if direction in (None, "upstream"):
+        nodes.update(r.field for r in view.graph.upstream(field, depth))
+    if direction in (None, "downstream"):
+        down = {r.field for r in view.graph.downstream(field, depth)}
+        nodes.update(down)
+        dropping = {field, *down}
+    return nodes, dropping
+
+
+def dot_text(
+    view: LineageView,
+    nodes: set[FieldRef] | None = None,
+    dropping: set[FieldRef] | None = None,
+    highlight: FieldRef | None = None,
+) -> str:
+    """The field graph as Graphviz DOT: a cluster per dataset (dashed for external sources;
+    tooltip: the dataset id), a node per field (label: plain name, tooltip: v2 path), an edge
+    per source, target and transformation (label: the transformation; dashed when INDIRECT,
+    red when masked, an open circle head when opaque), and drops as edges into a node per drop
+    operation of a dataset's runs. ``nodes``:
+    only these fields and the edges among them (default: everything); ``dropping``: the fields
+    whose drops are drawn (default: all when ``nodes`` is None, else none)."""
+    graph = view.graph
+    if nodes is None:
+        nodes = {FieldRef(d, p) for d in graph.datasets() for p in graph.fields(d)}
+        dropping = nodes if dropping is None else dropping
+    dropping = set() if dropping is None else dropping
+    order = sorted(nodes, key=lambda r: (r.dataset != view.dataset, *_field_sort_key(view, r)))
+    ids = {ref: f"f{i}" for i, ref in enumerate(order)}
+
+    edges: dict[tuple[FieldRef, FieldRef, Transformation], list[FieldEdge]] = {}
+    for ref in order:
+        for edge in graph.edges_into(ref):
+            if edge.source in ids:
+                edges.setdefault((edge.source, ref, edge.transformation), []).append(edge)
+    drops: dict[tuple[str, str], list[FieldDrop]] = {}  # (dataset of the run, op) -> drops
+    for ref in order:
+        if ref in dropping:
+            for drop in graph.drops_of(ref):
+                drops.setdefault((drop.event.dataset, drop.operation), []).append(drop)
+    drop_ids = {
+        key: f"d{i}"
+        for i, key in enumerate(
+            sorted(drops, key=lambda k: (k[0] != view.dataset, view.name(k[0]), k[1]))
+        )
+    }
+
+    clusters: dict[str, list[str]] = {}
+    for ref in order:
+        attrs = {"label": plain_name(ref.path), "tooltip": ref.path}
+        if ref == highlight:
+            attrs.update(style="rounded,filled", fillcolor="lightyellow", penwidth="2")
+        clusters.setdefault(ref.dataset, []).append(f"{ids[ref]} {_attrs(attrs)};")
+    for (dataset, operation), found in drops.items():
+        attrs = {
+            "label": operation,
+            "tooltip": f"dropped by {operation} in {_runs_tip(d.event for d in found)}",
+            "shape": "octagon",
+            "style": "dashed",
+            "color": "gray50",
+        }
+        clusters.setdefault(dataset, []).append(
+            f"{drop_ids[(dataset, operation)]} {_attrs(attrs)};"
+        )
+
+    lines = [
+        "digraph lineage {",
+        "  "
+        + "graph "
+        + _attrs(
+            {
+                "rankdir": "LR",
+                "fontname": "Helvetica",
+                "labelloc": "t",
+                "label": f"field lineage of {view.name(view.dataset)} "
+                f"at block {view.sequence_number}",
+            }
+        )
+        + ";",
+        '  node [shape=box, style=rounded, fontname="Helvetica", fontsize=10];',
+        '  edge [fontname="Helvetica", fontsize=9];',
+    ]
+    cluster_order = sorted(clusters, key=lambda k: (k != view.dataset, view.name(k), k))
+    for number, dataset in enumerate(cluster_order):
+        external = not dataset.startswith("did:")
+        lines.append(f"  subgraph cluster_{number} {{")
+        cluster_attrs = {
+            "label": view.name(dataset),
+            "tooltip": dataset,
+            "color": "gray60",
+            "style": "dashed" if external else "rounded",
+        }
+        lines.extend(f"    {name}={_quote(value)};" for name, value in cluster_attrs.items())
+        lines.extend(f"    {statement}" for statement in clusters[dataset])
+        lines.append("  }")
+    for (source, target, step), found in edges.items():
+        attrs = {"label": _label(transformation_json(step)), "tooltip": _edges_tip(found)}
+        if step.type == TransformationType.INDIRECT:
+            attrs["style"] = "dashed"
+        if step.opaque:
+            attrs.update(color="gray40", arrowhead="odot")
+        if step.masking:
+            attrs.update(color="red", fontcolor="red")
+        lines.append(f"  {ids[source]} -> {ids[target]} {_attrs(attrs)};")
+    for key, found in drops.items():
+        for ref in _unique_refs(d.field for d in found):
+            attrs = {"label": "drop", "style": "dotted", "arrowhead": "tee", "color": "gray50"}
+            lines.append(f"  {ids[ref]} -> {drop_ids[key]} {_attrs(attrs)};")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def _unique_refs(refs: Iterable[FieldRef]) -> list[FieldRef]:
+    return list(dict.fromkeys(refs))
+
+
+def _runs_tip(events: Iterable[EventRef]) -> str:
+    runs = dict.fromkeys(
+        f"{e.run.job_name}/{e.run.run_id}" for e in sorted(events, key=_event_order)
+    )
+    return ", ".join(runs)
+
+
+def _edges_tip(edges: Sequence[FieldEdge]) -> str:
+    operations = _unique(op for e in edges for op in e.operations)
+    return f"via {', '.join(operations)} in {_runs_tip(e.event for e in edges)}"
+
+
+def _quote(text: str) -> str:
+    """A DOT quoted string whose escString value is ``text``: backslashes and quotes escaped,
+    line breaks as ``\\n``, and ampersands as ``&amp;`` (Graphviz reads character references
+    in labels and tooltips)."""
+    text = text.replace("\\", "\\\\").replace('"', '\\"').replace("&", "&amp;")
+    return '"' + text.replace("\r", "").replace("\n", "\\n") + '"'
+
+
+def _attrs(attrs: dict[str, str]) -> str:
+    return "[" + ", ".join(f"{name}={_quote(value)}" for name, value in attrs.items()) + "]"
+
+
+def svg_from_dot(dot: str, dot_binary: str) -> bytes:
+    """SVG drawn by Graphviz's ``dot`` from DOT text."""
+    try:
+        done = subprocess.run(
+            [dot_binary, "-Tsvg"], input=dot.encode("utf-8"), capture_output=True, timeout=600
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise GraphvizError(f"could not run Graphviz ({dot_binary}): {exc}") from None
+    if done.returncode != 0:
+        detail = done.stderr.decode("utf-8", "replace").strip().splitlines()
+        raise GraphvizError(
+            f"Graphviz ({dot_binary} -Tsvg) failed: {detail[0] if detail else done.returncode}"
+        )
+    return done.stdout
