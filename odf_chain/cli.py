@@ -14,7 +14,7 @@ import shutil
 import sys
 from collections.abc import Callable, Sequence
 
-from odf_chain import lineage_render
+from odf_chain import lineage_dot, lineage_render
 from odf_chain.dataset import Dataset
 from odf_chain.errors import OdfChainError, SchemaError
 from odf_chain.format.multihash import BLAKE3, SHA3_256
@@ -325,10 +325,10 @@ def cmd_lineage(args: argparse.Namespace) -> int:
 
     if output in ("dot", "svg"):
         if field is None:
-            dot = lineage_render.dot_text(view)
+            dot = lineage_dot.dot_text(view)
         else:
-            nodes, dropping = lineage_render.neighbourhood(view, field, direction, depth)
-            dot = lineage_render.dot_text(view, nodes, dropping, highlight=field)
+            nodes, dropping = lineage_dot.neighbourhood(view, field, direction, depth)
+            dot = lineage_dot.dot_text(view, nodes, dropping, highlight=field)
         for warning in lineage_render.warnings(view):  # the DOT text has no room for them
             print(f"odf-chain: {warning}", file=sys.stderr)
         if output == "dot":
@@ -338,12 +338,12 @@ def cmd_lineage(args: argparse.Namespace) -> int:
         if binary is None:
             print(
                 "odf-chain: Graphviz is not installed (no 'dot' on PATH), so this is the DOT "
-                f"text instead of SVG; install it with {lineage_render.GRAPHVIZ_INSTALL}",
+                f"text instead of SVG; install it with {lineage_dot.GRAPHVIZ_INSTALL}",
                 file=sys.stderr,
             )
             _emit(dot, None)
             return EXIT_OK
-        _emit(lineage_render.svg_from_dot(dot, binary), args.output)
+        _emit(lineage_dot.svg_from_dot(dot, binary), args.output)
         return EXIT_OK
 
     if args.offset is not None:

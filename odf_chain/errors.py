@@ -85,3 +85,7 @@ class SchemaEvolutionError(RuleViolation):
 class LineageError(OdfChainError, ValueError):
     """Field lineage that cannot be recorded or resolved (an unknown field, a duplicate
     operation name, a cycle); the message names the operation and the field."""
+
+
+class GraphvizError(OdfChainError):
+    """Graphviz's ``dot`` refused the DOT text or could not run."""

@@ -1,5 +1,6 @@
 """Lineage answers for people and programs: the field graph, a field's summaries, the fields
-reached up or down, the run of an offset, as JSON-ready documents, as text, and as Graphviz DOT.
+reached up or down, the run of an offset, as JSON-ready documents and as text (pictures:
+:mod:`odf_chain.lineage_dot`).
 
 Each answer is first built as one JSON-ready document (stable keys, full v2 paths and dataset
 ids); the text is rendered from that document, so ``--json`` always holds everything the text
@@ -9,13 +10,12 @@ the URI of an external source, and only when neither is known the dataset id.
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from odf_chain.errors import NotFoundError, OdfChainError
-from odf_chain.events import LineageInput, LineageRun, Transformation, TransformationType
+from odf_chain.errors import NotFoundError
+from odf_chain.events import LineageInput, LineageRun, Transformation
 from odf_chain.lineage.graph import (
     EventRef,
     FieldDrop,
@@ -32,12 +32,6 @@ from odf_chain.schema.paths import v1_path
 from odf_chain.state import schema_path_set
 
 Doc = dict[str, Any]
-
-GRAPHVIZ_INSTALL = "apt install graphviz, brew install graphviz or conda install graphviz"
-
-
-class GraphvizError(OdfChainError):
-    """Graphviz's ``dot`` refused the DOT text or could not run."""
 
 
 # -- naming ---------------------------------------------------------------------------------------
@@ -188,7 +182,7 @@ def run_json(view: LineageView, event: EventRef) -> Doc:
     }
 
 
-def _event_order(event: EventRef) -> tuple[int, float, str]:
+def event_order(event: EventRef) -> tuple[int, float, str]:
     sequence = -1 if event.block is None else event.block.sequence_number
     return (sequence, event.run.started_at.timestamp(), event.run.run_id)
 
@@ -209,7 +203,7 @@ def _header(view: LineageView, query: Doc) -> Doc:
     }
 
 
-def _field_sort_key(view: LineageView, ref: FieldRef) -> tuple[str, str, str]:
+def field_sort_key(view: LineageView, ref: FieldRef) -> tuple[str, str, str]:
     return (view.name(ref.dataset), plain_name(ref.path), ref.path)
 
 
@@ -238,7 +232,7 @@ def _grouped_drops(view: LineageView, drops: Iterable[FieldDrop]) -> list[Doc]:
                 "operations": list(operations),
                 "transformation": transformation_json(step),
                 "only_dropped": only,
-                "runs": [run_json(view, r) for r in sorted(runs, key=_event_order)],
+                "runs": [run_json(view, r) for r in sorted(runs, key=event_order)],
             }
         )
     out.sort(
@@ -277,7 +271,7 @@ def _section_json(view: LineageView, key: str, drops: list[FieldDrop]) -> Doc:
     ]:
         inputs.setdefault(item.source_input.name, set()).add(input_key(item.source_input))
     refs = sorted(
-        (FieldRef(key, p) for p in graph.fields(key)), key=lambda r: _field_sort_key(view, r)
+        (FieldRef(key, p) for p in graph.fields(key)), key=lambda r: field_sort_key(view, r)
     )
     return {
         "dataset": key,
@@ -287,7 +281,7 @@ def _section_json(view: LineageView, key: str, drops: list[FieldDrop]) -> Doc:
             for alias in sorted(inputs)
             for k in sorted(inputs[alias], key=view.name)
         ],
-        "runs": [run_json(view, e) for e in sorted(graph.events(key), key=_event_order)],
+        "runs": [run_json(view, e) for e in sorted(graph.events(key), key=event_order)],
         "fields": [
             {"field": field_json(view, ref), "sources": _sources_json(view, graph.edges_into(ref))}
             for ref in refs
@@ -312,7 +306,7 @@ def _sources_json(view: LineageView, edges: Iterable[FieldEdge]) -> list[Doc]:
             "input": alias,
             "transformation": transformation_json(step),
             "operations": list(operations),
-            "runs": [run_json(view, r) for r in sorted(runs, key=_event_order)],
+            "runs": [run_json(view, r) for r in sorted(runs, key=event_order)],
         }
         for (source, alias, step, operations), runs in groups.items()
     ]
@@ -321,7 +315,7 @@ def _sources_json(view: LineageView, edges: Iterable[FieldEdge]) -> list[Doc]:
             s["field"]["dataset_name"],
             s["field"]["name"],
             s["field"]["path"],
-            _label(s["transformation"]),
+            transformation_label(s["transformation"]),
             s["input"],
         )
     )
@@ -353,14 +347,14 @@ def summary_json(view: LineageView, field: FieldRef) -> Doc:
     doc["incoming"] = {
         "origins": [
             field_json(view, f)
-            for f in sorted(incoming.origins, key=lambda r: _field_sort_key(view, r))
+            for f in sorted(incoming.origins, key=lambda r: field_sort_key(view, r))
         ],
         "runs": _runs_json(view, incoming.runs),
     }
     doc["outgoing"] = {
         "destinations": [
             field_json(view, f)
-            for f in sorted(outgoing.destinations, key=lambda r: _field_sort_key(view, r))
+            for f in sorted(outgoing.destinations, key=lambda r: field_sort_key(view, r))
         ],
         "drops": _grouped_drops(view, outgoing.drops),
         "runs": _runs_json(view, outgoing.runs),
@@ -393,16 +387,16 @@ def reached_json(view: LineageView, field: FieldRef, direction: str, depth: int 
                 edge_json(view, e) for e in sorted(r.edges, key=lambda e: _edge_order(view, e))
             ],
         }
-        for r in sorted(reached, key=lambda r: (r.distance, *_field_sort_key(view, r.field)))
+        for r in sorted(reached, key=lambda r: (r.distance, *field_sort_key(view, r.field)))
     ]
     return doc
 
 
 def _edge_order(view: LineageView, edge: FieldEdge) -> tuple:
     return (
-        _field_sort_key(view, edge.source),
-        _field_sort_key(view, edge.target),
-        _event_order(edge.event),
+        field_sort_key(view, edge.source),
+        field_sort_key(view, edge.target),
+        event_order(edge.event),
     )
 
 
@@ -424,7 +418,7 @@ def offset_json(view: LineageView, offset: int) -> Doc:
 # -- text -----------------------------------------------------------------------------------------
 
 
-def _label(t: Doc) -> str:
+def transformation_label(t: Doc) -> str:
     """DIRECT/IDENTITY, INDIRECT/JOIN masked, ..."""
     label = f"{t['type']}/{t['subtype']}"
     if t["masking"]:
@@ -502,7 +496,7 @@ def graph_text(doc: Doc) -> str:
                     [
                         source["input"],
                         source["field"]["name"],
-                        _label(source["transformation"]),
+                        transformation_label(source["transformation"]),
                         "via " + ", ".join(source["operations"]),
                         _runs_label(source["runs"]),
                     ]
@@ -610,7 +604,7 @@ def summary_text(doc: Doc) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _unique(values: Iterable[str]) -> list[str]:
+def unique_in_order(values: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(values))
 
 
@@ -623,8 +617,10 @@ def reached_text(doc: Doc) -> str:
             str(r["distance"]),
             r["field"]["dataset_name"],
             r["field"]["name"],
-            ", ".join(_unique(_label(e["transformation"]) for e in r["edges"])),
-            ", ".join(_unique(_run_label(e["run"]) for e in r["edges"])),
+            ", ".join(
+                unique_in_order(transformation_label(e["transformation"]) for e in r["edges"])
+            ),
+            ", ".join(unique_in_order(_run_label(e["run"]) for e in r["edges"])),
         ]
         for r in doc["reached"]
     ]
@@ -648,169 +644,3 @@ def offset_text(doc: Doc) -> str:
     ]
     lines.extend(_warnings(doc))
     return "\n".join(lines) + "\n"
-
-
-# -- Graphviz -------------------------------------------------------------------------------------
-
-
-def neighbourhood(
-    view: LineageView, field: FieldRef, direction: str | None, depth: int | None
-) -> tuple[set[FieldRef], set[FieldRef]]:
-    """The fields a picture of ``field`` shows (those the text answer names: upstream and/or
-    downstream, ``depth`` steps), and the fields whose drops it shows (the downstream side)."""
-    nodes = {field}
-    dropping: set[FieldRef] = set()
-    if direction in (None, "upstream"):
-        nodes.update(r.field for r in view.graph.upstream(field, depth))
-    if direction in (None, "downstream"):
-        down = {r.field for r in view.graph.downstream(field, depth)}
-        nodes.update(down)
-        dropping = {field, *down}
-    return nodes, dropping
-
-
-def dot_text(
-    view: LineageView,
-    nodes: set[FieldRef] | None = None,
-    dropping: set[FieldRef] | None = None,
-    highlight: FieldRef | None = None,
-) -> str:
-    """The field graph as Graphviz DOT: a cluster per dataset (dashed for external sources;
-    tooltip: the dataset id), a node per field (label: plain name, tooltip: v2 path), an edge
-    per source, target and transformation (label: the transformation; dashed when INDIRECT,
-    red when masked, an open circle head when opaque), and drops as edges into a node per drop
-    operation of a dataset's runs. ``nodes``:
-    only these fields and the edges among them (default: everything); ``dropping``: the fields
-    whose drops are drawn (default: all when ``nodes`` is None, else none)."""
-    graph = view.graph
-    if nodes is None:
-        nodes = {FieldRef(d, p) for d in graph.datasets() for p in graph.fields(d)}
-        dropping = nodes if dropping is None else dropping
-    dropping = set() if dropping is None else dropping
-    order = sorted(nodes, key=lambda r: (r.dataset != view.dataset, *_field_sort_key(view, r)))
-    ids = {ref: f"f{i}" for i, ref in enumerate(order)}
-
-    edges: dict[tuple[FieldRef, FieldRef, Transformation], list[FieldEdge]] = {}
-    for ref in order:
-        for edge in graph.edges_into(ref):
-            if edge.source in ids:
-                edges.setdefault((edge.source, ref, edge.transformation), []).append(edge)
-    drops: dict[tuple[str, str], list[FieldDrop]] = {}  # (dataset of the run, op) -> drops
-    for ref in order:
-        if ref in dropping:
-            for drop in graph.drops_of(ref):
-                drops.setdefault((drop.event.dataset, drop.operation), []).append(drop)
-    drop_ids = {
-        key: f"d{i}"
-        for i, key in enumerate(
-            sorted(drops, key=lambda k: (k[0] != view.dataset, view.name(k[0]), k[1]))
-        )
-    }
-
-    clusters: dict[str, list[str]] = {}
-    for ref in order:
-        attrs = {"label": plain_name(ref.path), "tooltip": ref.path}
-        if ref == highlight:
-            attrs.update(style="rounded,filled", fillcolor="lightyellow", penwidth="2")
-        clusters.setdefault(ref.dataset, []).append(f"{ids[ref]} {_attrs(attrs)};")
-    for (dataset, operation), found in drops.items():
-        attrs = {
-            "label": operation,
-            "tooltip": f"dropped by {operation} in {_runs_tip(d.event for d in found)}",
-            "shape": "octagon",
-            "style": "dashed",
-            "color": "gray50",
-        }
-        clusters.setdefault(dataset, []).append(
-            f"{drop_ids[(dataset, operation)]} {_attrs(attrs)};"
-        )
-
-    lines = [
-        "digraph lineage {",
-        "  "
-        + "graph "
-        + _attrs(
-            {
-                "rankdir": "LR",
-                "fontname": "Helvetica",
-                "labelloc": "t",
-                "label": f"field lineage of {view.name(view.dataset)} "
-                f"at block {view.sequence_number}",
-            }
-        )
-        + ";",
-        '  node [shape=box, style=rounded, fontname="Helvetica", fontsize=10];',
-        '  edge [fontname="Helvetica", fontsize=9];',
-    ]
-    cluster_order = sorted(clusters, key=lambda k: (k != view.dataset, view.name(k), k))
-    for number, dataset in enumerate(cluster_order):
-        external = not dataset.startswith("did:")
-        lines.append(f"  subgraph cluster_{number} {{")
-        cluster_attrs = {
-            "label": view.name(dataset),
-            "tooltip": dataset,
-            "color": "gray60",
-            "style": "dashed" if external else "rounded",
-        }
-        lines.extend(f"    {name}={_quote(value)};" for name, value in cluster_attrs.items())
-        lines.extend(f"    {statement}" for statement in clusters[dataset])
-        lines.append("  }")
-    for (source, target, step), found in edges.items():
-        attrs = {"label": _label(transformation_json(step)), "tooltip": _edges_tip(found)}
-        if step.type == TransformationType.INDIRECT:
-            attrs["style"] = "dashed"
-        if step.opaque:
-            attrs.update(color="gray40", arrowhead="odot")
-        if step.masking:
-            attrs.update(color="red", fontcolor="red")
-        lines.append(f"  {ids[source]} -> {ids[target]} {_attrs(attrs)};")
-    for key, found in drops.items():
-        for ref in _unique_refs(d.field for d in found):
-            attrs = {"label": "drop", "style": "dotted", "arrowhead": "tee", "color": "gray50"}
-            lines.append(f"  {ids[ref]} -> {drop_ids[key]} {_attrs(attrs)};")
-    lines.append("}")
-    return "\n".join(lines) + "\n"
-
-
-def _unique_refs(refs: Iterable[FieldRef]) -> list[FieldRef]:
-    return list(dict.fromkeys(refs))
-
-
-def _runs_tip(events: Iterable[EventRef]) -> str:
-    runs = dict.fromkeys(
-        f"{e.run.job_name}/{e.run.run_id}" for e in sorted(events, key=_event_order)
-    )
-    return ", ".join(runs)
-
-
-def _edges_tip(edges: Sequence[FieldEdge]) -> str:
-    operations = _unique(op for e in edges for op in e.operations)
-    return f"via {', '.join(operations)} in {_runs_tip(e.event for e in edges)}"
-
-
-def _quote(text: str) -> str:
-    """A DOT quoted string whose escString value is ``text``: backslashes and quotes escaped,
-    line breaks as ``\\n``, and ampersands as ``&amp;`` (Graphviz reads character references
-    in labels and tooltips)."""
-    text = text.replace("\\", "\\\\").replace('"', '\\"').replace("&", "&amp;")
-    return '"' + text.replace("\r", "").replace("\n", "\\n") + '"'
-
-
-def _attrs(attrs: dict[str, str]) -> str:
-    return "[" + ", ".join(f"{name}={_quote(value)}" for name, value in attrs.items()) + "]"
-
-
-def svg_from_dot(dot: str, dot_binary: str) -> bytes:
-    """SVG drawn by Graphviz's ``dot`` from DOT text."""
-    try:
-        done = subprocess.run(
-            [dot_binary, "-Tsvg"], input=dot.encode("utf-8"), capture_output=True, timeout=600
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise GraphvizError(f"could not run Graphviz ({dot_binary}): {exc}") from None
-    if done.returncode != 0:
-        detail = done.stderr.decode("utf-8", "replace").strip().splitlines()
-        raise GraphvizError(
-            f"Graphviz ({dot_binary} -Tsvg) failed: {detail[0] if detail else done.returncode}"
-        )
-    return done.stdout

@@ -7,8 +7,9 @@ A *ref* names a block: ``"head"``, a block hash (``f1e20…``), a sequence numbe
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pyarrow as pa
 
@@ -247,6 +248,16 @@ def pinned_schema(pinned: LineageInput, open_input: Callable[[str], Storage] | N
     return fold(entries[: index + 1]).schema
 
 
+def _absolute(pinned: LineageInput) -> LineageInput:
+    """A pinned dataset named by a relative path is stored by its absolute path: the chain is
+    read later, from anywhere."""
+    from odf_chain.storage import is_uri
+
+    if pinned.is_dataset and pinned.uri is not None and not is_uri(pinned.uri):
+        return replace(pinned, uri=str(Path(pinned.uri).absolute()))
+    return pinned
+
+
 def settle_lineage(event: AddFieldLineage, schema: pa.Schema) -> AddFieldLineage:
     """A lineage event ready to append above ``schema`` (the schema of the data it describes):
     fields named by plain names become v2 paths (of ``schema`` for outputs, of each reachable
@@ -256,6 +267,7 @@ def settle_lineage(event: AddFieldLineage, schema: pa.Schema) -> AddFieldLineage
     from odf_chain.rules import lineage_input_problems
     from odf_chain.state import schema_path_set
 
+    event = replace(event, inputs=tuple(_absolute(pinned) for pinned in event.inputs))
     schemas: dict[str, pa.Schema | None] = {}
     for pinned in event.inputs:
         if pinned.is_dataset:
