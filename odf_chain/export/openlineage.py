@@ -8,8 +8,8 @@ names) and COMPLETE at its end time (the start time when none was recorded) with
   ``schema`` as of the pinned block; every input carries ``version`` (the pinned block hash, or
   the content hash of an external file);
 - output: this dataset with its ``schema`` for the run's data, ``columnLineage`` (facet 1-2-0),
-  ``version`` (the hash of the block holding the run's last record) and ``outputStatistics``
-  (records written, their slices' total size and count);
+  and, once the run's last record is in the chain at ``at``, ``version`` (the hash of the block
+  holding it) and ``outputStatistics`` (records written, their slices' total size and count);
 - run: ``odf_chain_run``, this project's facet, with the run id as recorded, the dataset id,
   the block holding the event, the offsets written and the drops (which OpenLineage has no
   place for);
@@ -63,8 +63,17 @@ from openlineage.client.facet_v2 import (
 )
 from openlineage.client.serde import Serde
 
+from odf_chain.chain import BlockEntry
 from odf_chain.dataset import Dataset
-from odf_chain.events import AddFieldLineage, FieldOperation, LineageInput, LineageRun
+from odf_chain.events import (
+    AddData,
+    AddFieldLineage,
+    DataSlice,
+    ExecuteTransform,
+    FieldOperation,
+    LineageInput,
+    LineageRun,
+)
 from odf_chain.export.chain_view import (
     ChainView,
     InputOpener,
@@ -288,6 +297,12 @@ def _inputs(event: AddFieldLineage, opener: InputOpener, with_facets: bool) -> l
     return sorted(inputs, key=lambda d: (d.namespace, d.name))
 
 
+def _slice_of(entry: BlockEntry) -> DataSlice:
+    event = entry.block.event
+    assert isinstance(event, AddData | ExecuteTransform) and event.new_data is not None
+    return event.new_data
+
+
 def _output(view: ChainView, run: LineageRunBlock, with_facets: bool) -> OutputDataset:
     facets: dict[str, Any] = {}
     output_facets: dict[str, Any] = {}
@@ -296,17 +311,16 @@ def _output(view: ChainView, run: LineageRunBlock, with_facets: bool) -> OutputD
             facets["schema"] = schema_facet(run.schema)
         facets["columnLineage"] = column_lineage_facet(run.event)
         done = run.completed_by
-        if done is not None:
+        offsets = run.event.run.offsets
+        if done is not None and offsets is not None:
             facets["version"] = dataset_version_dataset.DatasetVersionDatasetFacet(
                 datasetVersion=str(done.hash), producer=PRODUCER
             )
-        offsets = run.event.run.offsets
-        if offsets is not None:
-            slices = [e.block.event.new_data for e in run.data]  # type: ignore[union-attr]
+            slices = [_slice_of(entry) for entry in run.data]
             output_facets["outputStatistics"] = (
                 output_statistics_output_dataset.OutputStatisticsOutputDatasetFacet(
                     rowCount=offsets.end - offsets.start + 1,
-                    size=sum(s.size for s in slices if s is not None),
+                    size=sum(s.size for s in slices),
                     fileCount=len(slices),
                     producer=PRODUCER,
                 )
