@@ -553,3 +553,16 @@ def test_lineage_blocks_are_where_the_export_reads_them(chains: Chains) -> None:
         at = [i for i, k in enumerate(kinds) if k is AddFieldLineage]
         assert len(at) == 2
         assert all(kinds[i + 1] is AddData for i in at)
+
+
+def test_an_input_location_holding_another_dataset_is_not_described(
+    chains: Chains, tmp_path: Path
+) -> None:
+    (tmp_path / "users").rename(tmp_path / "moved")
+    impostor = Dataset.create(tmp_path / "users")
+    impostor.write(pa.table({"id": ["x"]}))
+    found = aspects(export(chains.summary, tmp_path / "summary.json"))
+    summary = odf_urn(chains.summary_id)
+    assert {urn for urn, _ in found} == {summary}  # neither users nor the impostor described
+    props = found[(summary, "datasetProperties")]["customProperties"]
+    assert props["odf.unreachable_inputs"] == chains.users_id

@@ -24,10 +24,13 @@ from odf_chain.events import (
     ExecuteTransform,
     LineageInput,
     OffsetInterval,
+    Seed,
+    SetDataSchema,
 )
+from odf_chain.format.multihash import Multihash
 from odf_chain.lineage import input_key
 from odf_chain.state import EMPTY, DatasetState
-from odf_chain.storage import Storage, open_storage
+from odf_chain.storage import open_storage
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -79,9 +82,16 @@ def _new_data(event: object) -> DataSlice | None:
     return None
 
 
+def absolute_location(location: str) -> str:
+    """A local path made absolute (so ``.`` names the directory); a URI as it is."""
+    if "://" in location:
+        return location
+    return str(Path(location).resolve())
+
+
 def display_name(location: str) -> str:
     """The last part of a path or URI (``s3://b/sales`` -> ``sales``)."""
-    stripped = location.rstrip("/")
+    stripped = absolute_location(location).rstrip("/")
     return stripped.rsplit("/", 1)[-1] or stripped
 
 
@@ -118,7 +128,7 @@ def _view(location: str, entries: list[BlockEntry], upto: int) -> ChainView:
     return ChainView(
         key=state.dataset_id.to_did(),
         name=display_name(location),
-        location=location,
+        location=absolute_location(location),
         entries=tuple(part),
         state=state,
         runs=tuple(LineageRunBlock(e, ev, sc, tuple(d)) for e, ev, sc, d in runs),
@@ -140,49 +150,93 @@ class PinnedView:
     reason: str | None = None
 
 
+@dataclass(frozen=True)
+class _LoadedChain:
+    """A chain loaded once, with what pins need looked up fast."""
+
+    entries: list[BlockEntry]
+    positions: dict[Multihash, int]  # block hash -> index
+    schema_blocks: list[int]  # index of the SetDataSchema in force at each index (-1: none)
+    key: str | None  # the Seed's dataset id text
+
+    @classmethod
+    def of(cls, entries: list[BlockEntry]) -> _LoadedChain:
+        schema_blocks, last = [], -1
+        for i, entry in enumerate(entries):
+            if isinstance(entry.block.event, SetDataSchema):
+                last = i
+            schema_blocks.append(last)
+        seed = entries[0].block.event if entries else None
+        key = seed.dataset_id.to_did() if isinstance(seed, Seed) else None
+        return cls(entries, {e.hash: i for i, e in enumerate(entries)}, schema_blocks, key)
+
+
 class InputOpener:
-    """Opens the datasets that lineage events pin, each chain loaded once per export."""
+    """Opens the datasets that lineage events pin, each chain loaded (and every block checked
+    against its hash) once per export."""
 
     def __init__(self) -> None:
-        self._chains: dict[str, list[BlockEntry] | OdfChainError] = {}
+        self._chains: dict[str, _LoadedChain | OdfChainError] = {}
 
-    def _chain(self, uri: str) -> list[BlockEntry]:
-        found = self._chains.get(uri)
+    def _chain(self, pinned: LineageInput) -> _LoadedChain:
+        if pinned.dataset_id is None or pinned.block_hash is None:
+            raise NotFoundError(f"input {pinned.name!r} is not a pinned dataset")
+        if pinned.uri is None:
+            raise NotFoundError(f"input {pinned.name!r} names no location")
+        found = self._chains.get(pinned.uri)
         if found is None:
             try:
-                storage: Storage = open_storage(uri)
-                found = replay.load_chain(storage)
+                found = _LoadedChain.of(replay.load_chain(open_storage(pinned.uri)))
             except OdfChainError as exc:
                 found = exc
             except OSError as exc:
-                found = StorageError(f"cannot read {uri}: {exc}")
-            self._chains[uri] = found
+                found = StorageError(f"cannot read {pinned.uri}: {exc}")
+            self._chains[pinned.uri] = found
         if isinstance(found, OdfChainError):
             raise found
+        if found.key != input_key(pinned):
+            raise NotFoundError(
+                f"input {pinned.name!r}: {pinned.uri} holds dataset {found.key}, "
+                f"not {input_key(pinned)}"
+            )
         return found
 
     def position(self, pinned: LineageInput) -> int:
         """Where the pin is in its dataset's chain (raises OdfChainError when it cannot be
         followed)."""
-        if pinned.dataset_id is None or pinned.block_hash is None:
-            raise NotFoundError(f"input {pinned.name!r} is not a pinned dataset")
-        if pinned.uri is None:
-            raise NotFoundError(f"input {pinned.name!r} names no location")
-        return replay.select(self._chain(pinned.uri), pinned.block_hash)
+        chain = self._chain(pinned)
+        at = chain.positions.get(pinned.block_hash)  # type: ignore[arg-type]
+        if at is None:
+            raise NotFoundError(
+                f"input {pinned.name!r}: block {pinned.block_hash} is not in {pinned.uri}"
+            )
+        return at
 
     def open(self, pinned: LineageInput) -> PinnedView:
-        """The input as of its pinned block; an input that cannot be followed is reported, never
-        fatal (lineage still names it by its dataset id)."""
+        """The input as of its pinned block, folded by every rule; an input that cannot be
+        followed is reported, never fatal (lineage still names it by its dataset id)."""
         try:
             at = self.position(pinned)
             assert pinned.uri is not None
-            view = _view(pinned.uri, self._chain(pinned.uri), at)
+            view = _view(pinned.uri, self._chain(pinned).entries, at)
         except OdfChainError as exc:
             return PinnedView(pinned, None, str(exc))
-        if view.key != input_key(pinned):
-            reason = f"{pinned.uri} holds dataset {view.key}, not {input_key(pinned)}"
-            return PinnedView(pinned, None, reason)
         return PinnedView(pinned, view)
+
+    def schema(self, pinned: LineageInput) -> pa.Schema | None:
+        """The input's schema at its pinned block, looked up without folding (None when the
+        input cannot be followed or had no schema yet)."""
+        try:
+            at = self.position(pinned)
+        except OdfChainError:
+            return None
+        chain = self._chain(pinned)
+        index = chain.schema_blocks[at]
+        if index < 0:
+            return None
+        event = chain.entries[index].block.event
+        assert isinstance(event, SetDataSchema)
+        return event.arrow_schema
 
 
 def write_text(out: str | Path, text: str) -> None:

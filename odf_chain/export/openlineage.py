@@ -289,10 +289,9 @@ def _inputs(event: AddFieldLineage, opener: InputOpener, with_facets: bool) -> l
                 facets["version"] = dataset_version_dataset.DatasetVersionDatasetFacet(
                     datasetVersion=str(version), producer=PRODUCER
                 )
-            if pinned.is_dataset:
-                opened = opener.open(pinned).view
-                if opened is not None and opened.state.schema is not None:
-                    facets["schema"] = schema_facet(opened.state.schema)
+            schema = opener.schema(pinned) if pinned.is_dataset else None
+            if schema is not None:
+                facets["schema"] = schema_facet(schema)
         inputs.append(InputDataset(namespace=namespace, name=name, facets=facets))
     return sorted(inputs, key=lambda d: (d.namespace, d.name))
 
