@@ -566,3 +566,50 @@ def test_an_input_location_holding_another_dataset_is_not_described(
     assert {urn for urn, _ in found} == {summary}  # neither users nor the impostor described
     props = found[(summary, "datasetProperties")]["customProperties"]
     assert props["odf.unreachable_inputs"] == chains.users_id
+
+
+def test_an_avro_ingested_input_keeps_its_avro_paths(tmp_path: Path) -> None:
+    """Data ingested from Avro shows DataHub's Avro paths (record name token); the lineage of a
+    dataset derived from it points at exactly those."""
+    from odf_chain.schema.convert import AVRO_SCHEMA_KEY
+
+    writer = {
+        "type": "record",
+        "name": "Person",
+        "namespace": "org.example",
+        "fields": [{"name": "id", "type": "long"}, {"name": "name", "type": ["null", "string"]}],
+    }
+    people = Dataset.create(tmp_path / "people")
+    table = pa.table({"id": pa.array([1, 2], pa.int64()), "name": ["Ada", "Alan"]})
+    people.write(table.replace_schema_metadata({AVRO_SCHEMA_KEY: json.dumps(writer).encode()}))
+    state = people.state
+    names = Dataset.create(tmp_path / "names")
+    rec = LineageRecorder("upper", run_id="u-1")
+    src = rec.dataset_input(
+        "people", state.dataset_id, state.head, uri=str(people.path), fields=state.field_paths
+    )
+    rec.transform("upper", [src["name"]], ["name_upper"], writes=True)
+    rec.write("write", {"id": src["id"]})
+    names.write(pa.table({"id": [1, 2], "name_upper": ["ADA", "ALAN"]}), lineage=rec)
+
+    out = tmp_path / "names.json"
+    found = aspects(export(names, out))
+    people_urn = odf_urn(state.dataset_id.to_did())
+    names_urn = odf_urn(names.state.dataset_id.to_did())
+    assert [f["fieldPath"] for f in found[(people_urn, "schemaMetadata")]["fields"]][-2:] == [
+        "[version=2.0].[type=Person].[type=long].id",
+        "[version=2.0].[type=Person].[type=string].name",
+    ]
+    assert fine_grained(found[(names_urn, "upstreamLineage")]) == [
+        (
+            field_urn(names_urn, long("id")),
+            "DIRECT:IDENTITY",
+            (field_urn(people_urn, "[version=2.0].[type=Person].[type=long].id"),),
+        ),
+        (
+            field_urn(names_urn, string("name_upper")),
+            "DIRECT:TRANSFORMATION",
+            (field_urn(people_urn, "[version=2.0].[type=Person].[type=string].name"),),
+        ),
+    ]
+    assert datahub_check(out).returncode == 0
