@@ -206,6 +206,23 @@ def cmd_gc(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    dataset = Dataset.open(args.dir)
+    if args.target == "datahub":
+        from odf_chain.export.datahub import write_datahub_file
+
+        count = write_datahub_file(
+            dataset, args.output, at=args.at, platform=args.platform, env=args.env
+        )
+        print(f"wrote {count} metadata change proposals to {args.output}")
+    else:
+        from odf_chain.export.openlineage import write_openlineage_file
+
+        count = write_openlineage_file(dataset, args.output, at=args.at, namespace=args.namespace)
+        print(f"wrote {count} OpenLineage run events to {args.output}")
+    return EXIT_OK
+
+
 def _spark_session(master: str):
     """A SparkSession for the CLI: local by default, any cluster with --master."""
     from pyspark.sql import SparkSession
@@ -460,6 +477,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     gc.add_argument("--dry-run", action="store_true", help="list what would be removed")
     gc.set_defaults(run=cmd_gc)
+
+    export = commands.add_parser(
+        "export", help="write the schema and field lineage for DataHub or OpenLineage"
+    )
+    targets = export.add_subparsers(dest="target", required=True, metavar="TARGET")
+    for target, what in (
+        ("datahub", "a DataHub metadata file (MCP JSON: schemaMetadata, upstreamLineage)"),
+        ("openlineage", "OpenLineage run events (JSON lines, columnLineage 1-2-0)"),
+    ):
+        sub = targets.add_parser(target, help=what)
+        sub.add_argument(
+            "dir", help="dataset directory or pyarrow.fs URI (s3://..., gs://..., hdfs://...)"
+        )
+        sub.add_argument("-o", "--output", required=True, metavar="FILE", help="file to write")
+        sub.add_argument("--at", default="head", metavar="REF", help="block to export as of")
+        if target == "datahub":
+            sub.add_argument("--platform", default="odf", help="DataHub platform (default odf)")
+            sub.add_argument("--env", default="PROD", help="DataHub environment (default PROD)")
+        else:
+            sub.add_argument("--namespace", default=None, help="OpenLineage job namespace")
+        sub.set_defaults(run=cmd_export)
 
     lineage = commands.add_parser(
         "lineage",

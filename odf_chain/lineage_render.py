@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from odf_chain.errors import NotFoundError
@@ -30,6 +31,7 @@ from odf_chain.lineage.names import resolve_name
 from odf_chain.replay import LineageReplay
 from odf_chain.schema.paths import v1_path
 from odf_chain.state import schema_path_set
+from odf_chain.storage import is_uri
 
 Doc = dict[str, Any]
 
@@ -72,7 +74,7 @@ class LineageView:
             key = input_key(pinned)
             aliases.setdefault(pinned.name, set()).add(key)
             if key not in found and pinned.uri:
-                found[key] = pinned.uri
+                found[key] = _readable(pinned.uri)
 
         for edge in _all_edges(replay.graph):
             note(edge.source_input)
@@ -133,6 +135,18 @@ class LineageView:
         if key == self.dataset and self.replay.schema is not None:
             known |= schema_path_set(self.replay.schema)
         return FieldRef(key, resolve_name(name, known, where=self.name(key)))
+
+
+def _readable(location: str) -> str:
+    """A local location as people would type it here: relative to the working directory when
+    it is below it."""
+    if is_uri(location):
+        return location
+    path = Path(location)
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return location
 
 
 # -- JSON pieces ----------------------------------------------------------------------------------

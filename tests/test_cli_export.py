@@ -1,0 +1,62 @@
+"""odf-chain export datahub|openlineage: one library call each, run as a user would."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("datahub.emitter.mcp")  # the chains below come from the DataHub tests
+
+from odf_chain.export.datahub import write_datahub_file
+from odf_chain.export.openlineage import write_openlineage_file
+from tests.test_export_datahub import build_chains, datahub_check
+
+
+def export(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "odf_chain.cli", "export", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=120,
+    )
+
+
+def test_export_commands_write_what_the_library_writes(tmp_path: Path) -> None:
+    chains = build_chains(tmp_path)
+    out = export("datahub", "summary", "-o", "summary.json", cwd=tmp_path)
+    assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
+    (tmp_path / "lib").mkdir()
+    count = write_datahub_file(chains.summary, tmp_path / "lib" / "summary.json")
+    assert out.stdout == f"wrote {count} metadata change proposals to summary.json\n"
+    assert (tmp_path / "summary.json").read_bytes() == (tmp_path / "lib/summary.json").read_bytes()
+    check = datahub_check(tmp_path / "summary.json")
+    assert check.returncode == 0, check.stdout + check.stderr
+
+    out = export("openlineage", "summary", "-o", "summary.jsonl", "--at", "3", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    count = write_openlineage_file(chains.summary, tmp_path / "lib" / "summary.jsonl", at="3")
+    assert out.stdout == f"wrote {count} OpenLineage run events to summary.jsonl\n"
+    lines = (tmp_path / "summary.jsonl").read_text().splitlines()
+    assert len(lines) == count and all(json.loads(line)["eventType"] for line in lines)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("datahub", "nowhere", "-o", "x.json"), "not a dataset"),
+        (("openlineage", "summary", "-o", "x.jsonl", "--at", "99"), "no block"),
+        (("datahub", "summary"), "-o/--output"),
+        (("graphml", "summary", "-o", "x"), "invalid choice"),
+    ],
+)
+def test_export_errors_are_one_line(tmp_path: Path, args, message) -> None:
+    build_chains(tmp_path)
+    out = export(*args, cwd=tmp_path)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert message in out.stderr
+    assert not (tmp_path / "x.json").exists() and not (tmp_path / "x.jsonl").exists()
