@@ -14,6 +14,11 @@ field trees), :mod:`.expressions` and :mod:`.plans` (the walk), :mod:`.jvm` (the
 """
 
 from odf_chain.spark.plan_lineage.capture import LineageCaptureWarning, capture_plan_lineage
+from odf_chain.spark.plan_lineage.mapping import (
+    DEFAULT_SYSTEM_COLUMNS,
+    lineage_from_plan,
+    operations_from_lineage,
+)
 from odf_chain.spark.plan_lineage.model import (
     Dependency,
     PlanLineage,
@@ -21,13 +26,20 @@ from odf_chain.spark.plan_lineage.model import (
     SourceField,
     SourceKind,
 )
+from odf_chain.spark.plan_lineage.resolve import InputResolver, ResolvedInput, ResolveInput
 
 __all__ = [
+    "DEFAULT_SYSTEM_COLUMNS",
     "Dependency",
+    "InputResolver",
     "LineageCaptureWarning",
     "PlanLineage",
     "PlanSource",
+    "ResolveInput",
+    "ResolvedInput",
     "SourceField",
     "SourceKind",
     "capture_plan_lineage",
+    "lineage_from_plan",
+    "operations_from_lineage",
 ]
