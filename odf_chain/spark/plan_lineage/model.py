@@ -78,11 +78,13 @@ class PlanSource:
 
     @property
     def label(self) -> str:
-        """A short human name: the table, the single root's last part, or the kind."""
+        """A short human name: the table, the single root's (or single file's) last part, or
+        the kind."""
         if self.table:
             return self.table
-        if len(self.roots) == 1:
-            return self.roots[0].rstrip("/").rsplit("/", 1)[-1] or self.kind.value
+        single = self.roots if len(self.roots) == 1 else self.files if not self.roots else ()
+        if len(single) == 1:
+            return single[0].rstrip("/").rsplit("/", 1)[-1] or self.kind.value
         return self.kind.value if self.kind is not SourceKind.OTHER else self.node
 
 

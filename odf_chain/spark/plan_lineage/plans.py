@@ -202,6 +202,13 @@ class PlanWalker:
         cls = node.cls
         handler = _NODE_HANDLERS.get(cls)
         if handler is not None:
+            missing = [
+                f for f in _REQUIRED_FIELDS.get(cls, ()) if not isinstance(node.fields.get(f), list)
+            ]
+            if missing and children:
+                # Spark could not serialise the expressions this node needs (it writes null)
+                self.unsupported.add(f"{node.full_class} (no {', '.join(missing)} in the JSON)")
+                return self._opaque(node, children, f"{cls} (expressions not serialised)")
             return handler(self, node, children, outer)
         if cls in OPAQUE_MAPPERS:
             return self._opaque(node, children, f"{cls} {_function_name(node)}".strip())
@@ -359,6 +366,27 @@ class PlanWalker:
         else:
             columns = [*left_result.columns, *right_result.columns]
         return NodeResult(columns, rows)
+
+    def _lateral_join(
+        self, node: PlanNode, children: list[NodeResult], outer: Scope | None
+    ) -> NodeResult:
+        """``FROM t, LATERAL (subquery)``: the subquery's columns join the left side's."""
+        left = children[0]
+        scope = self._scope(children, outer)
+        right = field_expr(node.fields, "right")
+        plan = right.fields.get("plan") if right is not None else None
+        if not isinstance(plan, list) or not plan:
+            self.unsupported.add(f"{node.full_class} (no subquery plan in the JSON)")
+            return self._opaque(node, children, "LateralJoin (subquery not serialised)")
+        lateral = self.walk(parse_plan(plan), scope)
+        joining: set[Dependency] = set()
+        condition = field_expr(node.fields, "condition")
+        if condition is not None:
+            joining.update(
+                self.exprs.deps(condition, self._scope([left, lateral], outer), Step(m.JOIN))
+            )
+        rows = left.rows | lateral.rows | frozenset(joining)
+        return NodeResult([*left.columns, *lateral.columns], rows)
 
     def _union(self, node: PlanNode, children: list[NodeResult], outer: Scope | None) -> NodeResult:
         first = children[0]
@@ -520,6 +548,19 @@ def _function_name(node: PlanNode) -> str:
     return ""
 
 
+# Fields a handled node cannot do without; when Spark writes null for one, the node is opaque.
+_REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
+    "Project": ("projectList",),
+    "Aggregate": ("groupingExpressions", "aggregateExpressions"),
+    "Window": ("windowExpressions",),
+    "Expand": ("projections", "output"),
+    "Generate": ("generator", "generatorOutput"),
+    "Filter": ("condition",),
+    "Sort": ("order",),
+    "ArrowEvalPython": ("udfs", "resultAttrs"),
+    "BatchEvalPython": ("udfs", "resultAttrs"),
+}
+
 _NodeHandler = Callable[[PlanWalker, PlanNode, list[NodeResult], Scope | None], NodeResult]
 _NODE_HANDLERS: dict[str, _NodeHandler] = {
     "Project": PlanWalker._project,
@@ -531,6 +572,7 @@ _NODE_HANDLERS: dict[str, _NodeHandler] = {
     "Window": PlanWalker._window,
     "Aggregate": PlanWalker._aggregate,
     "Join": PlanWalker._join,
+    "LateralJoin": PlanWalker._lateral_join,
     "Union": PlanWalker._union,
     "Intersect": PlanWalker._set_operation,
     "Except": PlanWalker._set_operation,
