@@ -12,6 +12,7 @@ it.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -104,6 +105,14 @@ class Dependency:
     field: SourceField
     transformation: Transformation
     reason: str | None = None
+    _hash: int = dataclasses.field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # hashed very often (sets of dependencies, memo keys): compute it once
+        object.__setattr__(self, "_hash", hash((self.field, self.transformation, self.reason)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     def sort_key(self) -> tuple:
         t = self.transformation
@@ -130,10 +139,11 @@ class Step:
 
     transformation: Transformation = IDENTITY
     reason: str | None = None
+    neutral: bool = dataclasses.field(init=False, repr=False, compare=False)
 
-    @property
-    def neutral(self) -> bool:
-        return self.transformation == IDENTITY and self.reason is None
+    def __post_init__(self) -> None:
+        # asked for every dependency the step meets: decide it once
+        object.__setattr__(self, "neutral", self.transformation == IDENTITY and self.reason is None)
 
 
 NEUTRAL = Step()
@@ -168,26 +178,35 @@ class Composer:
     """Applies steps to dependencies, remembering results (wide plans repeat the same pairs)."""
 
     def __init__(self) -> None:
-        self._memo: dict[tuple[Step, Dependency], Dependency] = {}
+        # step -> id(dependency) -> (dependency, result); keyed by identity, which is cheap,
+        # the dependency kept alive by its entry so that its id is not reused meanwhile
+        self._memo: dict[Step, dict[int, tuple[Dependency, Dependency]]] = {}
 
     def dep(self, step: Step, dep: Dependency) -> Dependency:
         if step.neutral:
             return dep
-        key = (step, dep)
-        found = self._memo.get(key)
-        if found is None:
-            transformation = compose_transformations(step.transformation, dep.transformation)
-            reason = dep.reason
-            if transformation.opaque and step.reason and step.reason != reason:
-                reason = f"{step.reason}; {reason}" if reason else step.reason
-            found = Dependency(dep.field, transformation, reason)
-            self._memo[key] = found
+        return self._one(self._memo.setdefault(step, {}), step, dep)
+
+    @staticmethod
+    def _one(
+        memo: dict[int, tuple[Dependency, Dependency]], step: Step, dep: Dependency
+    ) -> Dependency:
+        entry = memo.get(id(dep))
+        if entry is not None and entry[0] is dep:
+            return entry[1]
+        transformation = compose_transformations(step.transformation, dep.transformation)
+        reason = dep.reason
+        if transformation.opaque and step.reason and step.reason != reason:
+            reason = f"{step.reason}; {reason}" if reason else step.reason
+        found = Dependency(dep.field, transformation, reason)
+        memo[id(dep)] = (dep, found)
         return found
 
     def deps(self, step: Step, deps: Iterable[Dependency]) -> Deps:
         if step.neutral:
             return deps if isinstance(deps, frozenset) else frozenset(deps)
-        return frozenset(self.dep(step, d) for d in deps)
+        memo = self._memo.setdefault(step, {})
+        return frozenset(self._one(memo, step, d) for d in deps)
 
     def tree(self, step: Step, tree: FieldTree) -> FieldTree:
         if step.neutral:

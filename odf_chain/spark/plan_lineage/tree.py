@@ -120,6 +120,8 @@ def _build(flat: list[Json], make: Callable[[Json, tuple[T, ...]], T], what: str
 
 def parse_expr(flat: list[Json]) -> Expr:
     """One expression from its flat pre-order list."""
+    if len(flat) == 1 and isinstance(flat[0], dict) and not flat[0].get("num-children"):
+        return Expr(flat[0], ())  # a lone column reference or literal: the common case
     return _build(flat, Expr, "expression")
 
 
