@@ -424,6 +424,20 @@ def test_map_in_pandas_sees_every_input_column(orders):
     assert lineage(mapped) == {"order_id": seen, "amount": seen}
 
 
+def test_python_udtf_is_opaque(spark, views):
+    from pyspark.sql.functions import udtf
+
+    @udtf(returnType="word: string")
+    class Words:
+        def eval(self, text):
+            for word in (text or "").split():
+                yield (word,)
+
+    spark.udtf.register("words_of", Words)
+    got = lineage(spark.sql("SELECT p.id, word FROM people_v p, LATERAL words_of(p.name)"))
+    assert got == {"id": {(PPL, "id", ID)}, "word": {(PPL, "name", OPAQUE)}}
+
+
 def test_rdd_round_trip_is_opaque_over_what_the_rdd_read(people):
     upper = people.select("id", "name").rdd.map(lambda r: (r.id, (r.name or "").upper()))
     got = lineage(upper.toDF(["id", "shout"]))
@@ -691,3 +705,22 @@ def test_unknown_node_is_opaque_over_everything_below_and_reported():
         captured = lineage_of_plan(plan, schema, _Sources(None, lambda: ()))
     assert captured.unsupported == ("com.example.MysteryNode",)
     assert readable(captured) == {"out": {("local", "a", OPAQUE), ("local", "b", OPAQUE)}}
+
+
+def test_file_relation_falls_back_to_the_frames_input_files():
+    """When the JVM cannot be asked about a leaf, the relation gets every file the DataFrame
+    reads (df.inputFiles()), and says so."""
+    plan = [
+        {
+            "class": "org.apache.spark.sql.execution.datasources.LogicalRelation",
+            "num-children": 0,
+            "relation": None,
+            "output": [_attribute("a", 1)],
+        }
+    ]
+    schema = {"type": "struct", "fields": [{"name": "a", "type": "long", "nullable": True}]}
+    files = ("file:///data/x.parquet", "file:///data/y.parquet")
+    captured = lineage_of_plan(plan, schema, _Sources(None, lambda: files))
+    assert captured.sources[0].files == files
+    assert any("every file the DataFrame reads" in note for note in captured.notes)
+    assert readable(captured) == {"a": {("files", "a", ID)}}

@@ -146,6 +146,9 @@ class _Sources:
         if node.cls == "LogicalRelation":
             found = self._probe("file_relation", ids)
             table = _table_name(node.fields)
+            if found is not None and not found.has_files:  # JDBC and other non-file sources
+                source = PlanSource(SourceKind.OTHER, found.relation, schema, table=table)
+                return LeafInfo(self.add(source))
             if found is None:
                 files = self._all_files()
                 self.notes.append(

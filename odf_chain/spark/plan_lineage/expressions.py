@@ -326,7 +326,12 @@ class ExpressionLineage:
         name = expr.fields.get("name") or "?"
         aggregating = eval_type in AGGREGATING_EVAL_TYPES
         subtype = m.S.AGGREGATION if aggregating else m.S.TRANSFORMATION
-        kind = "pandas UDF" if isinstance(eval_type, int) and eval_type >= 200 else "Python UDF"
+        if expr.cls == "PythonUDTF":
+            kind = "Python UDTF"
+        elif isinstance(eval_type, int) and eval_type >= 200:
+            kind = "pandas UDF"
+        else:
+            kind = "Python UDF"
         opaque = Step(m.Transformation(m.DIRECT, subtype, opaque=True), f"{kind} {name}")
         return self._whole_of_children(expr, then(step, opaque), scope)
 
@@ -373,6 +378,7 @@ _HANDLERS: dict[str, _Handler] = {
     "WindowExpression": ExpressionLineage._window_expression,
     "PythonUDF": ExpressionLineage._python_udf,
     "PythonUDAF": ExpressionLineage._python_udf,
+    "PythonUDTF": ExpressionLineage._python_udf,
     "ScalarSubquery": ExpressionLineage._subquery,
     "Exists": ExpressionLineage._subquery,
     "ListQuery": ExpressionLineage._subquery,

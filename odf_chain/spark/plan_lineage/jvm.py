@@ -24,11 +24,17 @@ _PARTITIONED_FILE = re.compile(r"path: (.*?), range: \d+-\d+(?:,|$)")
 
 @dataclass(frozen=True, slots=True)
 class FileRelation:
-    """A file relation's root paths (as created) and the files its index lists, as URIs."""
+    """A relation's root paths (as created) and the files its index lists, as URIs; for a
+    relation without a file index (JDBC, say) only its class is known."""
 
     roots: tuple[str, ...]
     files: tuple[str, ...]
     format: str | None
+    relation: str = "HadoopFsRelation"
+
+    @property
+    def has_files(self) -> bool:
+        return self.relation == "HadoopFsRelation"
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,14 +107,15 @@ class LeafProbe:
         return self._load().get(attribute_ids)
 
     def file_relation(self, attribute_ids: tuple[int, ...]) -> FileRelation | None:
-        """Root paths and files of the file relation whose output has these ids (None when
-        the leaf is not found or its relation has no file index, e.g. JDBC)."""
+        """Root paths and files of the relation whose output has these ids (None when the
+        leaf is not found)."""
         leaf = self.leaf(attribute_ids)
         if leaf is None:
             return None
         relation = leaf.relation()
-        if relation.getClass().getSimpleName() != "HadoopFsRelation":
-            return None
+        kind = str(relation.getClass().getSimpleName())
+        if kind != "HadoopFsRelation":
+            return FileRelation((), (), None, kind)
         location = relation.location()
         roots = _split(location.rootPaths().mkString(SEPARATOR))
         files = self._java_strings(location.inputFiles())
