@@ -27,10 +27,11 @@ transaction; what it leaves in staging or ``data/`` is reported by verify and re
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
@@ -202,6 +203,33 @@ def _with_system_columns(
     )
 
 
+# Session settings for the count and the write. Adaptive execution re-plans each query from
+# its own runtime statistics: the count and the write of one DataFrame could then see different
+# partitions (coalesced, split for skew, a join turned into a broadcast), and the offsets
+# promised per partition would not match the files. Without it, partitioning is fixed by the
+# plan. Timestamps are stored in milliseconds, as ODF's system columns are.
+_WRITE_CONF = {
+    "spark.sql.adaptive.enabled": "false",
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MILLIS",
+}
+
+
+@contextlib.contextmanager
+def _session_conf(spark, settings: Mapping[str, str]) -> Iterator[None]:
+    """Set ``settings`` on the session for the block, then put back what was there."""
+    previous = {key: spark.conf.get(key, None) for key in settings}
+    for key, value in settings.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, value in previous.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
+
+
 def _assign_offsets(df, vocab: Vocabulary, first_offset: int):
     """Offsets per partition, without moving rows: (DataFrame, rows per partition)."""
     from pyspark.sql import functions as F
@@ -275,27 +303,21 @@ def write(
         shaped = shaped.persist(StorageLevel.MEMORY_AND_DISK)
     staging = storage.staging_area("spark")
     try:
-        try:
-            out, counts = _assign_offsets(shaped, vocab, state.next_offset)
-        except Exception as exc:  # a task of the input's own plan failed: nothing appended
-            raise _spark_failure("count the input", exc) from exc
-        total = sum(counts.values())
-        timings["offsets"] = time.perf_counter() - clock
-        if total == 0:
-            return IngestResult(path, 0, 0, 0, [], state.head, timings)
+        with _session_conf(spark, _WRITE_CONF):
+            try:
+                out, counts = _assign_offsets(shaped, vocab, state.next_offset)
+            except Exception as exc:  # a task of the input's own plan failed: nothing appended
+                raise _spark_failure("count the input", exc) from exc
+            total = sum(counts.values())
+            timings["offsets"] = time.perf_counter() - clock
+            if total == 0:
+                return IngestResult(path, 0, 0, 0, [], state.head, timings)
 
-        clock = time.perf_counter()
-        previous = spark.conf.get("spark.sql.parquet.outputTimestampType", None)
-        spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MILLIS")
-        try:
-            out.write.option("compression", "zstd").parquet(storage.spark_uri(staging))
-        except Exception as exc:  # py4j / Spark errors: the job failed, nothing appended
-            raise _spark_failure("write the slices", exc) from exc
-        finally:
-            if previous is None:
-                spark.conf.unset("spark.sql.parquet.outputTimestampType")
-            else:
-                spark.conf.set("spark.sql.parquet.outputTimestampType", previous)
+            clock = time.perf_counter()
+            try:
+                out.write.option("compression", "zstd").parquet(storage.spark_uri(staging))
+            except Exception as exc:  # py4j / Spark errors: the job failed, nothing appended
+                raise _spark_failure("write the slices", exc) from exc
         timings["spark_write"] = time.perf_counter() - clock
 
         clock = time.perf_counter()
@@ -309,7 +331,9 @@ def write(
             )
         except Exception as exc:  # a file could not be read or hashed: nothing appended
             raise _spark_failure("hash the slices", exc) from exc
-        written.sort(key=lambda w: w.partition)
+        # Spark may write a file with no rows (for the first partition when it is empty): it
+        # holds no offsets and becomes no slice (it goes with the staging folder)
+        written = sorted((w for w in written if w.num_rows), key=lambda w: w.partition)
         timings["hashing"] = time.perf_counter() - clock
 
         clock = time.perf_counter()
@@ -339,7 +363,7 @@ def write(
 
         clock = time.perf_counter()
         event = _lineage_event(
-            df,
+            shaped,  # with the system columns: event_time's source shows, literals do not
             lineage,
             schema,
             run=LineageRun(
@@ -411,10 +435,7 @@ def _lineage_event(
         event = lineage.event(started_at=run.started_at, ended_at=run.ended_at, offsets=run.offsets)
         event = replace(event, run=replace(run, job_name=lineage.job_name, run_id=lineage.run_id))
     else:
-        try:  # TEMPORARY until plan capture lands on main
-            from odf_chain.spark.plan_lineage import lineage_from_plan
-        except ImportError:
-            return None
+        from odf_chain.spark.plan_lineage import lineage_from_plan
 
         parts = lineage_from_plan(df, schema, system_columns=set(vocab.system_columns))
         if parts is None:  # Spark Connect: lineage_from_plan has warned
