@@ -1,7 +1,8 @@
 """The ``odf-chain`` and ``chain-verify`` commands.
 
 Each command is one library call plus formatting. Every :class:`OdfChainError` becomes one line
-on stderr and exit code 2; ``verify`` exits 1 when the dataset fails verification.
+on stderr and exit code 2; ``verify`` exits 1 when the dataset fails verification; anything else
+(a bug) is one line too, exit code 3 (``ODF_CHAIN_DEBUG=1`` shows its traceback).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ REF_HELP = "'head' (default), a block hash, a sequence number or an ISO-8601 tim
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_ERROR = 2
+EXIT_INTERNAL = 3
 
 
 class UsageError(OdfChainError):
@@ -560,6 +562,17 @@ def _run(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace)
     except KeyboardInterrupt:
         print("odf-chain: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # a bug of ours: still one line, the traceback on request
+        if os.environ.get("ODF_CHAIN_DEBUG"):
+            raise
+        detail = str(exc).strip().splitlines()
+        print(
+            f"odf-chain: internal error: {type(exc).__name__}"
+            f"{': ' + detail[0] if detail else ''} (a bug in odf_chain; "
+            "ODF_CHAIN_DEBUG=1 shows the traceback)",
+            file=sys.stderr,
+        )
+        return EXIT_INTERNAL
 
 
 def _tolerant_stdout() -> None:

@@ -349,3 +349,23 @@ def test_usage_errors_do_not_trace(tmp_path: Path) -> None:
         assert_clean(p)
         assert p.returncode == 2
         assert "usage:" in p.stderr
+
+
+def test_a_bug_is_one_line_and_exit_3(capsys, monkeypatch) -> None:
+    """An exception odf_chain did not mean to raise still gives one line, not a traceback;
+    ODF_CHAIN_DEBUG=1 lets the traceback through for a bug report."""
+    import argparse
+
+    from odf_chain.cli import _run
+
+    def broken(args: argparse.Namespace) -> int:
+        raise KeyError("a lookup went wrong\nsecond line")
+
+    monkeypatch.delenv("ODF_CHAIN_DEBUG", raising=False)
+    assert _run(broken, argparse.Namespace()) == 3
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("odf-chain: internal error: KeyError")
+    assert "ODF_CHAIN_DEBUG=1" in err
+    monkeypatch.setenv("ODF_CHAIN_DEBUG", "1")
+    with pytest.raises(KeyError):
+        _run(broken, argparse.Namespace())

@@ -458,3 +458,27 @@ def test_malformed_files(spark, tmp_path: Path) -> None:
         spark_errors(),
     ):
         source.df.collect()  # (count() alone does not parse the columns)
+
+
+def test_ingest_lineage_copies_each_column_from_every_file(spark, avro_files: list[Path]) -> None:
+    """The lineage odf-chain ingest states: each column from the column of the same name (its
+    Avro v2 path) in every input file, the files pinned by the hashes taken when listed; the
+    event time column lands in ``event_time``."""
+    from odf_chain.schema.avro_paths import avro_field_paths
+    from odf_chain.schema.paths import v1_path
+    from odf_chain.spark.sources import ingest_lineage
+
+    source = read_input(spark, [str(avro_files[0].parent)], "avro")
+    rec = ingest_lineage(source, "load orders", event_time="at")
+    assert rec.job_name == "load orders"
+    assert [(i.uri, str(i.content_hash)) for i in rec.inputs] == [
+        (i.uri, i.blake3) for i in source.inputs
+    ]
+    by_name = {v1_path(p): p for p in reversed(avro_field_paths(AVRO_SCHEMA))}
+    files = [i.name for i in rec.inputs]
+    ops = {op.outputs: op for op in rec.operations}
+    assert set(ops) == {("event_time" if c == "at" else c,) for c in source.df.columns}
+    for column in source.df.columns:
+        op = ops[("event_time" if column == "at" else column,)]
+        assert [(f.origin, f.field) for f in op.inputs] == [(n, by_name[column]) for n in files]
+        assert op.writes and op.transformation.subtype.name == "IDENTITY"

@@ -759,7 +759,7 @@ def ingest_lineage(
     from odf_chain.schema.convert import AVRO_SCHEMA_KEY
     from odf_chain.schema.paths import field_index
 
-    schema = to_arrow_schema(frame.df.schema)
+    schema = to_arrow_schema(frame.df.schema, timezone="UTC")
     if frame.avro_schema is not None:
         schema = avro_to_arrow(frame.avro_schema).with_metadata(
             {AVRO_SCHEMA_KEY: frame.avro_schema.encode()}
