@@ -474,6 +474,7 @@ def test_ingest_lineage_copies_each_column_from_every_file(spark, avro_files: li
     assert [(i.uri, str(i.content_hash)) for i in rec.inputs] == [
         (i.uri, i.blake3) for i in source.inputs
     ]
+    assert [i.name for i in rec.inputs] == ["a.avro", "b.avro", "c.avro", "d.avro"]
     by_name = {v1_path(p): p for p in reversed(avro_field_paths(AVRO_SCHEMA))}
     files = [i.name for i in rec.inputs]
     ops = {op.outputs: op for op in rec.operations}

@@ -167,6 +167,7 @@ daily = (
         F.avg("elevation_m").alias("avg_elevation_m"),
         F.count("*").alias("readings"),
     )
+    .coalesce(1)                                       # a small result: one slice
 )
 write(daily, daily_stats, create=True, job_name="daily-region-stats")  # lineage from the plan
 """

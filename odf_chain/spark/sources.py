@@ -766,9 +766,13 @@ def ingest_lineage(
         )
     paths = field_index(schema)
     recorder = LineageRecorder(job_name)
-    names = []
-    for number, item in enumerate(frame.inputs):
-        name = f"file{number}"
+    names: list[str] = []
+    for item in frame.inputs:
+        base = unquote(item.uri.rstrip("/").rsplit("/", 1)[-1]) or "input"
+        name, n = base, 1
+        while name in names:  # two files of one name in different folders
+            n += 1
+            name = f"{base} ({n})"
         recorder.external_input(name, item.uri, content_hash=Multihash.from_multibase(item.blake3))
         names.append(name)
     for column in frame.df.columns:

@@ -6,9 +6,11 @@ The write is one transaction:
    reaches the driver; counting reads no column values), prefix sums give each partition its
    first offset, and a row's offset is that plus its index within the partition (the low 33
    bits of ``monotonically_increasing_id``). Offsets are contiguous and gap-free across the
-   write. The count and the write are two jobs over the same plan: an input whose partitions
-   are not reproducible (a random sample, say) is caught by step 3's check, or can be made
-   stable with ``persist=True``.
+   write. The count and the write are two jobs over the same plan, run without adaptive
+   execution (which re-plans each job from its own statistics and could give the two different
+   partitions; a DataFrame ending in a shuffle then has ``spark.sql.shuffle.partitions``
+   partitions: coalesce a small result first). An input whose partitions are not reproducible
+   (a random sample, say) is caught by step 3's check, or made stable with ``persist=True``.
 2. **Spark writes Parquet** into a staging folder inside the dataset, one file per non-empty
    partition, with ODF's system columns (``offset`` Int64, ``op`` Int32 = 0, ``system_time``
    timestamp(ms, UTC) of the transaction, ``event_time``).
