@@ -12,7 +12,7 @@ levels deep) and leaves the fields as JSON for the lineage walk to read on deman
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 from odf_chain.errors import FormatError
 
@@ -25,12 +25,12 @@ def short_name(class_name: str) -> str:
     return class_name.rsplit(".", 1)[-1]
 
 
-class Expr:
-    """One expression node: its short class name, its JSON fields and its children."""
+class _Node:
+    """A node of a rebuilt tree: its short class name, its JSON fields and its children."""
 
     __slots__ = ("children", "cls", "fields")
 
-    def __init__(self, fields: Json, children: tuple[Expr, ...]) -> None:
+    def __init__(self, fields: Json, children: tuple[Self, ...]) -> None:
         self.fields = fields
         self.cls = short_name(fields.get("class", "?"))
         self.children = children
@@ -39,56 +39,36 @@ class Expr:
     def full_class(self) -> str:
         return self.fields.get("class", "?")
 
-    def child_at(self, field: str) -> Expr | None:
-        """The child a field names by position (``"child": 0``), if it does."""
-        index = self.fields.get(field)
+    def _child(self, index: object) -> Self | None:
         if isinstance(index, int) and not isinstance(index, bool) and index < len(self.children):
             return self.children[index]
         return None
 
-    def children_at(self, field: str) -> list[Expr]:
+    def child_at(self, field: str) -> Self | None:
+        """The child a field names by position (``"child": 0``), if it does."""
+        return self._child(self.fields.get(field))
+
+    def children_at(self, field: str) -> list[Self]:
         """The children a field names by position (``"children": [0, 1]``)."""
         indices = self.fields.get(field)
         if not isinstance(indices, list):
             return []
-        return [
-            self.children[i]
-            for i in indices
-            if isinstance(i, int) and not isinstance(i, bool) and i < len(self.children)
-        ]
+        return [c for c in map(self._child, indices) if c is not None]
 
     def __repr__(self) -> str:
-        return f"Expr({self.cls}, {len(self.children)} children)"
+        return f"{type(self).__name__}({self.cls}, {len(self.children)} children)"
 
 
-class PlanNode:
-    """One logical plan node: short class name, JSON fields, child plans."""
+class Expr(_Node):
+    """One expression node."""
 
-    __slots__ = ("children", "cls", "fields")
+    __slots__ = ()
 
-    def __init__(self, fields: Json, children: tuple[PlanNode, ...]) -> None:
-        self.fields = fields
-        self.cls = short_name(fields.get("class", "?"))
-        self.children = children
 
-    @property
-    def full_class(self) -> str:
-        return self.fields.get("class", "?")
+class PlanNode(_Node):
+    """One logical plan node."""
 
-    def child_at(self, field: str) -> PlanNode | None:
-        index = self.fields.get(field)
-        if isinstance(index, int) and not isinstance(index, bool) and index < len(self.children):
-            return self.children[index]
-        return None
-
-    def children_at(self, field: str) -> list[PlanNode]:
-        indices = self.fields.get(field)
-        if not isinstance(indices, list):
-            return []
-        return [self.children[i] for i in indices if isinstance(i, int) and i < len(self.children)]
-
-    def __repr__(self) -> str:
-        return f"PlanNode({self.cls}, {len(self.children)} children)"
+    __slots__ = ()
 
 
 def _build(flat: list[Json], make: Callable[[Json, tuple[T, ...]], T], what: str) -> T:
