@@ -48,7 +48,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=5_000_000)
     parser.add_argument("--partitions", type=int, default=8)
-    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--warmup", type=int, default=1, help="runs of each first, not counted (JVM warm-up)"
+    )
     parser.add_argument("--dir", type=Path, default=None)
     args = parser.parse_args()
 
@@ -74,19 +77,24 @@ def main() -> int:
     size = 0
     try:
         frame = make_frame(spark, args.rows, args.partitions)
-        for i in range(args.repeat):
+        for i in range(args.warmup + args.repeat):
+            counted = i >= args.warmup
             target = scratch / f"plain-{i}"
             start = time.perf_counter()
             frame.write.option("compression", "zstd").parquet(str(target))
-            plain_times.append(time.perf_counter() - start)
+            if counted:
+                plain_times.append(time.perf_counter() - start)
             size = folder_size(target)
             shutil.rmtree(target)
 
             target = scratch / f"odf-{i}"
             start = time.perf_counter()
             result = write(frame, target, create=True, event_time="event_time")
-            odf_times.append(time.perf_counter() - start)
-            breakdowns.append(result.timings)
+            elapsed = time.perf_counter() - start
+            if counted:
+                odf_times.append(elapsed)
+                other = elapsed - sum(result.timings.values())
+                breakdowns.append({**result.timings, "other": other})
             assert result.rows == args.rows
             shutil.rmtree(target)
     finally:
@@ -95,6 +103,7 @@ def main() -> int:
 
     plain, odf = statistics.median(plain_times), statistics.median(odf_times)
     print(f"rows {args.rows:,}, {args.partitions} partitions, {size / 1e6:,.0f} MB of Parquet")
+    print(f"{args.warmup} warm-up run(s) of each not counted; {args.repeat} counted, alternating")
     runs = [round(t, 2) for t in plain_times]
     print(f"plain df.write.parquet   median {plain:7.2f} s   runs {runs}")
     print(f"odf_chain.spark.write    median {odf:7.2f} s   runs {[round(t, 2) for t in odf_times]}")
