@@ -233,3 +233,30 @@ def test_a_second_writer_on_a_stale_head_gets_a_conflict(memory_dataset: Dataset
     with pytest.raises(ConflictError, match="head moved"):
         chain.commit(ds.storage, stale)
     assert verify(ds.storage).ok and ds.refresh().sequence_number == 3
+
+
+def test_spark_names_filesystems_given_in_code(tmp_path: Path) -> None:
+    local = pafs.SubTreeFileSystem(str(tmp_path), pafs.LocalFileSystem())
+    store = FsStorage.create(local, "ds")
+    assert store.spark_uri(store.fs_path("data/x")) == f"file://{tmp_path}/ds/data/x"
+    memory = FsStorage.create(pafs._MockFileSystem(), "bucket/ds")
+    with pytest.raises(OdfChainError, match="name the dataset by a URI"):
+        memory.spark_uri(memory.fs_path("data/x"))
+    # the local filesystem given as an object is served by the local backend (fsync, lock)
+    assert isinstance(create_storage(tmp_path / "plain", pafs.LocalFileSystem()), LocalStorage)
+    assert LocalStorage.open(tmp_path / "plain").spark_uri("/a b/#c") == "file:///a b/#c"
+
+
+def test_a_committed_slice_looks_as_new_as_its_commit(tmp_path: Path) -> None:
+    """gc judges age by modification time; a file Spark wrote long before the commit must not
+    look old once it is in data/ (it is a fresh orphan until the head names it)."""
+    import os
+
+    store = LocalStorage.create(tmp_path / "ds")
+    staged = store.stage_file(".parquet")
+    staged.write_bytes(b"PAR1 old PAR1")
+    then = time.time() - 7200
+    os.utime(staged, (then, then))
+    store.commit_data(staged, H0)
+    info = store.entry_info(f"data/{H0}")
+    assert info is not None and time.time() - info.mtime < 60

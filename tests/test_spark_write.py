@@ -374,3 +374,74 @@ def test_write_and_read_through_pyarrow_fs(spark, tmp_path):
         data = entry.block.event.new_data
         stored = (path / "data" / str(data.physical_hash)).read_bytes()
         assert multihash_name(stored, BLAKE3) == str(data.physical_hash)
+
+
+# -- inputs that once broke the writer (found by review) -----------------------------------------
+
+
+def _rows_once(path: Path, n: int) -> pa.Table:
+    """Every row exactly once, offsets 0..n-1 contiguous; returns the data by offset."""
+    table = pa.concat_tables(data_files(path).values()).sort_by("offset")
+    assert table.column("offset").to_pylist() == list(range(n))
+    return table
+
+
+def test_frames_ending_in_a_sort_or_a_window_write_whole(spark, tmp_path):
+    """A sort samples its ranges in each job and a window the count does not need is dropped
+    with its shuffle: the writer caches a shuffling input so count and write agree."""
+    from pyspark.sql import Window
+
+    sort = spark.range(0, 3000, numPartitions=4).orderBy(F.desc("id"))
+    result = write(sort, tmp_path / "sorted", create=True)
+    assert result.rows == 3000
+    assert sorted(_rows_once(tmp_path / "sorted", 3000).column("id").to_pylist()) == list(
+        range(3000)
+    )
+    window = spark.range(0, 500, numPartitions=3).withColumn(
+        "s", F.sum("id").over(Window.partitionBy(F.col("id") % 5))
+    )
+    write(window, tmp_path / "window", create=True)
+    table = _rows_once(tmp_path / "window", 500)
+    sums = {k: sum(i for i in range(500) if i % 5 == k) for k in range(5)}
+    assert all(
+        s == sums[i % 5]
+        for i, s in zip(table.column("id").to_pylist(), table.column("s").to_pylist(), strict=True)
+    )
+    check_clean(tmp_path / "window")
+
+
+def test_in_memory_rows_odd_names_and_session_settings(spark, tmp_path):
+    spark.conf.set("spark.sql.files.maxRecordsPerFile", "7")  # a user's own setting
+    try:
+        df = spark.createDataFrame([(i, f"v{i}") for i in range(40)], "id long, `a.b``c` string")
+        result = write(df, tmp_path / "mem", create=True)
+        assert spark.conf.get("spark.sql.files.maxRecordsPerFile") == "7"  # put back
+    finally:
+        spark.conf.unset("spark.sql.files.maxRecordsPerFile")
+    assert spark.conf.get("spark.sql.parquet.outputTimestampType") != "TIMESTAMP_MILLIS"
+    table = _rows_once(tmp_path / "mem", 40)
+    assert table.column("a.b`c").to_pylist()[:2] == ["v0", "v1"]
+    (source,) = result.lineage.inputs  # rows made in the driver, named as such
+    assert source.uri == "spark:local-rows" and source.dataset_id is None
+    check_clean(tmp_path / "mem")
+
+
+def test_timestamps_finer_than_a_millisecond_are_refused(spark, tmp_path):
+    from odf_chain.errors import SchemaError
+
+    fine = spark.sql("select timestamp'2024-01-02 03:04:05.123456' as at, 1 as n")
+    with pytest.raises(SchemaError, match="'at' holds timestamps finer than a millisecond"):
+        write(fine, tmp_path / "ts", create=True)
+    assert [e.block.event_name for e in Dataset.open(tmp_path / "ts").blocks()] == ["Seed"]
+    whole = spark.sql("select timestamp'2024-01-02 03:04:05.123' as at, 1 as n")
+    write(whole, tmp_path / "ts")
+    (value,) = _rows_once(tmp_path / "ts", 1).column("at").to_pylist()
+    assert value == datetime(2024, 1, 2, 3, 4, 5, 123000, tzinfo=UTC)
+
+
+def test_read_a_dataset_whose_path_has_glob_characters(spark, tmp_path):
+    path = tmp_path / "br[1]{a,b}?"
+    write(spark.range(0, 10, numPartitions=2), path, create=True)
+    (tmp_path / "br1a").mkdir()  # what the path would match as a pattern
+    back = read(spark, path).orderBy("offset").toPandas()
+    assert back["id"].tolist() == list(range(10))

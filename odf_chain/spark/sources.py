@@ -167,7 +167,12 @@ class _Located:
         # Spark globs every path it is given: escape the glob characters of a concrete file.
         # Hadoop paths are not percent-encoded, so local files are named by their plain path.
         raw = f"file://{self.path}" if self.is_local else self.uri
-        return _GLOB_SPECIAL.sub(r"\\\1", raw)
+        return escape_glob(raw)
+
+
+def escape_glob(path: str) -> str:
+    """``path`` with Hadoop's glob characters escaped: Spark globs every path it reads."""
+    return _GLOB_SPECIAL.sub(r"\\\1", path)
 
 
 def _skipped(name: str) -> bool:

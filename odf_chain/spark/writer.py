@@ -6,11 +6,12 @@ The write is one transaction:
    reaches the driver; counting reads no column values), prefix sums give each partition its
    first offset, and a row's offset is that plus its index within the partition (the low 33
    bits of ``monotonically_increasing_id``). Offsets are contiguous and gap-free across the
-   write. The count and the write are two jobs over the same plan, run without adaptive
-   execution (which re-plans each job from its own statistics and could give the two different
-   partitions; a DataFrame ending in a shuffle then has ``spark.sql.shuffle.partitions``
-   partitions: coalesce a small result first). An input whose partitions are not reproducible
-   (a random sample, say) is caught by step 3's check, or made stable with ``persist=True``.
+   write. The count and the write are two jobs, and must see the same partitions. A plan that
+   shuffles cannot promise that (the count prunes columns, so adaptive execution re-plans it
+   differently; a sort samples its ranges per job; a window the count does not need is
+   dropped with its shuffle), so such an input is persisted first and both jobs read the
+   cache; a plan without a shuffle (files read, narrow steps) is partitioned the same every
+   time and is not cached. Whatever still differs is caught by step 3's check.
 2. **Spark writes Parquet** into a staging folder inside the dataset, one file per non-empty
    partition, with ODF's system columns (``offset`` Int64, ``op`` Int32 = 0, ``system_time``
    timestamp(ms, UTC) of the transaction, ``event_time``).
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping
@@ -143,6 +145,11 @@ def _event_time_max(filesystem: pafs.FileSystem, paths: list[str], column: str) 
     return best
 
 
+def _quoted(name: str) -> str:
+    """A column name as Spark's column parser reads it literally (dots, backticks and all)."""
+    return "`" + name.replace("`", "``") + "`"
+
+
 def _user_columns(rest: list[str], in_force: pa.Schema | None, system: set[str]) -> list:
     """User columns laid out like the schema in force: its columns in its order (a nullable
     one the input lacks becomes nulls of its type), then new columns. Writing the same data in
@@ -151,14 +158,14 @@ def _user_columns(rest: list[str], in_force: pa.Schema | None, system: set[str])
     from pyspark.sql.pandas.types import from_arrow_type
 
     if in_force is None:
-        return [F.col(f"`{c}`") for c in rest]
+        return [F.col(_quoted(c)) for c in rest]
     present = set(rest)
     columns = []
     for f in in_force:
         if f.name in system:
             continue
         if f.name in present:
-            columns.append(F.col(f"`{f.name}`"))
+            columns.append(F.col(_quoted(f.name)))
         elif f.nullable:
             try:
                 spark_type = from_arrow_type(f.type)
@@ -166,7 +173,7 @@ def _user_columns(rest: list[str], in_force: pa.Schema | None, system: set[str])
                 continue
             columns.append(F.lit(None).cast(spark_type).alias(f.name))
     known = set(in_force.names)
-    columns += [F.col(f"`{c}`") for c in rest if c not in known]
+    columns += [F.col(_quoted(c)) for c in rest if c not in known]
     return columns
 
 
@@ -189,10 +196,11 @@ def _with_system_columns(
     if event_time is not None:
         if event_time not in df.columns:
             raise SchemaError(f"event time column {event_time!r} is not in the input")
-        event = F.col(event_time).cast("timestamp").alias(vocab.event_time_column)
+        event = F.col(_quoted(event_time)).cast("timestamp").alias(vocab.event_time_column)
         rest = [c for c in df.columns if c not in (event_time, vocab.event_time_column)]
     elif vocab.event_time_column in df.columns:
-        event = F.col(vocab.event_time_column).cast("timestamp").alias(vocab.event_time_column)
+        column = vocab.event_time_column
+        event = F.col(_quoted(column)).cast("timestamp").alias(column)
         rest = [c for c in df.columns if c != vocab.event_time_column]
     else:
         event = time_literal.alias(vocab.event_time_column)
@@ -205,52 +213,99 @@ def _with_system_columns(
     )
 
 
-# Session settings for the count and the write. Adaptive execution re-plans each query from
-# its own runtime statistics: the count and the write of one DataFrame could then see different
-# partitions (coalesced, split for skew, a join turned into a broadcast), and the offsets
-# promised per partition would not match the files. Without it, partitioning is fixed by the
-# plan. Timestamps are stored in milliseconds, as ODF's system columns are.
+# Session settings for the write: timestamps in milliseconds, as ODF's system columns are, and
+# one file per partition, since a partition's offsets are promised to one slice.
 _WRITE_CONF = {
-    "spark.sql.adaptive.enabled": "false",
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MILLIS",
+    "spark.sql.files.maxRecordsPerFile": "0",  # one file per partition: a slice per partition
 }
+
+
+_conf_lock = threading.Lock()
+_conf_holders: dict[int, tuple[int, dict[str, str | None]]] = {}  # per session: writers, saved
 
 
 @contextlib.contextmanager
 def _session_conf(spark, settings: Mapping[str, str]) -> Iterator[None]:
-    """Set ``settings`` on the session for the block, then put back what was there."""
-    previous = {key: spark.conf.get(key, None) for key in settings}
-    for key, value in settings.items():
-        spark.conf.set(key, value)
+    """Set ``settings`` on the session while any write in this process needs them, then put
+    back what was there before the first: writes in several threads of one session share the
+    settings instead of restoring each other's."""
+    key = id(spark)
+    with _conf_lock:
+        holders, saved = _conf_holders.get(key, (0, {}))
+        if holders == 0:
+            saved = {name: spark.conf.get(name, None) for name in settings}
+            for name, value in settings.items():
+                spark.conf.set(name, value)
+        _conf_holders[key] = (holders + 1, saved)
     try:
         yield
     finally:
-        for key, value in previous.items():
-            if value is None:
-                spark.conf.unset(key)
+        with _conf_lock:
+            holders, saved = _conf_holders.pop(key)
+            if holders > 1:
+                _conf_holders[key] = (holders - 1, saved)
             else:
-                spark.conf.set(key, value)
+                for name, value in saved.items():
+                    if value is None:
+                        spark.conf.unset(name)
+                    else:
+                        spark.conf.set(name, value)
+
+
+def _shuffles(df) -> bool:
+    """Does ``df``'s physical plan move rows between partitions (an Exchange)?"""
+    try:
+        return "Exchange" in df._jdf.queryExecution().executedPlan().toString()
+    except Exception:  # no plan to look at (Spark Connect): cache to be safe
+        return True
 
 
 def _assign_offsets(df, vocab: Vocabulary, first_offset: int):
-    """Offsets per partition, without moving rows: (DataFrame, rows per partition)."""
-    from pyspark.sql import functions as F
+    """Offsets per partition, without moving rows: (DataFrame, rows per partition).
 
-    counts = {
-        row["pid"]: row["count"]
-        for row in df.groupBy(F.spark_partition_id().alias("pid")).count().collect()
-    }
-    partitions = df.rdd.getNumPartitions()
+    The same pass checks that user timestamp columns hold whole milliseconds: the files store
+    timestamps in milliseconds (as ODF's system columns), and finer ones would be truncated
+    without a word.
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import TimestampType
+
+    stamps = [
+        f.name
+        for f in df.schema.fields
+        if isinstance(f.dataType, TimestampType)
+        and f.name not in vocab.system_columns
+        and f.name != vocab.event_time_column
+    ]
+    finer = [
+        F.max((F.unix_micros(F.col(_quoted(name))) % 1000 != 0).cast("int")).alias(f"_sub{i}")
+        for i, name in enumerate(stamps)
+    ]
+    rows = df.groupBy(F.spark_partition_id().alias("pid")).agg(F.count("*").alias("n"), *finer)
+    counts: dict[int, int] = {}
+    for row in rows.collect():
+        counts[row["pid"]] = row["n"]
+        for i, name in enumerate(stamps):
+            if row[f"_sub{i}"]:
+                raise SchemaError(
+                    f"column {name!r} holds timestamps finer than a millisecond; datasets store "
+                    "timestamps in milliseconds: truncate them first "
+                    f"(F.date_trunc('millisecond', {name!r})) or store them as another type"
+                )
+    # partitions as the count saw them (the plan's own number can differ under adaptive
+    # execution); a write that saw others gets null offsets, which the per-file check refuses
+    partitions = max(counts, default=-1) + 1
     firsts, running = [], first_offset
     for pid in range(partitions):
         firsts.append(running)
         running += counts.get(pid, 0)
     pid = F.spark_partition_id()
     within = F.monotonically_increasing_id() - F.shiftleft(pid.cast("long"), _ROW_BITS)
-    base = F.element_at(F.array(*[F.lit(x).cast("long") for x in firsts]), pid + 1)
+    base = F.try_element_at(F.array(*[F.lit(x).cast("long") for x in firsts]), pid + 1)
     with_offsets = df.select(
         (base + within).cast("long").alias(vocab.offset_column),
-        *[F.col(f"`{c}`") for c in df.columns],
+        *[F.col(_quoted(c)) for c in df.columns],
     )
     return with_offsets, counts
 
@@ -264,7 +319,7 @@ def write(
     create: bool = False,
     hash: str = BLAKE3,
     avro_schema: str | None = None,
-    persist: bool = False,
+    persist: bool | None = None,
     lineage: LineageRecorder | bool = True,
     job_name: str | None = None,
 ) -> IngestResult:
@@ -276,8 +331,9 @@ def write(
     recorded in every AddData's extra attributes (input files and their hashes, or an upstream
     dataset's id and head block). ``create`` makes the dataset (with ``hash``) if it does not
     exist. ``avro_schema`` keeps an Avro writer schema with the SetDataSchema, so field paths
-    follow the Avro convention. ``persist`` caches the input between counting and writing,
-    for inputs whose partitions would not come out the same twice.
+    follow the Avro convention. ``persist`` caches the input between counting and writing so
+    both see the same partitions: None (the default) when its plan shuffles, True always (an
+    input that is not reproducible for another reason), False never.
 
     ``lineage``: True (the default) derives the field lineage of ``df`` from its analyzed plan;
     a :class:`LineageRecorder` gives it by hand instead (also the way under Spark Connect, where
@@ -301,6 +357,8 @@ def write(
     spark = df.sparkSession
 
     shaped = _with_system_columns(df, vocab, system_time, event_time, state.schema)
+    if persist is None:
+        persist = _shuffles(shaped)
     if persist:
         shaped = shaped.persist(StorageLevel.MEMORY_AND_DISK)
     staging = storage.staging_area("spark")
@@ -531,6 +589,12 @@ def _copy_field_metadata(schema: pa.Schema, reference: pa.Schema) -> pa.Schema:
     )
 
 
+_UNSTABLE = (
+    "; the input's partitions came out differently in the count and in the write "
+    "(nothing was appended): pass persist=True to cache it between the two"
+)
+
+
 def _check_files(
     written: list[WrittenSlice], counts: dict[int, int], first_offset: int
 ) -> list[OffsetInterval]:
@@ -542,6 +606,7 @@ def _check_files(
     if seen != set(expected):
         raise IngestError(
             f"Spark wrote files for partitions {sorted(seen)}, expected {sorted(expected)}"
+            + _UNSTABLE
         )
     for w in written:
         start, end = running, running + w.num_rows - 1
@@ -549,7 +614,7 @@ def _check_files(
             raise IngestError(
                 f"{w.file_name}: expected offsets {start}..{end} "
                 f"({expected[w.partition]} rows), found {w.offset_min}..{w.offset_max} "
-                f"({w.num_rows} rows)"
+                f"({w.num_rows} rows)" + _UNSTABLE
             )
         intervals.append(OffsetInterval(start, end))
         running = end + 1
@@ -573,6 +638,8 @@ def read(spark, dataset: str | Path | Dataset, at: str | int = "head"):
     """The dataset's data as of block ``at``: exactly the slices the chain names up to it."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
+    from odf_chain.spark.sources import escape_glob
+
     if not isinstance(dataset, Dataset):
         dataset = Dataset.open(dataset)
     storage = dataset.storage
@@ -580,7 +647,9 @@ def read(spark, dataset: str | Path | Dataset, at: str | int = "head"):
     upto = entries[: select(entries, at) + 1]
     state = dataset.state_at(upto[-1].hash)
     paths = [
-        storage.spark_uri(storage.fs_path(f"data/{e.block.event.new_data.physical_hash}"))
+        escape_glob(
+            storage.spark_uri(storage.fs_path(f"data/{e.block.event.new_data.physical_hash}"))
+        )
         for e in upto
         if isinstance(e.block.event, AddData) and e.block.event.new_data is not None
     ]

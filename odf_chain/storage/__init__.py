@@ -60,6 +60,8 @@ def _filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
 def create_storage(location: str | Path, filesystem: pafs.FileSystem | None = None) -> Storage:
     """Lay out a new dataset at ``location``: a path or a URI, or a path in ``filesystem``
     (for a filesystem configured in code, say an ``S3FileSystem`` with its own credentials)."""
+    if isinstance(filesystem, pafs.LocalFileSystem):  # fsync, rename and a real head lock
+        return LocalStorage.create(Path(location))
     if filesystem is not None:
         return FsStorage.create(filesystem, str(location))
     path = local_path(location)
@@ -70,6 +72,8 @@ def create_storage(location: str | Path, filesystem: pafs.FileSystem | None = No
 
 def open_storage(location: str | Path, filesystem: pafs.FileSystem | None = None) -> Storage:
     """Open the dataset at ``location`` (a path or a URI, or a path in ``filesystem``)."""
+    if isinstance(filesystem, pafs.LocalFileSystem):
+        return LocalStorage.open(Path(location))
     if filesystem is not None:
         return FsStorage.open(filesystem, str(location))
     path = local_path(location)

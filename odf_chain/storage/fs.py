@@ -87,8 +87,8 @@ class FsStorage:
         """``s3://bucket/x`` for pyarrow is ``s3a://bucket/x`` for Spark; other schemes (``hdfs``,
         ``gs``, ``abfs``, ``file``) are named alike by both."""
         parts = urlsplit(self._uri)
-        if not parts.scheme or len(parts.scheme) == 1:  # a plain path (or a drive letter)
-            return fs_path
+        if not parts.scheme or len(parts.scheme) == 1:  # a filesystem given in code, no URI
+            return _spark_uri_for(self._fs, fs_path)
         scheme = _SPARK_SCHEMES.get(parts.scheme, parts.scheme)
         if parts.scheme in ("file", "local", "mock"):
             return f"{scheme}://{fs_path if fs_path.startswith('/') else '/' + fs_path}"
@@ -307,6 +307,24 @@ class FsStorage:
             raise ConflictError(
                 f"head of {self.location} was moved by another writer while this one moved it"
             )
+
+
+def _spark_uri_for(filesystem: pafs.FileSystem, fs_path: str) -> str:
+    """How Spark names ``fs_path`` of a filesystem known only as an object."""
+    if isinstance(filesystem, pafs.SubTreeFileSystem):
+        inner = f"{filesystem.base_path.rstrip('/')}/{fs_path.lstrip('/')}"
+        return _spark_uri_for(filesystem.base_fs, inner)
+    if isinstance(filesystem, pafs.LocalFileSystem):
+        return f"file://{fs_path if fs_path.startswith('/') else '/' + fs_path}"
+    kind = filesystem.type_name
+    if kind == "s3":
+        return f"s3a://{fs_path}"
+    if kind == "gcs":
+        return f"gs://{fs_path}"
+    raise OdfChainError(
+        f"Spark cannot reach a dataset on a {kind!r} filesystem given in code: name the dataset "
+        "by a URI Spark also understands (s3://..., gs://..., hdfs://host:port/..., abfs://...)"
+    )
 
 
 def _seconds(info: pafs.FileInfo) -> float:

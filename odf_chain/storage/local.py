@@ -194,7 +194,9 @@ class LocalStorage:
         return str(self._root.absolute() / relative)
 
     def spark_uri(self, fs_path: str) -> str:
-        return fs_path
+        """``file://`` and the plain path: without a scheme Spark would resolve it against the
+        cluster's default filesystem (HDFS, say); Hadoop does not percent-decode paths."""
+        return f"file://{fs_path}"
 
     @property
     def info_dir(self) -> Path:
@@ -326,6 +328,10 @@ class LocalStorage:
                         f"staged copy has {size}"
                     )
                 os.replace(staged, target)
+            # A rename keeps the time the writer made the file, which may be long ago (Spark
+            # wrote it before the hashing); gc judges a leftover's age by it, so the slice must
+            # look as new as its commit: until the head names it, it is a fresh orphan.
+            os.utime(target)
             fsync_dir(target.parent)
         return DataCommit(target, created)
 

@@ -25,7 +25,13 @@ from odf_chain.events import FieldOperation, InputField, LineageInput, Transform
 from odf_chain.schema.paths import field_index
 from odf_chain.spark.plan_lineage.capture import capture_plan_lineage
 from odf_chain.spark.plan_lineage.model import NamePath, PlanLineage
-from odf_chain.spark.plan_lineage.resolve import InputResolver, ResolvedInput, ResolveInput
+from odf_chain.spark.plan_lineage.resolve import (
+    SPARK_LOCAL_URI,
+    SPARK_RDD_URI,
+    InputResolver,
+    ResolvedInput,
+    ResolveInput,
+)
 from odf_chain.state import Vocabulary
 
 _VOCAB = Vocabulary()
@@ -43,9 +49,13 @@ def _nearest(index: Mapping[NamePath, str], path: NamePath) -> str | None:
     return None
 
 
+_IN_MEMORY = (SPARK_LOCAL_URI, SPARK_RDD_URI)
+
+
 def _input_key(resolved: ResolvedInput, source: int, position: int) -> tuple:
     i = resolved.input
-    if i.uri is None and i.dataset_id is None:  # in-memory rows: each leaf is its own input
+    if i.dataset_id is None and (i.uri is None or i.uri in _IN_MEMORY):
+        return ("anonymous", source, position)  # in-memory rows: each leaf is its own input
         return ("anonymous", source, position)
     return (i.uri, str(i.dataset_id), str(i.block_hash), str(i.content_hash))
 

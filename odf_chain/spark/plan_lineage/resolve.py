@@ -79,6 +79,10 @@ class _DatasetIndex:
     block_of_slice: dict[str, int]  # physical hash (multibase) -> index into entries
 
 
+SPARK_LOCAL_URI = "spark:local-rows"  # rows made in the driver (createDataFrame, a LocalRelation)
+SPARK_RDD_URI = "spark:rdd"  # an RDD whose origin Spark does not show
+
+
 class InputResolver:
     """The default ``resolve_input``: a callable that caches file hashes and dataset chains,
     so that a file or a dataset read by several relations is looked at once."""
@@ -170,12 +174,15 @@ class InputResolver:
     # -- the callable -------------------------------------------------------------------------
 
     def __call__(self, source: PlanSource) -> tuple[ResolvedInput, ...]:
+        # Sources with no file behind them are external inputs named by a ``spark:`` URI, so an
+        # event stays well formed (every input a dataset or a URI) and says what it was.
         if source.kind is SourceKind.LOCAL:
-            return (ResolvedInput(LineageInput(name="local"), source.schema),)
+            return (ResolvedInput(LineageInput("local", uri=SPARK_LOCAL_URI), source.schema),)
         if source.kind is SourceKind.RDD:
-            return (ResolvedInput(LineageInput(name="rdd"), source.schema),)
+            return (ResolvedInput(LineageInput("rdd", uri=SPARK_RDD_URI), source.schema),)
         if source.kind is SourceKind.OTHER:
-            return (ResolvedInput(LineageInput(name=source.label), source.schema),)
+            uri = f"spark:{source.label}"
+            return (ResolvedInput(LineageInput(source.label, uri=uri), source.schema),)
         return self._files(source)
 
     def _files(self, source: PlanSource) -> tuple[ResolvedInput, ...]:
