@@ -257,6 +257,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             hash=args.hash,
             avro_schema=source.avro_schema,
             lineage=ingest_lineage(source, args.job, event_time=args.event_time),
+            truncate_timestamps=args.truncate_timestamps,
             source={
                 "format": args.format,
                 "inputs": [{"uri": i.uri, "size": i.size, "hash": i.blake3} for i in source.inputs],
@@ -458,6 +459,11 @@ def build_parser() -> argparse.ArgumentParser:
     ingest.add_argument("--event-time", metavar="COL", help="column holding event times")
     ingest.add_argument(
         "--job", default="odf-chain ingest", help="job name recorded with the field lineage"
+    )
+    ingest.add_argument(
+        "--truncate-timestamps",
+        action="store_true",
+        help="store timestamps finer than a millisecond truncated (default: refuse them)",
     )
     ingest.add_argument("--master", default="local[*]", help="Spark master URL (default: local[*])")
     ingest.add_argument("--create", action="store_true", help="create the dataset if missing")

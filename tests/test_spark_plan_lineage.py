@@ -724,3 +724,19 @@ def test_file_relation_falls_back_to_the_frames_input_files():
     assert captured.sources[0].files == files
     assert any("every file the DataFrame reads" in note for note in captured.notes)
     assert readable(captured) == {"a": {("files", "a", ID)}}
+
+
+def test_a_local_checkpoint_is_an_rdd_of_unknown_origin_not_local_rows(spark, tmp_path):
+    """localCheckpoint cuts the plan: what it held came from somewhere Spark no longer shows,
+    so the fields come from an opaque RDD, never from 'rows made in the driver'."""
+    from odf_chain.spark.plan_lineage import capture_plan_lineage
+    from odf_chain.spark.plan_lineage.model import SourceKind
+
+    src = tmp_path / "people.parquet"
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"id": [1, 2], "name": ["a", "b"]}), src)
+    df = spark.read.parquet(str(src)).select("id", "name").localCheckpoint()
+    captured = capture_plan_lineage(df)
+    kinds = {s.kind for s in captured.sources}
+    assert SourceKind.LOCAL not in kinds and SourceKind.RDD in kinds

@@ -478,8 +478,34 @@ def test_ingest_lineage_copies_each_column_from_every_file(spark, avro_files: li
     by_name = {v1_path(p): p for p in reversed(avro_field_paths(AVRO_SCHEMA))}
     files = [i.name for i in rec.inputs]
     ops = {op.outputs: op for op in rec.operations}
-    assert set(ops) == {("event_time" if c == "at" else c,) for c in source.df.columns}
+    top = {("event_time" if c == "at" else c,) for c in source.df.columns}
+    assert top <= set(ops)
+    # nested fields too, each from its own path in the files
+    nested = ops[("customer.address.city",)]
+    assert {f.field for f in nested.inputs} == {by_name["customer.address.city"]}
+    assert ("lines.zip",) in ops
     for column in source.df.columns:
         op = ops[("event_time" if column == "at" else column,)]
         assert [(f.origin, f.field) for f in op.inputs] == [(n, by_name[column]) for n in files]
         assert op.writes and op.transformation.subtype.name == "IDENTITY"
+
+
+def test_ingest_lineage_is_accepted_and_reaches_nested_fields(spark, avro_files, tmp_path):
+    from odf_chain.dataset import Dataset
+    from odf_chain.spark import write
+    from odf_chain.spark.sources import ingest_lineage
+
+    source = read_input(spark, [str(avro_files[0].parent)], "avro")
+    write(
+        source.df,
+        tmp_path / "orders",
+        create=True,
+        avro_schema=source.avro_schema,
+        lineage=ingest_lineage(source, "load orders"),
+        truncate_timestamps=True,  # the files hold microseconds (at_us)
+    )
+    replay = Dataset.open(tmp_path / "orders").lineage()
+    city = replay.field("customer.address.city")
+    ups = {(r.field.dataset, r.field.path) for r in replay.graph.upstream(city)}
+    assert {dataset for dataset, _ in ups} == {i.uri for i in source.inputs}
+    assert {path for _, path in ups} == {city.path}  # the same path in the files' schema

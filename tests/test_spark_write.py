@@ -437,6 +437,9 @@ def test_timestamps_finer_than_a_millisecond_are_refused(spark, tmp_path):
     write(whole, tmp_path / "ts")
     (value,) = _rows_once(tmp_path / "ts", 1).column("at").to_pylist()
     assert value == datetime(2024, 1, 2, 3, 4, 5, 123000, tzinfo=UTC)
+    write(fine, tmp_path / "ts", truncate_timestamps=True)  # asked for: truncated
+    values = _rows_once(tmp_path / "ts", 2).column("at").to_pylist()
+    assert values == [datetime(2024, 1, 2, 3, 4, 5, 123000, tzinfo=UTC)] * 2
 
 
 def test_read_a_dataset_whose_path_has_glob_characters(spark, tmp_path):

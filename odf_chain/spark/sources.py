@@ -762,6 +762,7 @@ def ingest_lineage(
     from odf_chain.events import FieldOperation, InputField
     from odf_chain.lineage.recorder import LineageRecorder
     from odf_chain.schema.convert import AVRO_SCHEMA_KEY
+    from odf_chain.schema.evolution import ITEM, KEY, VALUE
     from odf_chain.schema.paths import field_index
 
     schema = to_arrow_schema(frame.df.schema, timezone="UTC")
@@ -780,15 +781,23 @@ def ingest_lineage(
             name = f"{base} ({n})"
         recorder.external_input(name, item.uri, content_hash=Multihash.from_multibase(item.blake3))
         names.append(name)
-    for column in frame.df.columns:
-        source_path = paths.get((column,), column)
-        target = event_time_column if column == event_time else column
+    # every field, nested ones too, so that lineage asked of ``location.lat`` reaches the files
+    structural = {ITEM, KEY, VALUE}
+    top = set(frame.df.columns)
+    done: set[str] = set()
+    for name_path, source_path in sorted(paths.items(), key=lambda item: item[0]):
+        dotted = ".".join(part for part in name_path if part not in structural)
+        if name_path[0] not in top or dotted in done:  # a map's values: the map's own name
+            continue
+        done.add(dotted)
+        if name_path[0] == event_time:
+            dotted = event_time_column + dotted[len(event_time) :]
         recorder.record(
             FieldOperation(
-                f"read {column}",
+                f"read {dotted}",
                 tuple(InputField(name, source_path) for name in names),
-                (target,),
-                description=f"column {column!r} as read from the input files",
+                (dotted,),
+                description=f"field {dotted!r} as read from the input files",
             )
         )
     return recorder

@@ -261,7 +261,7 @@ def _shuffles(df) -> bool:
         return True
 
 
-def _assign_offsets(df, vocab: Vocabulary, first_offset: int):
+def _assign_offsets(df, vocab: Vocabulary, first_offset: int, *, check_timestamps: bool = True):
     """Offsets per partition, without moving rows: (DataFrame, rows per partition).
 
     The same pass checks that user timestamp columns hold whole milliseconds: the files store
@@ -274,9 +274,9 @@ def _assign_offsets(df, vocab: Vocabulary, first_offset: int):
     stamps = [
         f.name
         for f in df.schema.fields
-        if isinstance(f.dataType, TimestampType)
-        and f.name not in vocab.system_columns
-        and f.name != vocab.event_time_column
+        if check_timestamps
+        and isinstance(f.dataType, TimestampType)
+        and f.name not in (*vocab.system_columns, vocab.event_time_column)
     ]
     finer = [
         F.max((F.unix_micros(F.col(_quoted(name))) % 1000 != 0).cast("int")).alias(f"_sub{i}")
@@ -291,7 +291,8 @@ def _assign_offsets(df, vocab: Vocabulary, first_offset: int):
                 raise SchemaError(
                     f"column {name!r} holds timestamps finer than a millisecond; datasets store "
                     "timestamps in milliseconds: truncate them first "
-                    f"(F.date_trunc('millisecond', {name!r})) or store them as another type"
+                    f"(F.date_trunc('millisecond', {name!r})), store them as another type, or "
+                    "pass truncate_timestamps=True (odf-chain ingest --truncate-timestamps)"
                 )
     # partitions as the count saw them (the plan's own number can differ under adaptive
     # execution); a write that saw others gets null offsets, which the per-file check refuses
@@ -322,6 +323,7 @@ def write(
     persist: bool | None = None,
     lineage: LineageRecorder | bool = True,
     job_name: str | None = None,
+    truncate_timestamps: bool = False,
 ) -> IngestResult:
     """Append a Spark DataFrame to ``dataset`` (a path, a ``pyarrow.fs`` URI such as
     ``s3://bucket/sales``, or an open :class:`Dataset`) as Parquet slices.
@@ -340,6 +342,9 @@ def write(
     no plan is reachable); False records none. The lineage is appended as an AddFieldLineage
     right before the AddData blocks, in the same transaction, for the run ``job_name`` (default:
     the Spark application's name).
+
+    Timestamps are stored in milliseconds (as ODF's system columns); a user column holding finer
+    ones is refused, not silently truncated, unless ``truncate_timestamps`` says to truncate.
     """
     from pyspark import StorageLevel
 
@@ -365,7 +370,9 @@ def write(
     try:
         with _session_conf(spark, _WRITE_CONF):
             try:
-                out, counts = _assign_offsets(shaped, vocab, state.next_offset)
+                out, counts = _assign_offsets(
+                    shaped, vocab, state.next_offset, check_timestamps=not truncate_timestamps
+                )
             except Exception as exc:  # a task of the input's own plan failed: nothing appended
                 raise _spark_failure("count the input", exc) from exc
             total = sum(counts.values())

@@ -146,6 +146,9 @@ class LeafProbe:
             seen.add(rdd_id)
             cls = str(rdd.getClass().getSimpleName())
             classes.add(cls)
+            if "CheckpointRDD" in cls:  # a checkpoint cuts the lineage: the origin is hidden
+                truncated = True
+                continue
             if cls == "FileScanRDD":
                 scans.append(self._file_scan(rdd))
                 continue
