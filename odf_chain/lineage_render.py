@@ -117,6 +117,12 @@ class LineageView:
         by_name = [key for key, name in self.names.items() if name == text]
         if len(by_name) == 1:
             return by_name[0]
+        if not is_uri(text):  # a path as typed: the dataset read from there, however named
+            where = _readable(str(Path(text).absolute()))
+            as_uri = Path(text).absolute().as_uri()
+            by_path = [k for k, n in self.names.items() if n in (where, as_uri)]
+            if len(by_path) == 1:
+                return by_path[0]
         keys = self.aliases.get(text, frozenset())
         if len(keys) == 1:
             return next(iter(keys))

@@ -918,3 +918,12 @@ def test_svg_without_graphviz_prints_dot(chain: Chain, tmp_path: Path) -> None:
     for hint in ("apt install graphviz", "brew install graphviz", "conda install graphviz"):
         assert hint in line
     assert not target.exists()  # DOT text is not passed off as an SVG file
+
+
+@pytest.mark.parametrize("how", ["absolute", "dot-relative"])
+def test_an_input_named_by_the_path_one_would_type(chain: Chain, how: str) -> None:
+    """--dataset takes the path of an upstream dataset as typed, not only its shown name."""
+    typed = str(chain.root / "customers") if how == "absolute" else "./customers"
+    by_path = ok(run("spend", "id", "--dataset", typed, "--downstream", cwd=chain.root))
+    by_name = ok(run("spend", "id", "--dataset", "customers", "--downstream", cwd=chain.root))
+    assert by_path == by_name and "downstream of id in customers" in by_name

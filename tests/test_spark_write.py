@@ -448,3 +448,18 @@ def test_read_a_dataset_whose_path_has_glob_characters(spark, tmp_path):
     (tmp_path / "br1a").mkdir()  # what the path would match as a pattern
     back = read(spark, path).orderBy("offset").toPandas()
     assert back["id"].tolist() == list(range(10))
+
+
+def test_spark_failures_say_what_went_wrong():
+    """Spark's wrappers say where a job failed; the message the user gets says what failed."""
+    from odf_chain.spark.writer import _first_line
+
+    worker = (
+        "An exception was thrown from the Python worker. Please see the stack trace below.\n"
+        'Traceback (most recent call last):\n  File "job.py", line 3, in parse\n'
+        "ValueError: bad row 5\n"
+    )
+    assert _first_line(RuntimeError(worker)) == "ValueError: bad row 5"
+    assert _first_line(RuntimeError("[PATH_NOT_FOUND] Path does not exist.")) == (
+        "[PATH_NOT_FOUND] Path does not exist."
+    )

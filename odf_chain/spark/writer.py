@@ -636,9 +636,18 @@ def _spark_failure(step: str, exc: BaseException) -> OdfChainError:
     return odf_error(exc) or IngestError(f"Spark could not {step}: {_first_line(exc)}")
 
 
+_CAUSE = re.compile(r"^\s*(?:[\w.]+\.)?(\w+(?:Error|Exception)): (.+)$")
+
+
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
+    """What went wrong, in one line: Spark's wrappers ("An error occurred while calling
+    o104.parquet.", "An exception was thrown from the Python worker") say where, not what; the
+    last ``SomeError: message`` line of the text they carry does."""
+    lines = str(exc).strip().splitlines()
+    causes = [m.group(1) + ": " + m.group(2) for m in map(_CAUSE.match, lines) if m]
+    if causes:
+        return causes[-1]
+    return lines[0] if lines else type(exc).__name__
 
 
 def read(spark, dataset: str | Path | Dataset, at: str | int = "head"):
