@@ -463,3 +463,15 @@ def test_spark_failures_say_what_went_wrong():
     assert _first_line(RuntimeError("[PATH_NOT_FOUND] Path does not exist.")) == (
         "[PATH_NOT_FOUND] Path does not exist."
     )
+
+
+def test_duplicate_column_names_are_refused_by_name(spark, tmp_path):
+    from odf_chain.errors import SchemaError
+
+    left = spark.createDataFrame([(1, "a")], "id long, name string")
+    right = spark.createDataFrame([(1, "b")], "id long, Name string")
+    with pytest.raises(SchemaError, match="two columns named 'id' and 'id'"):
+        write(left.join(right, left.id == right.id), tmp_path / "dup", create=True)
+    with pytest.raises(SchemaError, match="'name' and 'Name'"):
+        write(left.join(right, "id"), tmp_path / "dup", create=True)
+    assert [e.block.event_name for e in Dataset.open(tmp_path / "dup").blocks()] == ["Seed"]

@@ -177,6 +177,18 @@ def _user_columns(rest: list[str], in_force: pa.Schema | None, system: set[str])
     return columns
 
 
+def _refuse_duplicate_columns(df) -> None:
+    """A dataset's columns have one name each (a join's ``select("*")`` can give two)."""
+    seen: dict[str, str] = {}
+    for name in df.columns:
+        twin = seen.setdefault(name.lower(), name)  # Spark resolves names case-insensitively
+        if twin is not name:
+            raise SchemaError(
+                f"the DataFrame has two columns named {twin!r} and {name!r}; a dataset's columns "
+                "need distinct names (select or rename them after the join)"
+            )
+
+
 def _with_system_columns(
     df,
     vocab: Vocabulary,
@@ -361,6 +373,7 @@ def write(
     system_time = chain.now(state.system_time)
     spark = df.sparkSession
 
+    _refuse_duplicate_columns(df)
     shaped = _with_system_columns(df, vocab, system_time, event_time, state.schema)
     if persist is None:
         persist = _shuffles(shaped)
