@@ -740,3 +740,12 @@ def test_a_local_checkpoint_is_an_rdd_of_unknown_origin_not_local_rows(spark, tm
     captured = capture_plan_lineage(df)
     kinds = {s.kind for s in captured.sources}
     assert SourceKind.LOCAL not in kinds and SourceKind.RDD in kinds
+
+
+def test_a_condition_on_a_nested_field_depends_on_that_field_only(people):
+    """Found by review: a filter or group-by key ``addr.geo.lat`` also added its enclosing
+    structs ``addr`` and ``addr.geo`` as inputs."""
+    got = lineage(people.filter(F.col("addr.geo.lat") > 0).select("name"))
+    assert got == {"name": {(PPL, "name", ID), (PPL, "addr.geo.lat", FILTER)}}
+    by_city = lineage(people.groupBy(F.col("addr.city").alias("city")).count())
+    assert by_city["city"] == {(PPL, "addr.city", GROUP), (PPL, "addr.city", ID)}

@@ -217,10 +217,12 @@ class ExpressionLineage:
         name = expr.fields.get("name")
         if not isinstance(name, str):
             name = _struct_field_name(child, expr.fields.get("ordinal"))
-        inner = self._eval(child, step, scope)
+        # The field is picked first and seen through ``step`` after: a condition on
+        # ``addr.job.d`` depends on that field, not on ``addr`` and ``addr.job`` around it.
+        inner = self._eval(child, m.NEUTRAL, scope)
         if name is None:
-            return {(): self.composer.deps(TRANSFORM, whole(inner))}
-        return subtree(inner, (name,))
+            return {(): self.composer.deps(then(step, TRANSFORM), whole(inner))}
+        return self.composer.tree(step, subtree(inner, (name,)))
 
     def _get_array_struct_fields(self, expr: Expr, step: Step, scope: Scope) -> FieldTree:
         inner = self._eval(expr.children[0], step, scope)
