@@ -147,8 +147,9 @@ class Dataset:
         prepares a SetDataSchema and checks it by the evolution rules *before* writing any
         file; writes ``data/<physical hash>``; then appends the SetDataSchema (if any) and the
         AddData together, with one move of the head: both become visible, or neither. If another
-        writer appended meanwhile, raises :class:`ConflictError` and removes what this call
-        wrote. An empty table appends nothing.
+        writer appended meanwhile, raises :class:`ConflictError`; the files this call wrote stay
+        as leftovers (content-addressed, so an identical file may be the winner's), reported by
+        verify and removed by gc. An empty table appends nothing.
         """
         started_at = chain.now()
         state = self.refresh()
