@@ -749,3 +749,13 @@ def test_a_condition_on_a_nested_field_depends_on_that_field_only(people):
     assert got == {"name": {(PPL, "name", ID), (PPL, "addr.geo.lat", FILTER)}}
     by_city = lineage(people.groupBy(F.col("addr.city").alias("city")).count())
     assert by_city["city"] == {(PPL, "addr.city", GROUP), (PPL, "addr.city", ID)}
+
+
+def test_max_by_takes_the_value_and_only_picks_by_the_ordering(orders):
+    """Found by review: the ordering column of max_by was recorded as a direct input."""
+    got = lineage(orders.groupBy("region").agg(F.max_by("order_id", "amount").alias("top")))
+    assert got["top"] == {
+        (ORD, "order_id", AGG),
+        (ORD, "amount", SORT),
+        (ORD, "region", GROUP),
+    }

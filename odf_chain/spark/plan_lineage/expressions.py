@@ -87,6 +87,7 @@ CONDITION = Step(m.CONDITION)
 AGG_FILTER = Step(m.FILTER)
 WINDOW = Step(m.WINDOW)
 MASK = Step(m.MASKING)
+PICK = Step(m.SORT)  # max_by/min_by's ordering: it picks the row, its value is not taken
 
 
 def expr_id(fields: dict[str, Any]) -> int | None:
@@ -223,6 +224,16 @@ class ExpressionLineage:
         if name is None:
             return {(): self.composer.deps(then(step, TRANSFORM), whole(inner))}
         return self.composer.tree(step, subtree(inner, (name,)))
+
+    def _pick_by(self, expr: Expr, step: Step, scope: Scope) -> FieldTree:
+        """``max_by(value, ordering)``: the value is aggregated; the ordering only chooses
+        which row's value, so it is an indirect input."""
+        if len(expr.children) != 2:
+            return self._whole_of_children(expr, then(step, AGGREGATE), scope)
+        value, ordering = expr.children
+        deps = set(whole(self._eval(value, then(step, AGGREGATE), scope)))
+        deps.update(whole(self._eval(ordering, then(step, PICK), scope)))
+        return {(): frozenset(deps)} if deps else {}
 
     def _get_array_struct_fields(self, expr: Expr, step: Step, scope: Scope) -> FieldTree:
         inner = self._eval(expr.children[0], step, scope)
@@ -367,6 +378,8 @@ def _struct_field_name(child: Expr, ordinal: Any) -> str | None:
 
 _Handler = Callable[[ExpressionLineage, Expr, Step, Scope], FieldTree]
 _HANDLERS: dict[str, _Handler] = {
+    "MaxBy": ExpressionLineage._pick_by,
+    "MinBy": ExpressionLineage._pick_by,
     "GetStructField": ExpressionLineage._get_struct_field,
     "GetArrayStructFields": ExpressionLineage._get_array_struct_fields,
     "GetArrayItem": ExpressionLineage._element,
