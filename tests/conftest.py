@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import hashlib
+import tempfile
 from pathlib import Path
 
 import blake3
@@ -54,3 +55,20 @@ def spark():
     session = get_session()
     yield session
     stop_session()
+
+
+def _permission_bits_apply() -> bool:
+    """False for root (or anyone with CAP_DAC_OVERRIDE): chmod then stops nothing."""
+    with tempfile.TemporaryDirectory() as tmp:
+        locked = Path(tmp) / "locked"
+        locked.mkdir(mode=0o500)
+        try:
+            (locked / "probe").touch()
+        except PermissionError:
+            return True
+        finally:
+            locked.chmod(0o700)
+        return False
+
+
+PERMISSIONS = _permission_bits_apply()

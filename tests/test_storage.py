@@ -10,7 +10,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import textwrap
 from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Barrier
@@ -33,27 +32,11 @@ from odf_chain.format.did import DatasetId
 from odf_chain.state import EMPTY
 from odf_chain.storage import LocalStorage, write_atomic
 from odf_chain.verify import verify
+from tests.conftest import PERMISSIONS
 
 H0 = "f1e20" + "00" * 32
 H1 = "f1e20" + "11" * 32
 REPO = Path(__file__).resolve().parents[1]
-
-
-def _permission_bits_apply() -> bool:
-    """False for root (or anyone with CAP_DAC_OVERRIDE): chmod then stops nothing."""
-    with tempfile.TemporaryDirectory() as tmp:
-        locked = Path(tmp) / "locked"
-        locked.mkdir(mode=0o500)
-        try:
-            (locked / "probe").touch()
-        except PermissionError:
-            return True
-        finally:
-            locked.chmod(0o700)
-        return False
-
-
-PERMISSIONS = _permission_bits_apply()
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -17,26 +16,9 @@ from odf_chain.dataset import Dataset
 from odf_chain.events import AddData, DataSlice, OffsetInterval
 from odf_chain.format.multihash import Multihash
 from odf_chain.verify import VerifyReport, verify_path
-from tests.conftest import multihash_name, snapshot_tree
+from tests.conftest import PERMISSIONS, multihash_name, snapshot_tree
 
 MS_UTC = pa.timestamp("ms", tz="UTC")
-
-
-def _permission_bits_apply() -> bool:
-    """False for root (or anyone with CAP_DAC_OVERRIDE): chmod then stops nothing."""
-    with tempfile.TemporaryDirectory() as tmp:
-        locked = Path(tmp) / "locked"
-        locked.mkdir(mode=0o500)
-        try:
-            (locked / "probe").touch()
-        except PermissionError:
-            return True
-        finally:
-            locked.chmod(0o700)
-        return False
-
-
-PERMISSIONS = _permission_bits_apply()
 
 
 def build(root: Path, algorithm: str = "blake3") -> Dataset:
