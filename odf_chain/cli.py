@@ -182,16 +182,19 @@ def _schema_check(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    report = verify_path(args.dir, check_data=not args.no_data)
+    if args.deep and args.no_data:
+        raise UsageError("--deep reads every row of the data: it cannot go with --no-data")
+    report = verify_path(args.dir, check_data=not args.no_data, deep=args.deep)
     if args.json:
         _print_json(report.to_dict())
     else:
         for problem in report.problems:
             print(problem.line())
         verdict = "OK" if report.ok else "FAILED"
+        rows = f"{report.rows_checked:,} rows checked, " if report.deep else ""
         print(
             f"{verdict}: {report.blocks_checked} blocks, {report.slices_checked} slices, "
-            f"{report.bytes_hashed:,} bytes hashed, {len(report.errors)} errors, "
+            f"{rows}{report.bytes_hashed:,} bytes hashed, {len(report.errors)} errors, "
             f"{len(report.warnings)} warnings; head {report.head}"
         )
     return EXIT_OK if report.ok else EXIT_FAILED
@@ -392,6 +395,12 @@ def _add_verify_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="machine-readable report")
     parser.add_argument(
         "--no-data", action="store_true", help="check blocks and rules only, not data files"
+    )
+    parser.add_argument(
+        "--deep",
+        action="store_true",
+        help="also read every row: recompute each slice's logical hash, check its offset, op "
+        "and system_time columns against its block",
     )
 
 

@@ -108,8 +108,8 @@ class Dataset:
         """Every SetDataSchema, oldest first, with the diff from the schema before it."""
         return replay.schema_history(self.storage)
 
-    def verify(self, *, check_data: bool = True) -> VerifyReport:
-        return verify(self.storage, check_data=check_data)
+    def verify(self, *, check_data: bool = True, deep: bool = False) -> VerifyReport:
+        return verify(self.storage, check_data=check_data, deep=deep)
 
     # -- writing ------------------------------------------------------------------------------
 
@@ -182,7 +182,11 @@ class Dataset:
         staged = self.storage.stage_file(".parquet")
         try:
             written = slices.write_parquet(
-                data, str(staged), self.hash_algorithm, self.storage.filesystem
+                data,
+                str(staged),
+                self.hash_algorithm,
+                self.storage.filesystem,
+                dataset=self.location,
             )
             add_block = chain.prepare(
                 state,

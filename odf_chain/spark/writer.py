@@ -99,7 +99,7 @@ def _inspect_file(
 ) -> WrittenSlice:
     """Hash and check one written file (runs in a Spark task, next to the file: on remote
     storage the executor reads it through ``pyarrow.fs``, the driver never does)."""
-    from odf_chain.slices import logical_hash
+    from odf_chain.slices import parquet_logical_hash
 
     name = path.rsplit("/", 1)[-1]
     match = _PART.match(name)
@@ -117,7 +117,7 @@ def _inspect_file(
             break
         low = stats.min if low is None else min(low, stats.min)
         high = stats.max if high is None else max(high, stats.max)
-    logical = logical_hash(parquet.read(), algorithm)
+    logical = parquet_logical_hash(parquet, algorithm)  # in bounded memory, as verify --deep
     return WrittenSlice(
         name, partition, str(physical), str(logical), size, metadata.num_rows, low, high
     )
