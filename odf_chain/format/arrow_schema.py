@@ -25,6 +25,8 @@ __all__ = [
     "check_schema",
     "schema_from_bare_flatbuffer",
     "schema_to_bare_flatbuffer",
+    "shown_path",
+    "too_deep",
 ]
 
 _CONTINUATION = b"\xff\xff\xff\xff"
@@ -121,12 +123,14 @@ def _root_table(buf: bytes, what: str) -> _Table:
 # what every schema must satisfy: bounded nesting, UTF-8 strings
 
 MAX_NESTING = 64
-"""The deepest a field may sit inside structs, lists and maps (a top-level column is at depth 0).
+"""The deepest level a field may sit at, a top-level column being level 1 and each struct, list
+or map adding one.
 
-Arrow's Parquet reader refuses schemas deeper than about 98 struct levels, Arrow's IPC reader
-(whose flatbuffer verifier bounds table depth) about 124, and before refusing them the Parquet
-writer spends memory that grows with the square of the depth (4.7 GB at 800 levels, a crash at
-1,200). 64 levels leaves room under all of them; real schemas stay far below.
+It is Arrow's own limit: its IPC writer (which the logical hash of every slice goes through)
+refuses deeper data ("Max recursion depth reached"). Arrow's Parquet reader refuses about 99
+struct levels, its IPC reader about 125; before refusing, the Parquet writer spends memory that
+grows with the square of the depth (4.7 GB at 800 levels, a crash at 1,200). Real schemas stay
+far below.
 """
 
 _SHOWN_LEVELS = 8
@@ -158,10 +162,19 @@ def _check_metadata(metadata: dict[bytes, bytes] | None, path: str) -> None:
         _decoded(value, f"the value of metadata key {name!r}", path)
 
 
-def _shown(path: list[str]) -> str:
+def shown_path(path: list[str]) -> str:
+    """A field path for a message, its middle left out when it is long."""
     if len(path) <= _SHOWN_LEVELS:
         return ".".join(path)
     return ".".join(path[:4]) + " ... " + ".".join(path[-3:])
+
+
+def too_deep(field: str, level: int) -> SchemaError:
+    """The error for ``field`` holding fields at ``level``, deeper than :data:`MAX_NESTING`."""
+    return SchemaError(
+        f"field {field!r} holds fields at level {level}; at most {MAX_NESTING} levels of "
+        "structs, lists and maps are allowed (a top-level column is level 1)"
+    )
 
 
 def check_schema(schema: pa.Schema) -> None:
@@ -174,12 +187,13 @@ def check_schema(schema: pa.Schema) -> None:
     deep the schema is.
     """
     _check_metadata(schema.metadata, "the schema")
-    # (path of the parent, position in it, path label if not the name, depth, field)
-    stack: list[tuple[list[str], int, str | None, int, pa.Field]] = [
-        ([], i, None, 0, schema.field(i)) for i in reversed(range(len(schema)))
+    # (path of the parent, position in it, path label if not the name, field); the path's
+    # length is the field's level
+    stack: list[tuple[list[str], int, str | None, pa.Field]] = [
+        ([], i, None, schema.field(i)) for i in reversed(range(len(schema)))
     ]
     while stack:
-        parent, position, marker, depth, field = stack.pop()
+        parent, position, marker, field = stack.pop()
         try:
             name = field.name
         except UnicodeDecodeError as exc:
@@ -199,13 +213,10 @@ def check_schema(schema: pa.Schema) -> None:
                     f"field {shown!r}: its timezone is not valid UTF-8 ({exc})"
                 ) from None
         children = _children(t)
-        if children and depth >= MAX_NESTING:
-            raise SchemaError(
-                f"field {_shown(path)!r} nests fields {depth + 1} levels deep; at most "
-                f"{MAX_NESTING} levels of structs, lists and maps are allowed"
-            )
+        if children and len(path) >= MAX_NESTING:
+            raise too_deep(shown_path(path), len(path) + 1)
         for i, (label, child) in reversed(list(enumerate(children))):
-            stack.append((path, i, label, depth + 1, child))
+            stack.append((path, i, label, child))
 
 
 # --------------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from typing import Any
 import pyarrow as pa
 
 from odf_chain.errors import FormatError
-from odf_chain.format.arrow_schema import MAX_NESTING, check_schema
+from odf_chain.format.arrow_schema import MAX_NESTING, check_schema, shown_path, too_deep
 
 _UNITS = {0: "s", 1: "ms", 2: "us", 3: "ns"}
 
@@ -60,8 +60,9 @@ def _text(value: Any, what: str, where: str) -> str | None:
     raise FormatError(f"{where}: {what} {value!r} is not valid UTF-8")
 
 
-def _type(spec: Mapping[str, Any] | None, where: str, depth: int) -> tuple[pa.DataType, bool]:
-    """(Arrow type, nullable) for one DataType union value of a field ``depth`` levels deep."""
+def _type(spec: Mapping[str, Any] | None, where: str, level: int) -> tuple[pa.DataType, bool]:
+    """(Arrow type, nullable) for one DataType union value of a field at ``level`` (a top-level
+    column is level 1)."""
     if spec is None:
         raise FormatError(f"{where}: missing type")
     kind = spec.get("kind")
@@ -69,12 +70,9 @@ def _type(spec: Mapping[str, Any] | None, where: str, depth: int) -> tuple[pa.Da
         inner = spec.get("inner")
         if isinstance(inner, Mapping) and inner.get("kind") == "DataTypeOption":
             raise FormatError(f"{where}: an Option directly inside an Option")
-        return _type(inner, where, depth)[0], True
-    if kind in ("DataTypeList", "DataTypeMap", "DataTypeStruct") and depth >= MAX_NESTING:
-        raise FormatError(
-            f"{where}: nests fields {depth + 1} levels deep; at most {MAX_NESTING} levels of "
-            "structs, lists and maps are allowed"
-        )
+        return _type(inner, where, level)[0], True
+    if kind in ("DataTypeList", "DataTypeMap", "DataTypeStruct") and level >= MAX_NESTING:
+        raise too_deep(shown_path(where.split(".")), level + 1)
     if kind in _SIMPLE:
         return _SIMPLE[kind], False
     if kind == "DataTypeBinary":
@@ -96,29 +94,29 @@ def _type(spec: Mapping[str, Any] | None, where: str, depth: int) -> tuple[pa.Da
         timezone = _text(spec.get("timezone"), "timezone", where)
         return pa.timestamp(unit, tz=timezone or _DEFAULT_TIMEZONE), False
     if kind == "DataTypeList":
-        item, item_nullable = _type(spec.get("item_type"), f"{where}.[item]", depth + 1)
+        item, item_nullable = _type(spec.get("item_type"), f"{where}.[item]", level + 1)
         field = pa.field("item", item, nullable=item_nullable)
         n = spec.get("fixed_length")
         return (pa.list_(field) if n is None else pa.list_(field, n)), False
     if kind == "DataTypeMap":
-        key, _ = _type(spec.get("key_type"), f"{where}.[key]", depth + 1)
-        value, value_nullable = _type(spec.get("value_type"), f"{where}.[value]", depth + 1)
+        key, _ = _type(spec.get("key_type"), f"{where}.[key]", level + 1)
+        value, value_nullable = _type(spec.get("value_type"), f"{where}.[value]", level + 1)
         return pa.map_(
             key, pa.field("value", value, nullable=value_nullable), bool(spec.get("keys_sorted"))
         ), False
     if kind == "DataTypeStruct":
-        return pa.struct(_fields(spec.get("fields") or (), where, depth + 1)), False
+        return pa.struct(_fields(spec.get("fields") or (), where, level + 1)), False
     raise FormatError(f"{where}: unknown data type {kind!r}")
 
 
-def _fields(fields: Any, where: str, depth: int) -> list[pa.Field]:
+def _fields(fields: Any, where: str, level: int) -> list[pa.Field]:
     out = []
     for i, spec in enumerate(fields):
         name = _text(spec.get("name"), "the name", f"{where or 'the schema'}: field #{i}")
         if name is None:
             raise FormatError(f"{where}: field #{i} has no name")
         path = f"{where}.{name}" if where else name
-        arrow_type, nullable = _type(spec.get("type"), path, depth)
+        arrow_type, nullable = _type(spec.get("type"), path, level)
         arrow_type = _apply_encoding(arrow_type, _extra(spec.get("extra"), path), path)
         out.append(pa.field(name, arrow_type, nullable=nullable))
     return out
@@ -172,6 +170,6 @@ def data_schema_to_arrow(schema: Mapping[str, Any] | None) -> pa.Schema:
     """Read ODF's structured DataSchema (as decoded plain data) into Arrow."""
     if schema is None:
         raise FormatError("SetDataSchema carries no schema")
-    arrow = pa.schema(_fields(schema.get("fields") or (), "", 0))
+    arrow = pa.schema(_fields(schema.get("fields") or (), "", 1))
     check_schema(arrow)  # the same limits as a raw Arrow schema (nesting is already bounded)
     return arrow

@@ -55,6 +55,7 @@ from odf_chain.lineage.recorder import LineageRecorder
 from odf_chain.replay import load_chain, select, settle_lineage
 from odf_chain.schema.convert import AVRO_SCHEMA_KEY, avro_to_arrow
 from odf_chain.slices import add_data_for, own_metadata
+from odf_chain.spark.schema_limits import check_nesting
 from odf_chain.state import Vocabulary
 
 SOURCE_KEY = "odf-chain.dev/source"
@@ -374,6 +375,7 @@ def write(
     spark = df.sparkSession
 
     _refuse_duplicate_columns(df)
+    check_nesting(df.schema)
     shaped = _with_system_columns(df, vocab, system_time, event_time, state.schema)
     if persist is None:
         persist = _shuffles(shaped)
