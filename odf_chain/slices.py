@@ -7,7 +7,7 @@ columns and the same content-addressed files at scale.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -332,10 +332,15 @@ def logical_hash(
     return hasher.multihash()
 
 
-def read_batches(parquet: pq.ParquetFile) -> Iterable[pa.RecordBatch]:
-    """A Parquet file's rows in batches of at most :data:`LOGICAL_BATCH_ROWS` rows: memory is
-    bounded by a row group, never by the file."""
-    return parquet.iter_batches(batch_size=LOGICAL_BATCH_ROWS, use_threads=False)
+def read_batches(parquet: pq.ParquetFile) -> Iterator[pa.RecordBatch]:
+    """A Parquet file's rows in batches of at most :data:`LOGICAL_BATCH_ROWS` rows, in bounded
+    memory: about one row group's worth, never the file's. Each row group gets a reader of its
+    own: one reader across the whole file keeps memory from row group to row group (its live
+    allocations grew from 41 to 97 MB over 6 row groups of 1 Mi rows)."""
+    for index in range(parquet.metadata.num_row_groups):
+        yield from parquet.iter_batches(
+            batch_size=LOGICAL_BATCH_ROWS, row_groups=[index], use_threads=False
+        )
 
 
 def parquet_logical_hash(parquet: pq.ParquetFile, algorithm: str) -> Multihash:

@@ -535,9 +535,10 @@ class _SystemTime:
         bad = _first(values != expected)
         if bad is None:
             return None
+        value = column[bad].as_py()
+        shown = value.isoformat() if isinstance(value, datetime) else value
         return (
-            f"column {self.name!r}: row {first_row + bad} holds {column[bad].as_py()}, "
-            f"expected {expected_text}"
+            f"column {self.name!r}: row {first_row + bad} holds {shown}, expected {expected_text}"
         )
 
 
