@@ -56,6 +56,7 @@ from odf_chain.replay import load_chain, select, settle_lineage
 from odf_chain.schema.convert import AVRO_SCHEMA_KEY, avro_to_arrow
 from odf_chain.slices import add_data_for, own_metadata
 from odf_chain.spark.schema_limits import check_nesting
+from odf_chain.spark.storage_failures import storage_failures
 from odf_chain.state import Vocabulary
 
 SOURCE_KEY = "odf-chain.dev/source"
@@ -324,6 +325,7 @@ def _assign_offsets(df, vocab: Vocabulary, first_offset: int, *, check_timestamp
     return with_offsets, counts
 
 
+@storage_failures
 def write(
     df,
     dataset: str | Path | Dataset,
