@@ -339,7 +339,7 @@ def write(
     job_name: str | None = None,
     truncate_timestamps: bool = False,
     transaction: tuple[str, int] | None = None,
-    _check_state: Callable[[DatasetState], None] | None = None,
+    _check_state: Callable[[Dataset, DatasetState], None] | None = None,
 ) -> IngestResult:
     """Append a Spark DataFrame to ``dataset`` (a path, a ``pyarrow.fs`` URI such as
     ``s3://bucket/sales``, or an open :class:`Dataset`) as Parquet slices.
@@ -383,7 +383,7 @@ def write(
     filesystem = storage.filesystem
     state = dataset.refresh()
     if _check_state is not None:  # ingest_files: were its inputs ingested meanwhile?
-        _check_state(state)
+        _check_state(dataset, state)
     if transaction is not None and rules.transaction_recorded(state, *transaction):
         return IngestResult(path, 0, 0, 0, [], state.head, timings, skipped_transaction=transaction)
     vocab = state.vocab
