@@ -819,21 +819,19 @@ def ingest_files(
     they are then skipped).
     """
     from odf_chain.dataset import Dataset
-    from odf_chain.errors import NotFoundError
     from odf_chain.replay import ingested_inputs
     from odf_chain.spark.writer import write
 
     _check_format(fmt, options)
     files = _expand(paths)
     target: str | Path | Dataset = dataset
-    try:
-        if not isinstance(target, Dataset):
+    if not isinstance(target, Dataset):
+        try:
             target = Dataset.open(target)
-        base = target.refresh().head
-    except NotFoundError:
-        if not create:
-            raise
-        base = None  # write creates it
+        except NotFoundError:
+            if not create:
+                raise
+    base = target.refresh().head if isinstance(target, Dataset) else None  # None: write creates it
     known = (
         {}
         if allow_duplicates or not isinstance(target, Dataset)
