@@ -457,16 +457,7 @@ class _ChainView:
                         str(found.hash),
                     )
                 )
-        elif found is not None:
-            out.append(
-                Finding(
-                    f"{label}: block {k} is {found.hash}, receipt says {receipt.block_hash}: "
-                    "history rewritten",
-                    k,
-                    str(found.hash),
-                )
-            )
-        elif elsewhere is not None:
+        elif elsewhere is not None:  # a block's sequence number is part of its hash
             seq = elsewhere.block.sequence_number
             out.append(
                 Finding(
@@ -474,6 +465,15 @@ class _ChainView:
                     f"receipt says block {k}: the receipt was altered",
                     seq,
                     str(elsewhere.hash),
+                )
+            )
+        elif found is not None:
+            out.append(
+                Finding(
+                    f"{label}: block {k} is {found.hash}, receipt says {receipt.block_hash}: "
+                    "history rewritten",
+                    k,
+                    str(found.hash),
                 )
             )
         elif self.head_seq is None:
