@@ -100,20 +100,24 @@ class VerifyReport:
         return not self.errors
 
     def to_dict(self) -> dict:
-        return {
+        doc = {
             "dataset": self.dataset,
             "ok": self.ok,
             "head": self.head,
             "blocks_checked": self.blocks_checked,
             "slices_checked": self.slices_checked,
             "bytes_hashed": self.bytes_hashed,
-            "receipts_checked": self.receipts_checked,
-            "receipts_held": self.receipts_held,
-            "receipts_signed": self.receipts_signed,
             "errors": len(self.errors),
             "warnings": len(self.warnings),
             "problems": [asdict(p) for p in self.problems],
         }
+        if self.receipts_checked:  # only when receipts were given
+            doc["receipts"] = {
+                "checked": self.receipts_checked,
+                "held": self.receipts_held,
+                "signed": self.receipts_signed,
+            }
+        return doc
 
     def add(self, severity: Severity, rule: str, message: str, **where) -> None:
         self.problems.append(Problem(severity, rule, message, **where))
