@@ -73,12 +73,11 @@ class Receipt:
     signature: bytes | None = None
     source: str | None = field(default=None, compare=False)
 
-    @classmethod
-    def of_block(
-        cls, dataset_id: DatasetId, entry: BlockEntry, location: str | None = None
-    ) -> Receipt:
-        block = entry.block
-        return cls(dataset_id, block.sequence_number, entry.hash, block.system_time, location)
+    def __post_init__(self) -> None:
+        if self.system_time.tzinfo is None:  # local time would sign another instant
+            raise FormatError(f"receipt system_time must be timezone-aware: {self.system_time}")
+        if not 0 <= self.sequence_number <= _MAX_SEQUENCE:
+            raise FormatError(f"receipt sequence_number {self.sequence_number} is out of range")
 
     def signed_bytes(self) -> bytes:
         """The exact bytes the signature covers: ASCII, one ``name value`` line per field, each
