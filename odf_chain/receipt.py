@@ -395,10 +395,11 @@ def check_receipts(
     findings: list[Finding] = []
     held = signed = 0
     for receipt in receipts:
-        found = view.problems(receipt)
+        valid = receipt.signature_valid  # once: an ed25519 check costs about half a millisecond
+        found = view.problems(receipt, valid)
         findings.extend(found)
         held += not found
-        signed += bool(receipt.signature_valid)
+        signed += bool(valid)
     return ReceiptCheck(tuple(findings), len(receipts), held, signed)
 
 
@@ -425,10 +426,10 @@ class _ChainView:
             complete,
         )
 
-    def problems(self, receipt: Receipt) -> list[Finding]:
+    def problems(self, receipt: Receipt, signature_valid: bool | None) -> list[Finding]:
         label, k = receipt.label(), receipt.sequence_number
         out = []
-        if receipt.signature_valid is False:
+        if signature_valid is False:
             out.append(
                 Finding(
                     f"{label}: the signature is not {receipt.dataset_id}'s over this receipt: "
