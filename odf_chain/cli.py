@@ -21,6 +21,7 @@ from odf_chain.dataset import Dataset
 from odf_chain.errors import OdfChainError, SchemaError
 from odf_chain.format.multihash import BLAKE3, SHA3_256
 from odf_chain.gc import DEFAULT_MIN_AGE, collect_garbage_path
+from odf_chain.receipt import write_receipt
 from odf_chain.render import block_to_jsonable, log_line, schema_to_jsonable, state_to_jsonable
 from odf_chain.schema.evolution import check_evolution, diff_schemas
 from odf_chain.schema.fields import FieldInfo
@@ -70,13 +71,15 @@ def cmd_init(args: argparse.Namespace) -> int:
             with_system_fields(schema, Vocabulary())
         except SchemaError as exc:
             raise SchemaError(f"{args.schema}: {exc}") from None
-    dataset = Dataset.create(args.dir, hash=args.hash)
+    dataset = Dataset.create(args.dir, hash=args.hash, key_file=args.key_file)
     if schema is not None:
         dataset.set_schema(schema)
     state = dataset.state
     print(f"created {dataset.path}")
     print(f"dataset id  {state.dataset_id}")
     print(f"hash        {state.hash_algorithm}")
+    if args.key_file is not None:
+        print(f"key file    {args.key_file} (mode 0600; signs receipts; keep it safe and apart)")
     if schema is not None:
         print(f"schema      {len(state.schema)} fields, declared at block {state.sequence_number}")
     print(f"head        {state.head}")
@@ -186,7 +189,7 @@ def _schema_check(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    report = verify_path(args.dir, check_data=not args.no_data)
+    report = verify_path(args.dir, check_data=not args.no_data, receipts=args.receipt or ())
     if args.json:
         _print_json(report.to_dict())
     else:
@@ -198,7 +201,26 @@ def cmd_verify(args: argparse.Namespace) -> int:
             f"{report.bytes_hashed:,} bytes hashed, {len(report.errors)} errors, "
             f"{len(report.warnings)} warnings; head {report.head}"
         )
+        if report.receipts_checked:
+            print(
+                f"receipts: {report.receipts_held} of {report.receipts_checked} held by the "
+                f"chain, {report.receipts_signed} with a valid signature"
+            )
     return EXIT_OK if report.ok else EXIT_FAILED
+
+
+def cmd_receipt(args: argparse.Namespace) -> int:
+    taken = Dataset.open(args.dir).receipt(key_file=args.key_file)
+    if args.output is None:
+        sys.stdout.write(taken.to_json())
+        return EXIT_OK
+    write_receipt(taken, args.output)
+    signed = "signed" if taken.signature is not None else "unsigned"
+    print(
+        f"wrote {signed} receipt of block {taken.sequence_number} {taken.block_hash} "
+        f"to {args.output}"
+    )
+    return EXIT_OK
 
 
 def cmd_gc(args: argparse.Namespace) -> int:
@@ -422,6 +444,12 @@ def _add_verify_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-data", action="store_true", help="check blocks and rules only, not data files"
     )
+    parser.add_argument(
+        "--receipt",
+        action="append",
+        metavar="FILE",
+        help="a receipt (odf-chain receipt) whose block the chain must still hold; repeatable",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -445,6 +473,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="declare the data schema up front: .avsc (Avro), .json (DataMine) or .parquet",
     )
     init.add_argument("--table", help="which table of a DataMine document")
+    init.add_argument(
+        "--key-file",
+        metavar="FILE",
+        help="keep the dataset id's private key in FILE (new, outside the dataset, mode 0600) "
+        "to sign receipts",
+    )
     init.set_defaults(run=cmd_init)
 
     log = commands.add_parser("log", help="list blocks, newest first")
@@ -580,6 +614,21 @@ def build_parser() -> argparse.ArgumentParser:
     lineage.add_argument("--json", action="store_true", help="same as --format json")
     lineage.add_argument("-o", "--output", metavar="FILE", help="write to FILE, not stdout")
     lineage.set_defaults(run=cmd_lineage)
+
+    receipt = commands.add_parser(
+        "receipt",
+        help="a JSON receipt of the head, to verify the chain against later (--receipt)",
+    )
+    receipt.add_argument(
+        "dir", help="dataset directory or pyarrow.fs URI (s3://..., gs://..., hdfs://...)"
+    )
+    receipt.add_argument(
+        "-o", "--output", metavar="FILE", help="write to FILE (must be new), not stdout"
+    )
+    receipt.add_argument(
+        "--key-file", metavar="FILE", help="sign with the dataset's key (from init --key-file)"
+    )
+    receipt.set_defaults(run=cmd_receipt)
 
     verify = commands.add_parser("verify", help="check blocks, rules and data (chain-verify)")
     _add_verify_arguments(verify)

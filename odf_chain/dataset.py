@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+from collections.abc import Iterable
 from pathlib import Path
 
 import pyarrow as pa
@@ -9,17 +12,19 @@ import pyarrow.fs as pafs
 
 from odf_chain import chain, replay, rules, slices
 from odf_chain.chain import BlockEntry
+from odf_chain.errors import NotFoundError
 from odf_chain.events import (
     MetadataEvent,
     OffsetInterval,
     Seed,
     SetDataSchema,
 )
-from odf_chain.format.did import DatasetId
+from odf_chain.format.did import DatasetId, generate_key
 from odf_chain.format.multihash import BLAKE3, check_algorithm
 from odf_chain.lineage.recorder import LineageRecorder
+from odf_chain.receipt import Receipt, check_key_path, create_key_file, load_key
 from odf_chain.state import EMPTY, DatasetState, transaction_extra
-from odf_chain.storage import LocalStorage, Storage, create_storage, open_storage
+from odf_chain.storage import LocalStorage, Storage, create_storage, local_path, open_storage
 from odf_chain.verify import VerifyReport, verify
 
 
@@ -44,15 +49,35 @@ class Dataset:
         hash: str = BLAKE3,
         *,
         filesystem: pafs.FileSystem | None = None,
+        key_file: str | Path | None = None,
     ) -> Dataset:
         """Create the layout at ``location`` and append the Seed with a fresh ``did:odf`` id.
 
         ``location`` is a local path or a ``pyarrow.fs`` URI (``s3://bucket/sales``), or a path
         in ``filesystem`` when one is given (a filesystem configured in code).
+
+        ``key_file``: keep the id's private key there (PKCS#8 PEM, mode 0600) to sign receipts
+        later; without it the key is dropped. The file must be new and outside the dataset. It
+        is written before the dataset and removed if the create fails, so a failed create
+        leaves no key for a dataset that does not exist.
         """
         check_algorithm(hash)
-        dataset = cls(create_storage(location, filesystem))
-        dataset._append(Seed(dataset_id=DatasetId.generate()), algorithm=hash)
+        if key_file is None:
+            dataset = cls(create_storage(location, filesystem))
+            dataset._append(Seed(dataset_id=DatasetId.generate()), algorithm=hash)
+            return dataset
+        local = filesystem is None or isinstance(filesystem, pafs.LocalFileSystem)
+        root = local_path(location) if local else None
+        key_path = check_key_path(key_file, root)
+        key = generate_key()
+        create_key_file(key_path, key)
+        try:
+            dataset = cls(create_storage(location, filesystem))
+            dataset._append(Seed(dataset_id=DatasetId.of_key(key)), algorithm=hash)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(key_path)
+            raise
         return dataset
 
     @classmethod
@@ -108,8 +133,29 @@ class Dataset:
         """Every SetDataSchema, oldest first, with the diff from the schema before it."""
         return replay.schema_history(self.storage)
 
-    def verify(self, *, check_data: bool = True) -> VerifyReport:
-        return verify(self.storage, check_data=check_data)
+    def verify(
+        self,
+        *,
+        check_data: bool = True,
+        receipts: Iterable[Receipt | str | Path] = (),
+    ) -> VerifyReport:
+        """Check blocks, rules and data; with ``receipts`` (Receipt objects or receipt files),
+        also that the chain still holds each receipt's block (see :mod:`odf_chain.receipt`)."""
+        return verify(self.storage, check_data=check_data, receipts=receipts)
+
+    def receipt(self, *, key_file: str | Path | None = None) -> Receipt:
+        """A receipt of the head, to keep outside the writer's reach and verify with later;
+        signed when ``key_file`` holds this dataset's key (any other key is refused)."""
+        state = self.refresh()
+        head = state.head
+        if head is None or state.dataset_id is None or state.system_time is None:
+            raise NotFoundError(f"{self.location}: no Seed, nothing to take a receipt of")
+        path = self.path
+        location = str(path.absolute()) if isinstance(path, Path) else path
+        taken = Receipt(state.dataset_id, state.sequence_number, head, state.system_time, location)
+        if key_file is not None:
+            taken = taken.signed(load_key(key_file), f"key file {key_file}")
+        return taken
 
     # -- writing ------------------------------------------------------------------------------
 

@@ -9,6 +9,8 @@
    fields in their schema there (an input that cannot be opened is a warning).
 5. Report leftovers (unreferenced blocks and data files, abandoned staging files) as warnings:
    they are not part of the dataset, but an auditor wants to know.
+6. With receipts: the walked chain must still hold each receipt's block at its sequence number
+   (:mod:`odf_chain.receipt`), or it was rolled back, truncated, rewritten or replaced.
 
 Problems are collected, not raised, so one run reports everything it can see.
 """
@@ -16,6 +18,7 @@ Problems are collected, not raised, so one run reports everything it can see.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -40,6 +43,7 @@ from odf_chain.events import (
 )
 from odf_chain.format.codec import decode_block
 from odf_chain.format.multihash import Multihash
+from odf_chain.receipt import Receipt, check_receipts, load_receipts
 from odf_chain.replay import load_chain
 from odf_chain.rules import lineage_input_problems
 from odf_chain.schema.evolution import same_columns
@@ -77,6 +81,9 @@ class VerifyReport:
     blocks_checked: int = 0
     slices_checked: int = 0
     bytes_hashed: int = 0
+    receipts_checked: int = 0
+    receipts_held: int = 0  # receipts whose block the chain holds, without any problem
+    receipts_signed: int = 0  # receipts whose signature checked out
     problems: list[Problem] = field(default_factory=list)
 
     @property
@@ -93,7 +100,7 @@ class VerifyReport:
         return not self.errors
 
     def to_dict(self) -> dict:
-        return {
+        doc = {
             "dataset": self.dataset,
             "ok": self.ok,
             "head": self.head,
@@ -104,6 +111,13 @@ class VerifyReport:
             "warnings": len(self.warnings),
             "problems": [asdict(p) for p in self.problems],
         }
+        if self.receipts_checked:  # only when receipts were given
+            doc["receipts"] = {
+                "checked": self.receipts_checked,
+                "held": self.receipts_held,
+                "signed": self.receipts_signed,
+            }
+        return doc
 
     def add(self, severity: Severity, rule: str, message: str, **where) -> None:
         self.problems.append(Problem(severity, rule, message, **where))
@@ -530,10 +544,40 @@ def _leftovers(storage: Storage, walk: _Walk, slices: set[str], report: VerifyRe
         )
 
 
-def verify(storage: Storage, *, check_data: bool = True) -> VerifyReport:
-    """Check the whole dataset; never raises for problems found, only reports them."""
+def _check_receipts(walk: _Walk, receipts: list[Receipt], report: VerifyReport) -> None:
+    """Each receipt's block must still be in the chain at its sequence number (from the blocks
+    the walk read: nothing is read again)."""
+    if not receipts:
+        return
+    result = check_receipts(walk.entries, receipts, complete=walk.complete)
+    report.receipts_checked += result.checked
+    report.receipts_held += result.held
+    report.receipts_signed += result.signed
+    for finding in result.findings:
+        report.add(
+            "error",
+            "receipt",
+            finding.message,
+            sequence_number=finding.sequence_number,
+            block_hash=finding.block_hash,
+        )
+
+
+def verify(
+    storage: Storage,
+    *,
+    check_data: bool = True,
+    receipts: Iterable[Receipt | str | Path] = (),
+) -> VerifyReport:
+    """Check the whole dataset; never raises for problems found, only reports them.
+
+    ``receipts`` (Receipt objects or receipt files) are read first: one that cannot be read
+    raises, as bad input, before the dataset is looked at.
+    """
+    held = load_receipts(receipts)
     report = VerifyReport(dataset=storage.location)
     walk = _walk(storage, report)
+    _check_receipts(walk, held, report)
     entries = walk.entries
     with_data: list[tuple[BlockEntry, DatasetState]] = []
     if walk.complete:
@@ -560,5 +604,7 @@ def verify(storage: Storage, *, check_data: bool = True) -> VerifyReport:
     return report
 
 
-def verify_path(path: str | Path, *, check_data: bool = True) -> VerifyReport:
-    return verify(open_storage(path), check_data=check_data)
+def verify_path(
+    path: str | Path, *, check_data: bool = True, receipts: Iterable[Receipt | str | Path] = ()
+) -> VerifyReport:
+    return verify(open_storage(path), check_data=check_data, receipts=receipts)
