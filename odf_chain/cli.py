@@ -14,6 +14,7 @@ import os
 import shutil
 import sys
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from odf_chain import lineage_dot, lineage_render
 from odf_chain.dataset import Dataset
@@ -28,6 +29,9 @@ from odf_chain.schema_files import load_schema_file
 from odf_chain.slices import with_system_fields
 from odf_chain.state import Vocabulary
 from odf_chain.verify import verify_path
+
+if TYPE_CHECKING:
+    from odf_chain.spark.sources import SkippedInput
 
 REF_HELP = "'head' (default), a block hash, a sequence number or an ISO-8601 time"
 
@@ -263,31 +267,56 @@ def _spark_session(master: str):
     )
 
 
+def _skipped_lines(skipped: Sequence[SkippedInput]) -> list[str]:
+    """What an ingest skipped: one phrase per block that already held the contents, one for
+    repeats within the call."""
+    from odf_chain.spark.sources import file_name
+
+    groups: dict[int | None, list[str]] = {}
+    for item in skipped:
+        same = "" if item.block is not None else f" = {file_name(item.same_as)}"
+        groups.setdefault(item.block, []).append(item.file.name + same)
+    lines = []
+    for block, names in sorted(groups.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)):
+        files = "1 file" if len(names) == 1 else f"{len(names)} files"
+        why = (
+            "with the same content as an earlier input"
+            if block is None
+            else f"already ingested at block {block}"
+        )
+        listed = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+        lines.append(f"skipped {files} {why} ({listed})")
+    return lines
+
+
 def cmd_ingest(args: argparse.Namespace) -> int:
-    from odf_chain.spark import write
-    from odf_chain.spark.sources import ingest_lineage, read_input
+    from odf_chain.spark.sources import ingest_files
 
     spark = _spark_session(args.master)
     spark.sparkContext.setLogLevel("ERROR")
     try:
-        source = read_input(spark, list(args.inputs), args.format)
-        result = write(
-            source.df,
+        done = ingest_files(
+            spark,
             args.dir,
+            list(args.inputs),
+            args.format,
+            allow_duplicates=args.allow_duplicates,
             event_time=args.event_time,
+            job_name=args.job,
             create=args.create,
             hash=args.hash,
-            avro_schema=source.avro_schema,
-            lineage=ingest_lineage(source, args.job, event_time=args.event_time),
             truncate_timestamps=args.truncate_timestamps,
-            source={
-                "format": args.format,
-                "inputs": [{"uri": i.uri, "size": i.size, "hash": i.blake3} for i in source.inputs],
-            },
         )
     finally:
         spark.stop()
-    print(f"ingested   {result.rows:,} rows from {len(source.inputs)} input file(s)")
+    skipped = _skipped_lines(done.skipped)
+    result = done.result
+    if result is None:  # every input is in the dataset already
+        print("; ".join(skipped) + ": nothing appended")
+        return EXIT_OK
+    for line in skipped:
+        print(line)
+    print(f"ingested   {result.rows:,} rows from {len(done.inputs)} input file(s)")
     print(f"slices     {result.slices} ({result.bytes:,} bytes of Parquet)")
     names = ", ".join(sorted({b.block.event_name for b in result.blocks})) or "none"
     print(f"blocks     {len(result.blocks)} appended ({names})")
@@ -498,6 +527,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--truncate-timestamps",
         action="store_true",
         help="store timestamps finer than a millisecond truncated (default: refuse them)",
+    )
+    ingest.add_argument(
+        "--allow-duplicates",
+        action="store_true",
+        help="ingest every input (default: skip files whose content the dataset already has)",
     )
     ingest.add_argument("--master", default="local[*]", help="Spark master URL (default: local[*])")
     ingest.add_argument("--create", action="store_true", help="create the dataset if missing")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from odf_chain import chain, replay, slices
+from odf_chain import chain, replay, rules, slices
 from odf_chain.chain import BlockEntry
 from odf_chain.errors import NotFoundError
 from odf_chain.events import (
@@ -23,7 +23,7 @@ from odf_chain.format.did import DatasetId, generate_key
 from odf_chain.format.multihash import BLAKE3, check_algorithm
 from odf_chain.lineage.recorder import LineageRecorder
 from odf_chain.receipt import Receipt, check_key_path, create_key_file, load_key
-from odf_chain.state import EMPTY, DatasetState
+from odf_chain.state import EMPTY, DatasetState, transaction_extra
 from odf_chain.storage import LocalStorage, Storage, create_storage, local_path, open_storage
 from odf_chain.verify import VerifyReport, verify
 
@@ -182,8 +182,19 @@ class Dataset:
             return None
         return self._append(SetDataSchema.from_arrow(full))
 
-    def write(self, table: pa.Table, *, lineage: LineageRecorder | None = None) -> list[BlockEntry]:
+    def write(
+        self,
+        table: pa.Table,
+        *,
+        lineage: LineageRecorder | None = None,
+        transaction: tuple[str, int] | None = None,
+    ) -> list[BlockEntry]:
         """Append ``table`` as one Parquet slice; return the blocks appended.
+
+        ``transaction=(app_id, version)``: the pair is recorded on the AddData, and a write
+        whose version is not above the last one the chain records for ``app_id`` appends
+        nothing and returns ``[]`` (a retried job whose first attempt did commit), before any
+        file is written.
 
         ``lineage``: the field operations that produced ``table``, recorded by hand; they are
         appended as an AddFieldLineage just before the AddData, in the same transaction, and
@@ -198,8 +209,12 @@ class Dataset:
         verify and removed by gc. An empty table appends nothing.
         """
         started_at = chain.now()
+        if transaction is not None:
+            transaction = rules.transaction_argument(transaction)
         state = self.refresh()
         if table.num_rows == 0:
+            return []
+        if transaction is not None and rules.transaction_recorded(state, *transaction):
             return []
         system_time = chain.now(state.system_time)
         data = slices.add_system_columns(
@@ -239,6 +254,7 @@ class Dataset:
                     size=written.size,
                     num_rows=written.num_rows,
                     watermark=slices.max_event_time(data, state.vocab),
+                    extra=None if transaction is None else transaction_extra(*transaction),
                 ),
                 system_time=system_time,
             )
