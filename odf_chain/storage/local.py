@@ -496,7 +496,7 @@ class LocalStorage:
             rel = os.path.relpath(parent, os.path.realpath(staging))
         parts = [] if rel == "." else rel.split(os.sep)
         if name in ("", ".", "..") or any(p in ("", ".", "..") for p in parts):
-            raise OdfChainError(f"{staged} is not an entry of {staging}")
+            raise OdfChainError(f"{staged} is not in {staging} (strictly inside it)")
         return [*parts, name]
 
     def _check_staged(self, staged: Path | str) -> Path:
