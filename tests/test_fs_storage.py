@@ -206,7 +206,7 @@ def test_verify_and_gc_on_a_remote_filesystem(memory_dataset: Dataset) -> None:
     assert sorted(p.rule for p in report.warnings) == ["orphan-data", "staging-leftover"]
     assert collect_garbage(storage, min_age=3600).kept_young != []
     # no lock stops writers on such a store: below the default age only on the caller's word
-    with pytest.raises(OdfChainError, match="no lock.*--single-writer"):
+    with pytest.raises(OdfChainError, match=r"no lock.*--single-writer"):
         collect_garbage(storage, min_age=0)
     assert len(storage.data_names()) == 2
     done = collect_garbage(storage, min_age=0, single_writer=True)
