@@ -48,7 +48,7 @@ from odf_chain.rules import lineage_input_problems
 from odf_chain.schema.evolution import same_columns
 from odf_chain.state import EMPTY, DatasetState, apply
 from odf_chain.storage import Storage, open_storage
-from odf_chain.storage.base import HEAD_LOG
+from odf_chain.storage.base import HEAD_LOG, HeadMove
 
 Severity = Literal["error", "warning"]
 
@@ -556,14 +556,24 @@ def _leftovers(storage: Storage, walk: _Walk, slices: set[str], report: VerifyRe
             )
 
 
-def _check_head_log(storage: Storage, walk: _Walk, report: VerifyReport) -> None:
+def _read_head_log(storage: Storage, report: VerifyReport) -> list[HeadMove] | None:
+    """The head log, read *before* the head: a writer appends its line after moving the head,
+    so every head logged by then is the head read next or one of its ancestors. (Read after,
+    the log could name a head a concurrent writer set after the walk began.)"""
+    try:
+        return storage.read_head_log()
+    except OdfChainError as exc:  # malformed, too large, not a regular file
+        report.add("error", "head-log", str(exc), path=HEAD_LOG)
+        return None
+
+
+def _check_head_log(
+    storage: Storage, moves: list[HeadMove] | None, walk: _Walk, report: VerifyReport
+) -> None:
     """Every head the log records must still be the head or one of its ancestors; one that is
     not means refs/head moved back (a restored backup, an operator's mistake, tampering), which
     no rule on the blocks can see. Datasets from before the log have none: nothing to check."""
-    try:
-        moves = storage.read_head_log()
-    except OdfChainError as exc:  # malformed, too large, not a regular file
-        report.add("error", "head-log", str(exc), path=HEAD_LOG)
+    if moves is None:
         return
     logged: dict[str, int] = {}  # head -> when it last became the head
     for number, move in enumerate(moves, 1):
@@ -603,8 +613,9 @@ def _check_head_log(storage: Storage, walk: _Walk, report: VerifyReport) -> None
 def verify(storage: Storage, *, check_data: bool = True) -> VerifyReport:
     """Check the whole dataset; never raises for problems found, only reports them."""
     report = VerifyReport(dataset=storage.location)
+    moves = _read_head_log(storage, report)
     walk = _walk(storage, report)
-    _check_head_log(storage, walk, report)
+    _check_head_log(storage, moves, walk, report)
     entries = walk.entries
     with_data: list[tuple[BlockEntry, DatasetState]] = []
     if walk.complete:

@@ -481,6 +481,8 @@ def test_gc_in_a_loop_beside_four_writers_loses_no_acknowledged_write(tmp_path: 
     acknowledged = [tuple(a) for r in results for a in r["acknowledged"]]
     assert len(acknowledged) == writers * writes, results
     assert passes >= 3, gc_failures
+    # verify (in gc) never mistakes a writer's head move for a rollback, nor anything else
+    assert [f for f in gc_failures if "does not verify" in f] == []
     collect_garbage_path(root, min_age=0)  # and once more, with no writer left
     chain_blocks = {str(e.hash) for e in Dataset.open(root).blocks()}
     missing = [a for a in acknowledged if a[0] not in chain_blocks]
@@ -490,7 +492,7 @@ def test_gc_in_a_loop_beside_four_writers_loses_no_acknowledged_write(tmp_path: 
     report = verify_path(root)
     assert report.ok, [p.line() for p in report.errors]
     print(
-        f"gc passes {passes}, removed {removed}, gc failures {len(gc_failures)}, "
+        f"gc passes {passes}, removed {removed}, gc failures {gc_failures}, "
         f"writer failures {[r['failures'] for r in results]}"
     )
 
