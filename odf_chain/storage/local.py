@@ -588,10 +588,15 @@ class LocalStorage:
 
     def discard_area(self, area: str) -> None:
         """Remove a writer's staging folder and whatever is left in it (best effort: what stays
-        is a leftover for gc). The folder must be strictly inside ``.staging/``."""
+        is a leftover for gc). The folder must be strictly inside ``.staging/``; anything but a
+        folder there is not the writer's, and stays."""
         *folders, name = self._staged_parts(area)
-        with contextlib.suppress(OSError, OdfChainError):
-            self._remove_entry("/".join([STAGING, *folders]), name)
+        with (
+            contextlib.suppress(OSError, OdfChainError),
+            self._dir("/".join([STAGING, *folders])) as dir_fd,
+        ):
+            if stat.S_ISDIR(_lstat(name, dir_fd).st_mode):
+                shutil.rmtree(name, dir_fd=dir_fd, onerror=_missing_is_fine)
 
     def _remove_entry(self, directory: str, name: str) -> None:
         """Remove ``directory/name``: a folder with everything in it (symlinks inside are
