@@ -9,8 +9,9 @@ What they do not offer is a compare-and-swap on an object that this library can 
 ``pyarrow.fs``. The head is moved by read-compare-write and read back afterwards, which catches
 a concurrent writer in nearly every interleaving but cannot exclude one: run one writer per
 dataset on these stores (one scheduled job, say). If two writers do interleave exactly, the
-chain stays valid (each block links its predecessor) and ``verify`` reports the losing
-writer's blocks as unreferenced descendants.
+chain stays valid (each block links its predecessor); if both were told they won, the head log
+names the overwritten head and ``verify`` fails with ``head-rollback`` (an acknowledged write
+was lost: an error, not a warning).
 
 There is no lock either, so gc cannot exclude writers here: it refuses a ``min_age`` below its
 default unless told the dataset has no other writer (see :mod:`odf_chain.gc`). The head log is
