@@ -224,13 +224,22 @@ def cmd_receipt(args: argparse.Namespace) -> int:
 
 
 def cmd_gc(args: argparse.Namespace) -> int:
-    result = collect_garbage_path(args.dir, min_age=args.min_age, dry_run=args.dry_run)
+    result = collect_garbage_path(
+        args.dir,
+        min_age=args.min_age,
+        dry_run=args.dry_run,
+        discard_uncommitted=args.discard_uncommitted or (),
+        single_writer=args.single_writer,
+    )
     verb = "would remove" if args.dry_run else "removed"
     for path in result.removed:
         print(f"{verb} {path}")
-    for path in result.kept_young:
-        print(f"kept {path} (younger than {args.min_age:g} s: a writer may still need it)")
-    print(f"{verb} {len(result.removed)} leftovers, {result.bytes_freed:,} bytes")
+    for kept in result.kept:
+        print(f"kept {kept.path} ({kept.why()})")
+    print(
+        f"{verb} {len(result.removed)} leftovers, {result.bytes_freed:,} bytes; "
+        f"kept {len(result.kept)}"
+    )
     return EXIT_OK
 
 
@@ -552,6 +561,19 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"only remove leftovers at least this old (default {DEFAULT_MIN_AGE:g})",
     )
     gc.add_argument("--dry-run", action="store_true", help="list what would be removed")
+    gc.add_argument(
+        "--discard-uncommitted",
+        action="append",
+        metavar="HASH",
+        help="also remove this block, which descends from the head but was never committed "
+        "(a crashed writer's; verify lists them); repeatable; a block once the head is refused",
+    )
+    gc.add_argument(
+        "--single-writer",
+        action="store_true",
+        help="nothing else writes to the dataset meanwhile: lets --min-age go below the "
+        "default on storage without a head lock (object stores)",
+    )
     gc.set_defaults(run=cmd_gc)
 
     export = commands.add_parser(

@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from odf_chain.errors import SchemaError
+from odf_chain.errors import SchemaError, StorageError
 from odf_chain.events import AddData, DataSlice, OffsetInterval
 from odf_chain.format.multihash import HashingSink, Multihash
 from odf_chain.state import DatasetState, Vocabulary
@@ -259,6 +259,9 @@ def write_parquet(
         pq.write_table(table, path, compression="zstd", filesystem=filesystem)
     except pa.ArrowException as exc:
         raise SchemaError(f"cannot write the slice as Parquet: {exc}") from None
-    with filesystem.open_input_stream(path) as fh:
-        physical, size = Multihash.digest_stream(algorithm, fh)
+    try:
+        with filesystem.open_input_stream(path) as fh:
+            physical, size = Multihash.digest_stream(algorithm, fh)
+    except OSError as exc:  # gone meanwhile (gc took a staged file), or unreadable
+        raise StorageError(f"cannot read back the slice just written to {path}: {exc}") from None
     return WrittenFile(path, physical, logical_hash(table, algorithm), size, table.num_rows)
