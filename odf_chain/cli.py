@@ -258,6 +258,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             avro_schema=source.avro_schema,
             lineage=ingest_lineage(source, args.job, event_time=args.event_time),
             truncate_timestamps=args.truncate_timestamps,
+            evolve=args.evolve,
             source={
                 "format": args.format,
                 "inputs": [{"uri": i.uri, "size": i.size, "hash": i.blake3} for i in source.inputs],
@@ -464,6 +465,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--truncate-timestamps",
         action="store_true",
         help="store timestamps finer than a millisecond truncated (default: refuse them)",
+    )
+    ingest.add_argument(
+        "--evolve",
+        action="store_true",
+        help="allow columns the dataset's schema lacks (default: refuse them, naming the "
+        "closest existing columns)",
     )
     ingest.add_argument("--master", default="local[*]", help="Spark master URL (default: local[*])")
     ingest.add_argument("--create", action="store_true", help="create the dataset if missing")

@@ -18,6 +18,7 @@ from odf_chain.events import (
 from odf_chain.format.did import DatasetId
 from odf_chain.format.multihash import BLAKE3, check_algorithm
 from odf_chain.lineage.recorder import LineageRecorder
+from odf_chain.schema.evolution import check_new_columns
 from odf_chain.state import EMPTY, DatasetState
 from odf_chain.storage import LocalStorage, Storage, create_storage, open_storage
 from odf_chain.verify import VerifyReport, verify
@@ -136,8 +137,19 @@ class Dataset:
             return None
         return self._append(SetDataSchema.from_arrow(full))
 
-    def write(self, table: pa.Table, *, lineage: LineageRecorder | None = None) -> list[BlockEntry]:
+    def write(
+        self,
+        table: pa.Table,
+        *,
+        lineage: LineageRecorder | None = None,
+        evolve: bool = False,
+    ) -> list[BlockEntry]:
         """Append ``table`` as one Parquet slice; return the blocks appended.
+
+        ``evolve``: allow columns (or struct fields) the schema in force lacks; without it such
+        a write raises :class:`NewColumnsError` naming them, before any file is written (a
+        misspelt column would otherwise be added for good). Missing nullable columns become
+        nulls either way; the first write to a dataset without a schema sets it.
 
         ``lineage``: the field operations that produced ``table``, recorded by hand; they are
         appended as an AddFieldLineage just before the AddData, in the same transaction, and
@@ -163,6 +175,7 @@ class Dataset:
             system_time,
         )
         data = slices.conform(data, state.schema)
+        check_new_columns(state.schema, data.schema, evolve=evolve, dataset=self.location)
         schema_block = None
         if state.schema is None or not data.schema.equals(state.schema, check_metadata=True):
             schema_block = chain.prepare(
