@@ -57,7 +57,7 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("cli") / "ds"
     ds = Dataset.create(root)
     ds.write(pa.table({"id": pa.array([1, 2], pa.int64())}))
-    ds.write(pa.table({"id": pa.array([3], pa.int64()), "name": pa.array(["c"])}))
+    ds.write(pa.table({"id": pa.array([3], pa.int64()), "name": pa.array(["c"])}), evolve=True)
     return root
 
 

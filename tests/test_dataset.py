@@ -309,7 +309,7 @@ def test_new_nullable_column_appends_set_data_schema(tmp_path: Path) -> None:
     ds = Dataset.create(tmp_path / "ds")
     ds.write(table([1, 2]))
     first_files = snapshot_tree(ds.path / "data")
-    blocks = ds.write(table([3], score=pa.array([1.5], pa.float64())))
+    blocks = ds.write(table([3], score=pa.array([1.5], pa.float64())), evolve=True)
     assert [e.block.event_name for e in blocks] == ["SetDataSchema", "AddData"]
     schema = blocks[0].block.event.to_arrow()
     assert schema.names == ["offset", "op", "system_time", "event_time", "id", "score"]
@@ -507,7 +507,10 @@ def test_state_at_a_multihash_object(history: dict) -> None:
 def test_reopen_gives_the_same_state(tmp_path: Path) -> None:
     ds = Dataset.create(tmp_path / "ds", hash="sha3-256")
     ds.write(table([1, 2], event_time=pa.array([ts(2024, 1, 1), ts(2024, 1, 2)], MS_UTC)))
-    ds.write(table([3], extra=pa.array(["x"]), event_time=pa.array([ts(2024, 1, 3)], MS_UTC)))
+    ds.write(
+        table([3], extra=pa.array(["x"]), event_time=pa.array([ts(2024, 1, 3)], MS_UTC)),
+        evolve=True,
+    )
     reopened = Dataset.open(tmp_path / "ds")
     assert reopened.state == ds.state
     assert reopened.state.schema.equals(ds.state.schema)
