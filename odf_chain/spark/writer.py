@@ -179,7 +179,7 @@ def _user_columns(rest: list[str], in_force: pa.Schema | None, system: set[str])
     return columns
 
 
-def _names_only(spark_type) -> pa.Schema:
+def _names_only(schema) -> pa.Schema:
     """The names and nesting of a Spark schema as an Arrow schema, for the new-column check
     (which needs no more, and so runs on the DataFrame's schema before any Spark job).
 
@@ -197,7 +197,7 @@ def _names_only(spark_type) -> pa.Schema:
             return pa.map_(convert(t.keyType), convert(t.valueType))
         return pa.binary()
 
-    return pa.schema([pa.field(f.name, convert(f.dataType)) for f in spark_type.fields])
+    return pa.schema([pa.field(f.name, convert(f.dataType)) for f in schema.fields])
 
 
 def _refuse_duplicate_columns(df) -> None:
