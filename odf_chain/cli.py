@@ -315,6 +315,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             create=args.create,
             hash=args.hash,
             truncate_timestamps=args.truncate_timestamps,
+            evolve=args.evolve,
         )
     finally:
         spark.stop()
@@ -541,6 +542,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--allow-duplicates",
         action="store_true",
         help="ingest every input (default: skip files whose content the dataset already has)",
+    )
+    ingest.add_argument(
+        "--evolve",
+        action="store_true",
+        help="allow columns the dataset's schema lacks (default: refuse them, naming the "
+        "closest existing columns)",
     )
     ingest.add_argument("--master", default="local[*]", help="Spark master URL (default: local[*])")
     ingest.add_argument("--create", action="store_true", help="create the dataset if missing")

@@ -23,6 +23,7 @@ from odf_chain.format.did import DatasetId, generate_key
 from odf_chain.format.multihash import BLAKE3, check_algorithm
 from odf_chain.lineage.recorder import LineageRecorder
 from odf_chain.receipt import Receipt, check_key_path, create_key_file, load_key
+from odf_chain.schema.evolution import check_new_columns
 from odf_chain.state import EMPTY, DatasetState, transaction_extra
 from odf_chain.storage import LocalStorage, Storage, create_storage, local_path, open_storage
 from odf_chain.verify import VerifyReport, verify
@@ -187,9 +188,15 @@ class Dataset:
         table: pa.Table,
         *,
         lineage: LineageRecorder | None = None,
+        evolve: bool = False,
         transaction: tuple[str, int] | None = None,
     ) -> list[BlockEntry]:
         """Append ``table`` as one Parquet slice; return the blocks appended.
+
+        ``evolve``: allow columns (or struct fields) the schema in force lacks; without it such
+        a write raises :class:`NewColumnsError` naming them, before any file is written (a
+        misspelt column would otherwise be added for good). Missing nullable columns become
+        nulls either way; the first write to a dataset without a schema sets it.
 
         ``transaction=(app_id, version)``: the pair is recorded on the AddData, and a write
         whose version is not above the last one the chain records for ``app_id`` appends
@@ -224,6 +231,7 @@ class Dataset:
             system_time,
         )
         data = slices.conform(data, state.schema)
+        check_new_columns(state.schema, data.schema, evolve=evolve, dataset=self.location)
         schema_block = None
         if state.schema is None or not data.schema.equals(state.schema, check_metadata=True):
             schema_block = chain.prepare(

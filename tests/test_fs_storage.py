@@ -199,7 +199,7 @@ def memory_dataset() -> Dataset:
 def test_dataset_lifecycle_on_a_remote_filesystem(memory_dataset: Dataset) -> None:
     ds = memory_dataset
     ds.write(pa.table({"id": [1, 2, 3], "name": ["a", "b", "c"]}))
-    ds.write(pa.table({"id": [4], "name": ["d"], "score": [0.5]}))  # adds a nullable column
+    ds.write(pa.table({"id": [4], "name": ["d"], "score": [0.5]}), evolve=True)  # a new column
     with pytest.raises(SchemaEvolutionError, match="id"):
         ds.write(pa.table({"id": ["not a number"]}))
     state = ds.refresh()

@@ -43,7 +43,8 @@ def build(root: Path, algorithm: str = "blake3") -> Dataset:
                 "name": pa.array(["e", "f"]),
                 "score": pa.array([0.5, None], pa.float64()),
             }
-        )
+        ),
+        evolve=True,
     )
     ds.write(pa.table({"id": pa.array([7], pa.int64())}))
     return ds

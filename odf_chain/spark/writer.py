@@ -1,6 +1,7 @@
 """Writing Spark DataFrames into a dataset, and reading them back.
 
-The write is one transaction:
+The write is one transaction, preceded by the new-column check: a DataFrame whose schema has
+columns the schema in force lacks is refused, before Spark runs any job, unless ``evolve=True``.
 
 1. **Offsets without a funnel.** Rows are counted per partition (one small row per partition
    reaches the driver; counting reads no column values), prefix sums give each partition its
@@ -54,6 +55,7 @@ from odf_chain.format.multihash import BLAKE3, Multihash
 from odf_chain.lineage.recorder import LineageRecorder
 from odf_chain.replay import load_chain, select, settle_lineage
 from odf_chain.schema.convert import AVRO_SCHEMA_KEY, avro_to_arrow
+from odf_chain.schema.evolution import check_new_columns
 from odf_chain.slices import add_data_for, own_metadata
 from odf_chain.state import SOURCE_KEY, DatasetState, Vocabulary, transaction_extra
 
@@ -177,6 +179,27 @@ def _user_columns(rest: list[str], in_force: pa.Schema | None, system: set[str])
     known = set(in_force.names)
     columns += [F.col(_quoted(c)) for c in rest if c not in known]
     return columns
+
+
+def _names_only(schema) -> pa.Schema:
+    """The names and nesting of a Spark schema as an Arrow schema, for the new-column check
+    (which needs no more, and so runs on the DataFrame's schema before any Spark job).
+
+    Structs, arrays and maps keep their shape; every leaf becomes a binary placeholder, so no
+    Spark type (UDTs, intervals, variants) can make the conversion fail.
+    """
+    from pyspark.sql.types import ArrayType, MapType, StructType
+
+    def convert(t) -> pa.DataType:
+        if isinstance(t, StructType):
+            return pa.struct([pa.field(f.name, convert(f.dataType)) for f in t.fields])
+        if isinstance(t, ArrayType):
+            return pa.list_(convert(t.elementType))
+        if isinstance(t, MapType):
+            return pa.map_(convert(t.keyType), convert(t.valueType))
+        return pa.binary()
+
+    return pa.schema([pa.field(f.name, convert(f.dataType)) for f in schema.fields])
 
 
 def _refuse_duplicate_columns(df) -> None:
@@ -338,6 +361,7 @@ def write(
     lineage: LineageRecorder | bool = True,
     job_name: str | None = None,
     truncate_timestamps: bool = False,
+    evolve: bool = False,
     transaction: tuple[str, int] | None = None,
     _check_state: Callable[[Dataset, DatasetState], None] | None = None,
 ) -> IngestResult:
@@ -361,6 +385,10 @@ def write(
 
     Timestamps are stored in milliseconds (as ODF's system columns); a user column holding finer
     ones is refused, not silently truncated, unless ``truncate_timestamps`` says to truncate.
+
+    ``evolve`` allows columns (or struct fields) the schema in force lacks; without it such a
+    write raises :class:`NewColumnsError` naming them, from the DataFrame's schema, before
+    Spark runs any job (missing nullable columns become nulls either way).
 
     ``transaction=(app_id, version)`` makes a retried job append nothing twice (Delta's
     txnAppId/txnVersion): the pair is recorded with the first AddData, and a write whose
@@ -393,6 +421,9 @@ def write(
 
     _refuse_duplicate_columns(df)
     shaped = _with_system_columns(df, vocab, system_time, event_time, state.schema)
+    check_new_columns(
+        state.schema, _names_only(shaped.schema), evolve=evolve, dataset=dataset.location
+    )
     if persist is None:
         persist = _shuffles(shaped)
     if persist:
