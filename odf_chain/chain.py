@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 
 from odf_chain import rules
 from odf_chain.errors import FormatError, IntegrityError, NotFoundError, RuleViolation
-from odf_chain.events import MetadataBlock, MetadataEvent
+from odf_chain.events import AddData, ExecuteTransform, MetadataBlock, MetadataEvent
 from odf_chain.format.codec import decode_block, encode_block
 from odf_chain.format.multihash import BLAKE3, Multihash
 from odf_chain.state import DatasetState, apply
@@ -143,8 +143,10 @@ def commit(storage: Storage, *prepared: PreparedBlock) -> DatasetState:
     """Write the block files, then move the head once, from the state the first was built on
     to the last: several blocks of one transaction become visible together or not at all.
 
-    Raises :class:`ConflictError` if another writer moved the head meanwhile; the block files
-    then stay unreferenced (harmless; reported by verify, removable by the writer).
+    Raises :class:`ConflictError` if another writer moved the head meanwhile, or if a block
+    or data file the new blocks need was removed before the head moved (gc deletes leftovers
+    under the same lock the head moves under): the files then stay unreferenced (harmless;
+    reported by verify, removable by gc) and nothing became visible.
     """
     if not prepared:
         raise ValueError("commit needs at least one prepared block")
@@ -162,7 +164,16 @@ def commit(storage: Storage, *prepared: PreparedBlock) -> DatasetState:
         storage.write_block(str(block.entry.hash), block.data)
     expected = prepared[0].before.head
     storage.compare_and_swap_head(
-        None if expected is None else str(expected), str(prepared[-1].entry.hash)
+        None if expected is None else str(expected),
+        str(prepared[-1].entry.hash),
+        # checked under the head lock: gc may have taken a file put in place before it
+        blocks=[str(p.entry.hash) for p in prepared],
+        data=[
+            str(p.entry.block.event.new_data.physical_hash)
+            for p in prepared
+            if isinstance(p.entry.block.event, AddData | ExecuteTransform)
+            and p.entry.block.event.new_data is not None
+        ],
     )
     return prepared[-1].after
 

@@ -14,12 +14,14 @@ import os
 import shutil
 import sys
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from odf_chain import lineage_dot, lineage_render
 from odf_chain.dataset import Dataset
 from odf_chain.errors import OdfChainError, SchemaError
 from odf_chain.format.multihash import BLAKE3, SHA3_256
 from odf_chain.gc import DEFAULT_MIN_AGE, collect_garbage_path
+from odf_chain.receipt import write_receipt
 from odf_chain.render import block_to_jsonable, log_line, schema_to_jsonable, state_to_jsonable
 from odf_chain.schema.evolution import check_evolution, diff_schemas
 from odf_chain.schema.fields import FieldInfo
@@ -27,6 +29,9 @@ from odf_chain.schema_files import load_schema_file
 from odf_chain.slices import with_system_fields
 from odf_chain.state import Vocabulary
 from odf_chain.verify import verify_path
+
+if TYPE_CHECKING:
+    from odf_chain.spark.sources import SkippedInput
 
 REF_HELP = "'head' (default), a block hash, a sequence number or an ISO-8601 time"
 
@@ -66,13 +71,15 @@ def cmd_init(args: argparse.Namespace) -> int:
             with_system_fields(schema, Vocabulary())
         except SchemaError as exc:
             raise SchemaError(f"{args.schema}: {exc}") from None
-    dataset = Dataset.create(args.dir, hash=args.hash)
+    dataset = Dataset.create(args.dir, hash=args.hash, key_file=args.key_file)
     if schema is not None:
         dataset.set_schema(schema)
     state = dataset.state
     print(f"created {dataset.path}")
     print(f"dataset id  {state.dataset_id}")
     print(f"hash        {state.hash_algorithm}")
+    if args.key_file is not None:
+        print(f"key file    {args.key_file} (mode 0600; signs receipts; keep it safe and apart)")
     if schema is not None:
         print(f"schema      {len(state.schema)} fields, declared at block {state.sequence_number}")
     print(f"head        {state.head}")
@@ -184,7 +191,9 @@ def _schema_check(args: argparse.Namespace) -> int:
 def cmd_verify(args: argparse.Namespace) -> int:
     if args.deep and args.no_data:
         raise UsageError("--deep reads every row of the data: it cannot go with --no-data")
-    report = verify_path(args.dir, check_data=not args.no_data, deep=args.deep)
+    report = verify_path(
+        args.dir, check_data=not args.no_data, receipts=args.receipt or (), deep=args.deep
+    )
     if args.json:
         _print_json(report.to_dict())
     else:
@@ -197,17 +206,45 @@ def cmd_verify(args: argparse.Namespace) -> int:
             f"{rows}{report.bytes_hashed:,} bytes hashed, {len(report.errors)} errors, "
             f"{len(report.warnings)} warnings; head {report.head}"
         )
+        if report.receipts_checked:
+            print(
+                f"receipts: {report.receipts_held} of {report.receipts_checked} held by the "
+                f"chain, {report.receipts_signed} with a valid signature"
+            )
     return EXIT_OK if report.ok else EXIT_FAILED
 
 
+def cmd_receipt(args: argparse.Namespace) -> int:
+    taken = Dataset.open(args.dir).receipt(key_file=args.key_file)
+    if args.output is None:
+        sys.stdout.write(taken.to_json())
+        return EXIT_OK
+    write_receipt(taken, args.output)
+    signed = "signed" if taken.signature is not None else "unsigned"
+    print(
+        f"wrote {signed} receipt of block {taken.sequence_number} {taken.block_hash} "
+        f"to {args.output}"
+    )
+    return EXIT_OK
+
+
 def cmd_gc(args: argparse.Namespace) -> int:
-    result = collect_garbage_path(args.dir, min_age=args.min_age, dry_run=args.dry_run)
+    result = collect_garbage_path(
+        args.dir,
+        min_age=args.min_age,
+        dry_run=args.dry_run,
+        discard_uncommitted=args.discard_uncommitted or (),
+        single_writer=args.single_writer,
+    )
     verb = "would remove" if args.dry_run else "removed"
     for path in result.removed:
         print(f"{verb} {path}")
-    for path in result.kept_young:
-        print(f"kept {path} (younger than {args.min_age:g} s: a writer may still need it)")
-    print(f"{verb} {len(result.removed)} leftovers, {result.bytes_freed:,} bytes")
+    for kept in result.kept:
+        print(f"kept {kept.path} ({kept.why()})")
+    print(
+        f"{verb} {len(result.removed)} leftovers, {result.bytes_freed:,} bytes; "
+        f"kept {len(result.kept)}"
+    )
     return EXIT_OK
 
 
@@ -244,31 +281,57 @@ def _spark_session(master: str):
     )
 
 
+def _skipped_lines(skipped: Sequence[SkippedInput]) -> list[str]:
+    """What an ingest skipped: one phrase per block that already held the contents, one for
+    repeats within the call."""
+    from odf_chain.spark.sources import file_name
+
+    groups: dict[int | None, list[str]] = {}
+    for item in skipped:
+        same = "" if item.block is not None else f" = {file_name(item.same_as)}"
+        groups.setdefault(item.block, []).append(item.file.name + same)
+    lines = []
+    for block, names in sorted(groups.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)):
+        files = "1 file" if len(names) == 1 else f"{len(names)} files"
+        why = (
+            "with the same content as an earlier input"
+            if block is None
+            else f"already ingested at block {block}"
+        )
+        listed = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+        lines.append(f"skipped {files} {why} ({listed})")
+    return lines
+
+
 def cmd_ingest(args: argparse.Namespace) -> int:
-    from odf_chain.spark import write
-    from odf_chain.spark.sources import ingest_lineage, read_input
+    from odf_chain.spark.sources import ingest_files
 
     spark = _spark_session(args.master)
     spark.sparkContext.setLogLevel("ERROR")
     try:
-        source = read_input(spark, list(args.inputs), args.format)
-        result = write(
-            source.df,
+        done = ingest_files(
+            spark,
             args.dir,
+            list(args.inputs),
+            args.format,
+            allow_duplicates=args.allow_duplicates,
             event_time=args.event_time,
+            job_name=args.job,
             create=args.create,
             hash=args.hash,
-            avro_schema=source.avro_schema,
-            lineage=ingest_lineage(source, args.job, event_time=args.event_time),
             truncate_timestamps=args.truncate_timestamps,
-            source={
-                "format": args.format,
-                "inputs": [{"uri": i.uri, "size": i.size, "hash": i.blake3} for i in source.inputs],
-            },
+            evolve=args.evolve,
         )
     finally:
         spark.stop()
-    print(f"ingested   {result.rows:,} rows from {len(source.inputs)} input file(s)")
+    skipped = _skipped_lines(done.skipped)
+    result = done.result
+    if result is None:  # every input is in the dataset already
+        print("; ".join(skipped) + ": nothing appended")
+        return EXIT_OK
+    for line in skipped:
+        print(line)
+    print(f"ingested   {result.rows:,} rows from {len(done.inputs)} input file(s)")
     print(f"slices     {result.slices} ({result.bytes:,} bytes of Parquet)")
     names = ", ".join(sorted({b.block.event_name for b in result.blocks})) or "none"
     print(f"blocks     {len(result.blocks)} appended ({names})")
@@ -397,6 +460,12 @@ def _add_verify_arguments(parser: argparse.ArgumentParser) -> None:
         "--no-data", action="store_true", help="check blocks and rules only, not data files"
     )
     parser.add_argument(
+        "--receipt",
+        action="append",
+        metavar="FILE",
+        help="a receipt (odf-chain receipt) whose block the chain must still hold; repeatable",
+    )
+    parser.add_argument(
         "--deep",
         action="store_true",
         help="also read every row: recompute each slice's logical hash, check its offset, op "
@@ -425,6 +494,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="declare the data schema up front: .avsc (Avro), .json (DataMine) or .parquet",
     )
     init.add_argument("--table", help="which table of a DataMine document")
+    init.add_argument(
+        "--key-file",
+        metavar="FILE",
+        help="keep the dataset id's private key in FILE (new, outside the dataset, mode 0600) "
+        "to sign receipts",
+    )
     init.set_defaults(run=cmd_init)
 
     log = commands.add_parser("log", help="list blocks, newest first")
@@ -474,6 +549,17 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="store timestamps finer than a millisecond truncated (default: refuse them)",
     )
+    ingest.add_argument(
+        "--allow-duplicates",
+        action="store_true",
+        help="ingest every input (default: skip files whose content the dataset already has)",
+    )
+    ingest.add_argument(
+        "--evolve",
+        action="store_true",
+        help="allow columns the dataset's schema lacks (default: refuse them, naming the "
+        "closest existing columns)",
+    )
     ingest.add_argument("--master", default="local[*]", help="Spark master URL (default: local[*])")
     ingest.add_argument("--create", action="store_true", help="create the dataset if missing")
     ingest.add_argument(
@@ -493,6 +579,19 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"only remove leftovers at least this old (default {DEFAULT_MIN_AGE:g})",
     )
     gc.add_argument("--dry-run", action="store_true", help="list what would be removed")
+    gc.add_argument(
+        "--discard-uncommitted",
+        action="append",
+        metavar="HASH",
+        help="also remove this block, which descends from the head but was never committed "
+        "(a crashed writer's; verify lists them); repeatable; a block once the head is refused",
+    )
+    gc.add_argument(
+        "--single-writer",
+        action="store_true",
+        help="nothing else writes to the dataset meanwhile: lets --min-age go below the "
+        "default on storage without a head lock (object stores)",
+    )
     gc.set_defaults(run=cmd_gc)
 
     export = commands.add_parser(
@@ -555,6 +654,21 @@ def build_parser() -> argparse.ArgumentParser:
     lineage.add_argument("--json", action="store_true", help="same as --format json")
     lineage.add_argument("-o", "--output", metavar="FILE", help="write to FILE, not stdout")
     lineage.set_defaults(run=cmd_lineage)
+
+    receipt = commands.add_parser(
+        "receipt",
+        help="a JSON receipt of the head, to verify the chain against later (--receipt)",
+    )
+    receipt.add_argument(
+        "dir", help="dataset directory or pyarrow.fs URI (s3://..., gs://..., hdfs://...)"
+    )
+    receipt.add_argument(
+        "-o", "--output", metavar="FILE", help="write to FILE (must be new), not stdout"
+    )
+    receipt.add_argument(
+        "--key-file", metavar="FILE", help="sign with the dataset's key (from init --key-file)"
+    )
+    receipt.set_defaults(run=cmd_receipt)
 
     verify = commands.add_parser("verify", help="check blocks, rules and data (chain-verify)")
     _add_verify_arguments(verify)

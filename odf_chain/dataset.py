@@ -2,24 +2,30 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+from collections.abc import Iterable
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from odf_chain import chain, replay, slices
+from odf_chain import chain, replay, rules, slices
 from odf_chain.chain import BlockEntry
+from odf_chain.errors import NotFoundError
 from odf_chain.events import (
     MetadataEvent,
     OffsetInterval,
     Seed,
     SetDataSchema,
 )
-from odf_chain.format.did import DatasetId
+from odf_chain.format.did import DatasetId, generate_key
 from odf_chain.format.multihash import BLAKE3, check_algorithm
 from odf_chain.lineage.recorder import LineageRecorder
-from odf_chain.state import EMPTY, DatasetState
-from odf_chain.storage import LocalStorage, Storage, create_storage, open_storage
+from odf_chain.receipt import Receipt, check_key_path, create_key_file, load_key
+from odf_chain.schema.evolution import check_new_columns
+from odf_chain.state import EMPTY, DatasetState, transaction_extra
+from odf_chain.storage import LocalStorage, Storage, create_storage, local_path, open_storage
 from odf_chain.verify import VerifyReport, verify
 
 
@@ -44,15 +50,35 @@ class Dataset:
         hash: str = BLAKE3,
         *,
         filesystem: pafs.FileSystem | None = None,
+        key_file: str | Path | None = None,
     ) -> Dataset:
         """Create the layout at ``location`` and append the Seed with a fresh ``did:odf`` id.
 
         ``location`` is a local path or a ``pyarrow.fs`` URI (``s3://bucket/sales``), or a path
         in ``filesystem`` when one is given (a filesystem configured in code).
+
+        ``key_file``: keep the id's private key there (PKCS#8 PEM, mode 0600) to sign receipts
+        later; without it the key is dropped. The file must be new and outside the dataset. It
+        is written before the dataset and removed if the create fails, so a failed create
+        leaves no key for a dataset that does not exist.
         """
         check_algorithm(hash)
-        dataset = cls(create_storage(location, filesystem))
-        dataset._append(Seed(dataset_id=DatasetId.generate()), algorithm=hash)
+        if key_file is None:
+            dataset = cls(create_storage(location, filesystem))
+            dataset._append(Seed(dataset_id=DatasetId.generate()), algorithm=hash)
+            return dataset
+        local = filesystem is None or isinstance(filesystem, pafs.LocalFileSystem)
+        root = local_path(location) if local else None
+        key_path = check_key_path(key_file, root)
+        key = generate_key()
+        create_key_file(key_path, key)
+        try:
+            dataset = cls(create_storage(location, filesystem))
+            dataset._append(Seed(dataset_id=DatasetId.of_key(key)), algorithm=hash)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(key_path)
+            raise
         return dataset
 
     @classmethod
@@ -108,8 +134,31 @@ class Dataset:
         """Every SetDataSchema, oldest first, with the diff from the schema before it."""
         return replay.schema_history(self.storage)
 
-    def verify(self, *, check_data: bool = True, deep: bool = False) -> VerifyReport:
-        return verify(self.storage, check_data=check_data, deep=deep)
+    def verify(
+        self,
+        *,
+        check_data: bool = True,
+        receipts: Iterable[Receipt | str | Path] = (),
+        deep: bool = False,
+    ) -> VerifyReport:
+        """Check blocks, rules and data; with ``receipts`` (Receipt objects or receipt files),
+        also that the chain still holds each receipt's block (see :mod:`odf_chain.receipt`);
+        ``deep`` also reads every row of every slice (see :mod:`odf_chain.verify`)."""
+        return verify(self.storage, check_data=check_data, receipts=receipts, deep=deep)
+
+    def receipt(self, *, key_file: str | Path | None = None) -> Receipt:
+        """A receipt of the head, to keep outside the writer's reach and verify with later;
+        signed when ``key_file`` holds this dataset's key (any other key is refused)."""
+        state = self.refresh()
+        head = state.head
+        if head is None or state.dataset_id is None or state.system_time is None:
+            raise NotFoundError(f"{self.location}: no Seed, nothing to take a receipt of")
+        path = self.path
+        location = str(path.absolute()) if isinstance(path, Path) else path
+        taken = Receipt(state.dataset_id, state.sequence_number, head, state.system_time, location)
+        if key_file is not None:
+            taken = taken.signed(load_key(key_file), f"key file {key_file}")
+        return taken
 
     # -- writing ------------------------------------------------------------------------------
 
@@ -136,8 +185,25 @@ class Dataset:
             return None
         return self._append(SetDataSchema.from_arrow(full))
 
-    def write(self, table: pa.Table, *, lineage: LineageRecorder | None = None) -> list[BlockEntry]:
+    def write(
+        self,
+        table: pa.Table,
+        *,
+        lineage: LineageRecorder | None = None,
+        evolve: bool = False,
+        transaction: tuple[str, int] | None = None,
+    ) -> list[BlockEntry]:
         """Append ``table`` as one Parquet slice; return the blocks appended.
+
+        ``evolve``: allow columns (or struct fields) the schema in force lacks; without it such
+        a write raises :class:`NewColumnsError` naming them, before any file is written (a
+        misspelt column would otherwise be added for good). Missing nullable columns become
+        nulls either way; the first write to a dataset without a schema sets it.
+
+        ``transaction=(app_id, version)``: the pair is recorded on the AddData, and a write
+        whose version is not above the last one the chain records for ``app_id`` appends
+        nothing and returns ``[]`` (a retried job whose first attempt did commit), before any
+        file is written.
 
         ``lineage``: the field operations that produced ``table``, recorded by hand; they are
         appended as an AddFieldLineage just before the AddData, in the same transaction, and
@@ -152,8 +218,12 @@ class Dataset:
         verify and removed by gc. An empty table appends nothing.
         """
         started_at = chain.now()
+        if transaction is not None:
+            transaction = rules.transaction_argument(transaction)
         state = self.refresh()
         if table.num_rows == 0:
+            return []
+        if transaction is not None and rules.transaction_recorded(state, *transaction):
             return []
         system_time = chain.now(state.system_time)
         data = slices.add_system_columns(
@@ -163,6 +233,7 @@ class Dataset:
             system_time,
         )
         data = slices.conform(data, state.schema)
+        check_new_columns(state.schema, data.schema, evolve=evolve, dataset=self.location)
         schema_block = None
         if state.schema is None or not data.schema.equals(state.schema, check_metadata=True):
             schema_block = chain.prepare(
@@ -197,6 +268,7 @@ class Dataset:
                     size=written.size,
                     num_rows=written.num_rows,
                     watermark=slices.max_event_time(data, state.vocab),
+                    extra=None if transaction is None else transaction_extra(*transaction),
                 ),
                 system_time=system_time,
             )

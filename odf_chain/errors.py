@@ -82,6 +82,17 @@ class SchemaEvolutionError(RuleViolation):
     """A new schema breaks the evolution rules (a field removed, retyped, or made required)."""
 
 
+class NewColumnsError(SchemaEvolutionError):
+    """A write would add columns (or struct fields) to the schema in force without being asked
+    to (``evolve=True``, ``--evolve``): a misspelt column must not change a dataset for good.
+
+    Raised before anything is written, so it names the dataset, not a block.
+    """
+
+    def _render(self) -> str:
+        return self.detail if self.sequence_number is None else super()._render()
+
+
 class LineageError(OdfChainError, ValueError):
     """Field lineage that cannot be recorded or resolved (an unknown field, a duplicate
     operation name, a cycle); the message names the operation and the field."""

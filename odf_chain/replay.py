@@ -6,7 +6,7 @@ A *ref* names a block: ``"head"``, a block hash (``f1e20…``), a sequence numbe
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -15,11 +15,11 @@ import pyarrow as pa
 
 from odf_chain.chain import BlockEntry, advance, read_head, walk_back
 from odf_chain.errors import FormatError, NotFoundError, OdfChainError, RuleViolation
-from odf_chain.events import AddFieldLineage, LineageInput, SetDataSchema
+from odf_chain.events import AddData, AddFieldLineage, LineageInput, SetDataSchema
 from odf_chain.format.multihash import Multihash
 from odf_chain.lineage.graph import FieldGraph, FieldRef
 from odf_chain.schema.evolution import SchemaDiff, diff_schemas
-from odf_chain.state import EMPTY, DatasetState
+from odf_chain.state import EMPTY, SOURCE_KEY, DatasetState
 from odf_chain.storage import Storage
 
 Ref = str | int | datetime | Multihash
@@ -127,6 +127,49 @@ def schema_history(storage: Storage) -> list[SchemaChange]:
             history.append(SchemaChange(entry, state.schema, diff))
             previous = state.schema
     return history
+
+
+@dataclass(frozen=True, slots=True)
+class IngestedInput:
+    """Where the chain first records an input file's content (an ingest's ``source``)."""
+
+    hash: str  # the BLAKE3 multihash (multibase text) of the file's bytes
+    uri: str  # the file it was read from then
+    sequence_number: int  # the first AddData that names it
+    block_hash: Multihash
+
+
+def _source_inputs(event: AddData) -> Iterator[tuple[str, str]]:
+    """(hash, uri) of each input file an AddData's source names; other shapes of ``source=``
+    (a caller's own dictionary) name none."""
+    source = event.extra.get(SOURCE_KEY) if isinstance(event.extra, Mapping) else None
+    inputs = source.get("inputs") if isinstance(source, dict) else None
+    for item in inputs if isinstance(inputs, list) else ():
+        if isinstance(item, dict) and isinstance(item.get("hash"), str):
+            uri = item.get("uri")
+            yield item["hash"], uri if isinstance(uri, str) else ""
+
+
+def ingested_inputs(
+    storage: Storage, head: Multihash | None = None, *, since: Multihash | None = None
+) -> dict[str, IngestedInput]:
+    """The input files the chain records as ingested, by content hash: what ``odf-chain
+    ingest`` skips. Reads blocks only (from ``head``, by default the current one, back to the
+    Seed, or to just after ``since``), never a data file.
+
+    Scans the chain (one pass, newest first, so the oldest record of a hash wins); an index
+    can answer this later without changing the answer.
+    """
+    found: dict[str, IngestedInput] = {}
+    start = read_head(storage) if head is None else head
+    for entry in walk_back(storage, start, stop_at=since):
+        event = entry.block.event
+        if isinstance(event, AddData):
+            for content, uri in _source_inputs(event):
+                found[content] = IngestedInput(
+                    content, uri, entry.block.sequence_number, entry.hash
+                )
+    return found
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,6 +35,9 @@ lineage-outputs           every field a lineage operation writes is a v2 path of
                           force
 lineage-data              the offsets a lineage event's run wrote start at the next offset and
                           are covered by the data slices right after it, before any other event
+transaction-version       a transaction pair (extra attribute ``odf-chain.dev/transaction`` of
+                          an AddData) has a non-empty string app id and an integer version in
+                          0..2**63-1, above the last version recorded for that app id
 no-op                     no empty event and no event that changes nothing (a lineage event
                           with no operations included)
 ========================  =====================================================================
@@ -49,7 +52,8 @@ cannot open.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 import pyarrow as pa
 
@@ -72,7 +76,13 @@ from odf_chain.events import (
 )
 from odf_chain.format.multihash import Multihash
 from odf_chain.schema.evolution import check_evolution
-from odf_chain.state import DatasetState, Vocabulary, schema_path_set
+from odf_chain.state import (
+    TRANSACTION_KEY,
+    DatasetState,
+    Vocabulary,
+    schema_path_set,
+    transaction_of,
+)
 
 Rule = Callable[[DatasetState, MetadataBlock, Multihash], None]
 
@@ -501,6 +511,66 @@ def lineage_input_problems(
     return problems
 
 
+# -- transactions ---------------------------------------------------------------------------------
+
+MAX_TRANSACTION_VERSION = 2**63 - 1  # a signed 64-bit integer, as Delta's txnVersion
+
+
+def transaction_problem(app_id: Any, version: Any) -> str | None:
+    """What is wrong with a transaction pair, or None: the app id must be a non-empty string
+    and the version an integer (not a bool) in 0..2**63-1."""
+    if not isinstance(app_id, str) or not app_id:
+        return f"the app id must be a non-empty string, found {app_id!r}"
+    if isinstance(version, bool) or not isinstance(version, int):
+        return f"the version must be an integer, found {version!r}"
+    if not 0 <= version <= MAX_TRANSACTION_VERSION:
+        return f"the version must be in 0..{MAX_TRANSACTION_VERSION}, found {version}"
+    return None
+
+
+def transaction_argument(transaction: Any) -> tuple[str, int]:
+    """A writer's ``transaction=`` argument as ``(app_id, version)``, checked before anything
+    runs; raises :class:`RuleViolation` (``transaction-version``) saying what is wrong."""
+    if not isinstance(transaction, tuple | list) or len(transaction) != 2:
+        raise RuleViolation(
+            "transaction-version",
+            f"transaction= takes a pair (app_id, version), found {transaction!r}",
+        )
+    app_id, version = transaction
+    problem = transaction_problem(app_id, version)
+    if problem is not None:
+        raise RuleViolation("transaction-version", f"transaction={transaction!r}: {problem}")
+    return app_id, version
+
+
+def transaction_recorded(state: DatasetState, app_id: str, version: int) -> bool:
+    """Does the chain already record ``version`` or a later one for ``app_id``? A writer given
+    that pair appends nothing (a retried job whose first attempt did commit)."""
+    last = state.transactions.get(app_id)
+    return last is not None and version <= last
+
+
+def check_transaction(state: DatasetState, block: MetadataBlock, block_hash: Multihash) -> None:
+    value = transaction_of(block.event)
+    if value is None:
+        return
+    if not isinstance(value, Mapping):
+        raise RuleViolation(
+            "transaction-version",
+            f"expected {TRANSACTION_KEY} to be an object {{app_id, version}}, found {value!r}",
+        )
+    app_id, version = value.get("app_id"), value.get("version")
+    problem = transaction_problem(app_id, version)
+    if problem is not None:
+        raise RuleViolation("transaction-version", f"{TRANSACTION_KEY}: {problem}")
+    if transaction_recorded(state, app_id, version):
+        raise RuleViolation(
+            "transaction-version",
+            f"expected a version above {state.transactions[app_id]} for app id {app_id!r} "
+            f"(versions must increase per app id), found {version}",
+        )
+
+
 def check_no_op(state: DatasetState, block: MetadataBlock, block_hash: Multihash) -> None:
     event = block.event
     if isinstance(event, AddFieldLineage) and not event.operations:
@@ -538,6 +608,7 @@ RULES: tuple[Rule, ...] = (
     check_lineage_structure,
     check_lineage_outputs,
     check_lineage_data,
+    check_transaction,
     check_no_op,
 )
 

@@ -5,12 +5,14 @@ The schema package itself is pure; this module is where files come in.
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from odf_chain.errors import NotFoundError, SchemaError
+from odf_chain.errors import NotFoundError, SchemaError, StorageError
 from odf_chain.schema import _json as json_text
 from odf_chain.schema.convert import avro_to_arrow
 from odf_chain.schema.datamine import datamine_to_arrow
@@ -24,23 +26,21 @@ def load_schema_file(path: str | Path, table: str | None = None) -> pa.Schema:
     Avro schema if it looks like one; ``.parquet`` / ``.parq`` gives the file's own schema.
     """
     path = Path(path)
-    if not path.exists():
-        raise NotFoundError(f"schema file {path} does not exist")
-    if not path.is_file():
-        raise SchemaError(f"{path}: not a schema file (a directory or other non-regular file)")
     suffix = path.suffix.lower()
     if suffix in (".parquet", ".parq"):
-        try:
-            return pq.read_schema(path)
-        except (pa.ArrowException, OSError) as exc:
-            raise SchemaError(f"{path}: not a readable Parquet file: {exc}") from None
+        with os.fdopen(_open_regular(path), "rb") as f:
+            try:
+                return pq.read_schema(f)
+            except (pa.ArrowException, OSError) as exc:
+                raise SchemaError(f"{path}: not a readable Parquet file: {exc}") from None
     if suffix not in (".avsc", ".json"):
+        os.close(_open_regular(path))  # a missing file is named as such first
         raise SchemaError(
             f"{path}: unknown schema file type {suffix or '(none)'}; "
             "expected .avsc (Avro), .json (DataMine or Avro) or .parquet"
         )
     try:
-        text = path.read_text(encoding="utf-8")
+        text = _read_bounded(path).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise SchemaError(f"{path}: not UTF-8 text: {exc}") from None
     if suffix == ".avsc":
@@ -62,3 +62,40 @@ def _named(path: Path, convert, value) -> pa.Schema:
         return convert(value)
     except SchemaError as exc:
         raise SchemaError(f"{path}: {exc}") from None
+
+
+# A schema document of this size already describes far more columns than any dataset holds.
+MAX_SCHEMA_FILE_BYTES = 64 * 1024 * 1024
+
+
+def _open_regular(path: Path) -> int:
+    """A read descriptor of ``path``: the user's own path may be a symlink, but what it names
+    must be a regular file (a FIFO would block the read, /dev/zero never end it); checked
+    before opening and again on what was opened."""
+    try:
+        before = os.stat(path)
+        if not stat.S_ISREG(before.st_mode):
+            kind = "a directory" if stat.S_ISDIR(before.st_mode) else "a FIFO, device or socket"
+            raise SchemaError(f"{path}: not a schema file (not a regular file: {kind})")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise NotFoundError(f"schema file {path} does not exist") from None
+    except OSError as exc:
+        raise StorageError(f"cannot read schema file {path}: {exc.strerror}") from None
+    opened = os.fstat(fd)
+    if (opened.st_dev, opened.st_ino) != (before.st_dev, before.st_ino):
+        os.close(fd)
+        raise SchemaError(f"{path}: replaced while being opened")
+    return fd
+
+
+def _read_bounded(path: Path) -> bytes:
+    """The file's bytes, at most :data:`MAX_SCHEMA_FILE_BYTES` (refused beyond, also when the
+    file grows while it is read)."""
+    with os.fdopen(_open_regular(path), "rb") as f:
+        data = f.read(MAX_SCHEMA_FILE_BYTES + 1)
+    if len(data) > MAX_SCHEMA_FILE_BYTES:
+        raise SchemaError(
+            f"{path}: larger than the {MAX_SCHEMA_FILE_BYTES:,}-byte limit for a schema file"
+        )
+    return data

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import Any
 
 import pyarrow as pa
 
@@ -40,6 +42,14 @@ DEFAULT_OFFSET_COLUMN = "offset"
 DEFAULT_OPERATION_TYPE_COLUMN = "op"
 DEFAULT_SYSTEM_TIME_COLUMN = "system_time"
 DEFAULT_EVENT_TIME_COLUMN = "event_time"
+
+# Keys of an AddData's extra attributes that odf_chain writes and reads back.
+SOURCE_KEY = "odf-chain.dev/source"
+"""What a write read: ``{"format", "inputs": [{"uri", "size", "hash"}]}`` for an ingest of files
+(the hash a BLAKE3 multihash of the file's bytes), or whatever the caller's ``source=`` said."""
+TRANSACTION_KEY = "odf-chain.dev/transaction"
+"""``{"app_id": str, "version": int}`` on the first AddData of a write given ``transaction=``
+(a write is one head move, so its first AddData is in the chain exactly when all of it is)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +115,64 @@ def schema_path_set(schema: pa.Schema) -> frozenset[str]:
     return _schema_paths(schema)[1]
 
 
+# -- transactions --------------------------------------------------------------------------------
+
+
+class TransactionVersions(Mapping[str, int]):
+    """App id -> the last transaction version the chain records for it (Delta's txnAppId /
+    txnVersion). Immutable and hashable like the rest of the state; one entry per app id, so
+    it grows with the number of jobs, not with the chain."""
+
+    __slots__ = ("_versions",)
+
+    def __init__(self, versions: Iterable[tuple[str, int]] = ()) -> None:
+        self._versions: dict[str, int] = dict(versions)
+
+    def __getitem__(self, app_id: str) -> int:
+        return self._versions[app_id]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._versions)
+
+    def __len__(self) -> int:
+        return len(self._versions)
+
+    def __hash__(self) -> int:
+        return hash(frozenset(self._versions.items()))
+
+    def __repr__(self) -> str:
+        return f"TransactionVersions({self._versions!r})"
+
+    def recorded(self, app_id: str, version: int) -> TransactionVersions:
+        """A copy with ``version`` as the last version of ``app_id``."""
+        return TransactionVersions({**self._versions, app_id: version})
+
+
+NO_TRANSACTIONS = TransactionVersions()
+
+
+def transaction_extra(app_id: str, version: int) -> dict[str, Any]:
+    """The extra attributes that record a transaction pair (on a write's first AddData)."""
+    return {TRANSACTION_KEY: {"app_id": app_id, "version": version}}
+
+
+def transaction_of(event: object) -> Any:
+    """The raw ``odf-chain.dev/transaction`` value an AddData carries (whatever its shape; the
+    rule ``transaction-version`` judges it), or None."""
+    if isinstance(event, AddData) and isinstance(event.extra, Mapping):
+        return event.extra.get(TRANSACTION_KEY)
+    return None
+
+
+def _well_formed(value: Any) -> tuple[str, int] | None:
+    if not isinstance(value, Mapping):
+        return None
+    app_id, version = value.get("app_id"), value.get("version")
+    if isinstance(app_id, str) and isinstance(version, int) and not isinstance(version, bool):
+        return app_id, version
+    return None
+
+
 # -- lineage bookkeeping ------------------------------------------------------------------------
 
 
@@ -151,6 +219,7 @@ class DatasetState:
     num_slices: int = 0
     lineage_pending: PendingLineage | None = None
     last_lineage_sequence_number: int | None = None  # the latest AddFieldLineage, if any
+    transactions: TransactionVersions = NO_TRANSACTIONS  # app id -> last version recorded
 
     @property
     def hash_algorithm(self) -> str | None:
@@ -225,6 +294,9 @@ def apply(state: DatasetState, block: MetadataBlock, block_hash: Multihash) -> D
     """The state after ``block`` (already validated), stored under ``block_hash``."""
     event = block.event
     changes: dict = {}
+    recorded = _well_formed(transaction_of(event))
+    if recorded is not None:  # the version as recorded (verify folds on past violations too)
+        changes["transactions"] = state.transactions.recorded(*recorded)
     if state.lineage_pending is not None and not _covers_pending(event):
         # Only in a chain that broke rule lineage-data (verify folds on past violations):
         # report the uncovered offsets once, not again at every later block.

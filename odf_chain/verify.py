@@ -9,6 +9,10 @@
    fields in their schema there (an input that cannot be opened is a warning).
 5. Report leftovers (unreferenced blocks and data files, abandoned staging files) as warnings:
    they are not part of the dataset, but an auditor wants to know.
+6. Check the head log: a block that was once the head must still be the head or behind it, so
+   a head that moved back (a restored backup, a mistake, tampering) is an error.
+7. With receipts: the walked chain must still hold each receipt's block at its sequence number
+   (:mod:`odf_chain.receipt`), or it was rolled back, truncated, rewritten or replaced.
 
 ``deep=True`` also reads every row of every slice (in batches, never a whole file at once):
 the logical hash is recomputed as writers compute it, and the system columns are checked
@@ -20,6 +24,7 @@ Problems are collected, not raised, so one run reports everything it can see.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -47,12 +52,14 @@ from odf_chain.events import (
 )
 from odf_chain.format.codec import decode_block
 from odf_chain.format.multihash import Multihash
+from odf_chain.receipt import Receipt, check_receipts, load_receipts
 from odf_chain.replay import load_chain
 from odf_chain.rules import lineage_input_problems
 from odf_chain.schema.evolution import same_columns
 from odf_chain.slices import LogicalHasher, read_batches
 from odf_chain.state import EMPTY, DatasetState, apply
 from odf_chain.storage import Storage, open_storage
+from odf_chain.storage.base import HEAD_LOG, HeadMove
 
 Severity = Literal["error", "warning"]
 
@@ -87,7 +94,13 @@ class VerifyReport:
     bytes_hashed: int = 0
     deep: bool = False  # rows were read: logical hashes and system columns checked
     rows_checked: int = 0
+    receipts_checked: int = 0
+    receipts_held: int = 0  # receipts whose block the chain holds, without any problem
+    receipts_signed: int = 0  # receipts whose signature checked out
     problems: list[Problem] = field(default_factory=list)
+    # unreferenced blocks that descend from the head, each with the data slices it names: what
+    # gc keeps as possible evidence (not in to_dict: the warning says it)
+    descendants: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def errors(self) -> list[Problem]:
@@ -103,7 +116,7 @@ class VerifyReport:
         return not self.errors
 
     def to_dict(self) -> dict:
-        return {
+        doc = {
             "dataset": self.dataset,
             "ok": self.ok,
             "head": self.head,
@@ -116,6 +129,13 @@ class VerifyReport:
             "warnings": len(self.warnings),
             "problems": [asdict(p) for p in self.problems],
         }
+        if self.receipts_checked:  # only when receipts were given
+            doc["receipts"] = {
+                "checked": self.receipts_checked,
+                "held": self.receipts_held,
+                "signed": self.receipts_signed,
+            }
+        return doc
 
     def add(self, severity: Severity, rule: str, message: str, **where) -> None:
         self.problems.append(Problem(severity, rule, message, **where))
@@ -616,7 +636,8 @@ def _descendants(
     storage: Storage, walk: _Walk, orphans: list[str], report: VerifyReport
 ) -> dict[str, int]:
     """Unreferenced blocks that descend from the head (their ``prev_block_hash`` is the head, or
-    another such block), by name with their sequence numbers; reported as one warning.
+    another such block), by name with their sequence numbers; reported as one warning, and
+    recorded with the slices they name in ``report.descendants`` (gc keeps them all).
 
     A write that dies between writing its blocks and moving the head leaves at most two of them
     (a schema block and its AddData); more mean the head was moved backwards.
@@ -624,6 +645,7 @@ def _descendants(
     if report.head is None or not orphans:
         return {}
     children: dict[str, list[tuple[str, int]]] = {}
+    slices: dict[str, tuple[str, ...]] = {}
     for name in orphans:
         try:
             expected = parse_block_name(name)
@@ -638,6 +660,9 @@ def _descendants(
             children.setdefault(str(block.prev_block_hash), []).append(
                 (name, block.sequence_number)
             )
+        event = block.event
+        if isinstance(event, AddData | ExecuteTransform) and event.new_data is not None:
+            slices[name] = (str(event.new_data.physical_hash),)
     found: dict[str, int] = {}
     frontier = [report.head]
     while frontier:
@@ -648,6 +673,9 @@ def _descendants(
                 frontier.append(name)
     if not found:
         return found
+    report.descendants = {name: slices.get(name, ()) for name in found}
+    named = sum(len(v) for v in report.descendants.values())
+    kept = f"; they name {named} data file{'s' if named != 1 else ''}" if named else ""
     by_seq = sorted(found, key=lambda n: (found[n], n))
     n = len(found)
     listed = ", ".join(by_seq[:_LISTED]) + (f" and {n - _LISTED} more" if n > _LISTED else "")
@@ -658,8 +686,8 @@ def _descendants(
         "warning",
         "unreferenced-descendants",
         f"{n} unreferenced block{'s descend' if n > 1 else ' descends'} from the head "
-        f"({seqs}: {listed}): the head may have been rolled back (an interrupted write leaves "
-        "at most two)",
+        f"({seqs}: {listed}){kept}: the head may have been rolled back (an interrupted write "
+        "leaves at most two); gc keeps them",
         sequence_number=head_seq,
         block_hash=report.head,
         path="refs/head",
@@ -684,8 +712,10 @@ def _leftovers(storage: Storage, walk: _Walk, slices: set[str], report: VerifyRe
     for name in orphans:
         if name not in descendants:
             report.add("warning", "orphan-block", why, block_hash=name, path=f"blocks/{name}")
+    # a slice a descendant names is kept with it (it may be a rolled-back suffix's data)
+    kept = {n for names in report.descendants.values() for n in names}
     for name in _listing(storage.data_names, "data/", report, needed=bool(slices)):
-        if name not in slices:
+        if name not in slices and name not in kept:
             report.add(
                 "warning",
                 "orphan-data",
@@ -699,15 +729,109 @@ def _leftovers(storage: Storage, walk: _Walk, slices: set[str], report: VerifyRe
             "abandoned in-flight file",
             path=f".staging/{name}",
         )
+    named = {f"blocks/{n}" for n in walk.visited} | {f"data/{n}" for n in slices}
+    for path, kind in storage.irregular_entries():
+        if path not in named:  # the chain's own are errors already, where they are read
+            report.add(
+                "warning",
+                "irregular-entry",
+                f"not a regular file ({kind}): never read or followed, not removed by gc",
+                path=path,
+            )
 
 
-def verify(storage: Storage, *, check_data: bool = True, deep: bool = False) -> VerifyReport:
+def _read_head_log(storage: Storage, report: VerifyReport) -> list[HeadMove] | None:
+    """The head log, read *before* the head: a writer appends its line after moving the head,
+    so every head logged by then is the head read next or one of its ancestors. (Read after,
+    the log could name a head a concurrent writer set after the walk began.)"""
+    try:
+        return storage.read_head_log()
+    except OdfChainError as exc:  # malformed, too large, not a regular file
+        report.add("error", "head-log", str(exc), path=HEAD_LOG)
+        return None
+
+
+def _check_head_log(
+    storage: Storage, moves: list[HeadMove] | None, walk: _Walk, report: VerifyReport
+) -> None:
+    """Every head the log records must still be the head or one of its ancestors; one that is
+    not means refs/head moved back (a restored backup, an operator's mistake, tampering), which
+    no rule on the blocks can see. Datasets from before the log have none: nothing to check."""
+    if moves is None:
+        return
+    logged: dict[str, int] = {}  # head -> when it last became the head
+    for number, move in enumerate(moves, 1):
+        try:
+            for name in (move.old, move.new):
+                if name is not None:
+                    parse_block_name(name)
+        except FormatError as exc:
+            report.add("error", "head-log", f"line {number}: {exc}", path=HEAD_LOG)
+            return
+        logged[move.new] = max(logged.get(move.new, 0), move.time_ms)
+    if not walk.complete or report.head is None:
+        return  # the chain's own errors say enough; its ancestry is not known
+    lost = {n: t for n, t in logged.items() if n != report.head and n not in walk.visited}
+    if not lost:
+        return
+    newest = max(lost, key=lambda n: (lost[n], n))
+    when = datetime.fromtimestamp(lost[newest] / 1000, UTC).isoformat(timespec="milliseconds")
+    try:
+        was = f"block {decode_block(storage.read_block(newest)).sequence_number} {newest}"
+    except OdfChainError:
+        was = f"block {newest} (not readable in blocks/)"
+    head_seq = walk.entries[-1].block.sequence_number
+    more = len(lost) - 1
+    others = f" ({more} more logged head{'s are' if more > 1 else ' is'} not in the chain)"
+    report.add(
+        "error",
+        "head-rollback",
+        f"refs/head moved back: {was} was the head at {when}; the head is now block "
+        f"{head_seq}{others if more else ''}; writing that hash back to refs/head restores it",
+        sequence_number=head_seq,
+        block_hash=report.head,
+        path="refs/head",
+    )
+
+
+def _check_receipts(walk: _Walk, receipts: list[Receipt], report: VerifyReport) -> None:
+    """Each receipt's block must still be in the chain at its sequence number (from the blocks
+    the walk read: nothing is read again)."""
+    if not receipts:
+        return
+    result = check_receipts(walk.entries, receipts, complete=walk.complete)
+    report.receipts_checked += result.checked
+    report.receipts_held += result.held
+    report.receipts_signed += result.signed
+    for finding in result.findings:
+        report.add(
+            "error",
+            "receipt",
+            finding.message,
+            sequence_number=finding.sequence_number,
+            block_hash=finding.block_hash,
+        )
+
+
+def verify(
+    storage: Storage,
+    *,
+    check_data: bool = True,
+    receipts: Iterable[Receipt | str | Path] = (),
+    deep: bool = False,
+) -> VerifyReport:
     """Check the whole dataset; never raises for problems found, only reports them.
 
-    ``deep`` also reads every row of every slice (ignored without ``check_data``).
+    ``receipts`` (Receipt objects or receipt files) are read first: one that cannot be read
+    raises, as bad input, before the dataset is looked at. ``deep`` also reads every row of
+    every slice (ignored without ``check_data``).
     """
+    held = load_receipts(receipts)
     report = VerifyReport(dataset=storage.location, deep=deep and check_data)
+    moves = _read_head_log(storage, report)
     walk = _walk(storage, report)
+    _check_head_log(storage, moves, walk, report)
+    _check_receipts(walk, held, report)
     entries = walk.entries
     with_data: list[tuple[BlockEntry, DatasetState]] = []
     if walk.complete:
@@ -734,5 +858,11 @@ def verify(storage: Storage, *, check_data: bool = True, deep: bool = False) -> 
     return report
 
 
-def verify_path(path: str | Path, *, check_data: bool = True, deep: bool = False) -> VerifyReport:
-    return verify(open_storage(path), check_data=check_data, deep=deep)
+def verify_path(
+    path: str | Path,
+    *,
+    check_data: bool = True,
+    receipts: Iterable[Receipt | str | Path] = (),
+    deep: bool = False,
+) -> VerifyReport:
+    return verify(open_storage(path), check_data=check_data, receipts=receipts, deep=deep)

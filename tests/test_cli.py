@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -57,7 +58,7 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("cli") / "ds"
     ds = Dataset.create(root)
     ds.write(pa.table({"id": pa.array([1, 2], pa.int64())}))
-    ds.write(pa.table({"id": pa.array([3], pa.int64()), "name": pa.array(["c"])}))
+    ds.write(pa.table({"id": pa.array([3], pa.int64()), "name": pa.array(["c"])}), evolve=True)
     return root
 
 
@@ -369,3 +370,46 @@ def test_a_bug_is_one_line_and_exit_3(capsys, monkeypatch) -> None:
     monkeypatch.setenv("ODF_CHAIN_DEBUG", "1")
     with pytest.raises(KeyError):
         _run(broken, argparse.Namespace())
+
+
+def _ingest(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``odf-chain ingest``: its own local SparkSession, so a generous time limit."""
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
+    return subprocess.run(
+        [sys.executable, "-m", "odf_chain.cli", "ingest", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=600,
+    )
+
+
+def test_ingest_refuses_a_misspelt_column_until_evolve(tmp_path: Path) -> None:
+    root = tmp_path / "sensors"
+    ds = Dataset.create(root)
+    ds.write(pa.table({"station": ["a"], "temperature_c": pa.array([12.5], pa.float64())}))
+    (tmp_path / "typo.csv").write_text("station,temperature\nb,13.0\n")
+    before = snapshot_tree(root)
+    args = ("sensors", "typo.csv", "--format", "csv", "--master", "local[2]")
+
+    p = _ingest(*args, cwd=tmp_path)
+    assert_clean(p)
+    assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
+    # Spark's own start-up lines and progress bar share stderr; ours is the one error line
+    ours = [line for line in p.stderr.splitlines() if line.startswith("odf-chain:")]
+    assert ours == [
+        "odf-chain: error: sensors: new column(s) temperature (did you mean temperature_c?); "
+        "pass evolve=True (--evolve) to add them"
+    ], p.stderr
+    assert p.stdout == ""
+    assert snapshot_tree(root) == before
+
+    p = _ingest(*args, "--evolve", cwd=tmp_path)
+    assert_clean(p)
+    assert p.returncode == 0, p.stderr
+    state = Dataset.open(root).state
+    assert state.schema.names[-3:] == ["station", "temperature_c", "temperature"]
+    assert state.schema.field("temperature").type == pa.float64()
+    assert state.next_offset == 2  # the CSV's one row went in after the first
+    assert Dataset.open(root).verify().problems == []

@@ -220,7 +220,8 @@ def lake(tmp_path_factory: pytest.TempPathFactory) -> Path:
                 "s": pa.array([{"a": 3}], s_type),
                 "name": pa.array(["c"], pa.string()),
             }
-        )
+        ),
+        evolve=True,
     )
     return root
 
@@ -312,7 +313,8 @@ def test_avro_dataset_keeps_record_name_through_evolution(tmp_path: Path) -> Non
     rows = {"station": ["a"], "temp": [1.5], "loc": [{"lat": 1.0, "lon": 2.0}], "tags": [["x"]]}
     ds.write(pa.table(rows).cast(user))
     ds.write(
-        pa.table({**rows, "humidity": [0.5]}).cast(user.append(pa.field("humidity", pa.float64())))
+        pa.table({**rows, "humidity": [0.5]}).cast(user.append(pa.field("humidity", pa.float64()))),
+        evolve=True,
     )
     humidity = "[version=2.0].[type=Reading].[type=double].humidity"
     assert ds.state_at(1).field_paths == READING_PATHS

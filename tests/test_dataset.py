@@ -16,7 +16,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from odf_chain.dataset import Dataset
-from odf_chain.errors import FormatError, NotFoundError, OdfChainError, SchemaEvolutionError
+from odf_chain.errors import (
+    FormatError,
+    NewColumnsError,
+    NotFoundError,
+    OdfChainError,
+    SchemaEvolutionError,
+)
 from odf_chain.events import AddData, Seed, SetDataSchema
 from odf_chain.format.multihash import Multihash
 from tests.conftest import multihash_name, snapshot_tree
@@ -309,7 +315,7 @@ def test_new_nullable_column_appends_set_data_schema(tmp_path: Path) -> None:
     ds = Dataset.create(tmp_path / "ds")
     ds.write(table([1, 2]))
     first_files = snapshot_tree(ds.path / "data")
-    blocks = ds.write(table([3], score=pa.array([1.5], pa.float64())))
+    blocks = ds.write(table([3], score=pa.array([1.5], pa.float64())), evolve=True)
     assert [e.block.event_name for e in blocks] == ["SetDataSchema", "AddData"]
     schema = blocks[0].block.event.to_arrow()
     assert schema.names == ["offset", "op", "system_time", "event_time", "id", "score"]
@@ -417,6 +423,93 @@ def test_set_schema_evolution_is_checked(tmp_path: Path) -> None:
     assert entry is not None and entry.block.sequence_number == 2
 
 
+# -- strict schemas: a write adds a column only when asked to -----------------------------------
+
+
+def _refused_without_a_trace(ds: Dataset, write, *fragments: str) -> NewColumnsError:
+    """``write()`` raises NewColumnsError naming ``fragments``, and leaves every file of the
+    dataset (data/, .staging/, blocks, head) as it was."""
+    before = snapshot_tree(ds.path)
+    head = read_head(ds.path)
+    data_before = sorted(p.name for p in (ds.path / "data").iterdir())
+    with pytest.raises(NewColumnsError) as info:
+        write()
+    message = str(info.value)
+    assert message.startswith(f"{ds.path}: new column(s) "), message
+    assert message.endswith("; pass evolve=True (--evolve) to add them"), message
+    for fragment in fragments:
+        assert fragment in message, (fragment, message)
+    assert sorted(p.name for p in (ds.path / "data").iterdir()) == data_before
+    staging = ds.path / ".staging"
+    assert not staging.exists() or list(staging.iterdir()) == []
+    assert read_head(ds.path) == head
+    assert snapshot_tree(ds.path) == before
+    return info.value
+
+
+def test_a_misspelt_column_is_refused_until_evolve(tmp_path: Path) -> None:
+    ds = Dataset.create(tmp_path / "sensors")
+    ds.write(pa.table({"station": ["a"], "temperature_c": pa.array([12.5], pa.float64())}))
+    typo = pa.table({"station": ["b"], "temperature": pa.array([13.0], pa.float64())})
+    error = _refused_without_a_trace(
+        ds, lambda: ds.write(typo), "new column(s) temperature (did you mean temperature_c?)"
+    )
+    assert isinstance(error, SchemaEvolutionError) and error.rule == "new-column"
+    assert Dataset.open(ds.path).state.schema.names[-1] == "temperature_c"
+
+    blocks = ds.write(typo, evolve=True)
+    assert [e.block.event_name for e in blocks] == ["SetDataSchema", "AddData"]
+    schema = ds.state.schema
+    assert schema.names[-3:] == ["station", "temperature_c", "temperature"]
+    assert schema.field("temperature").nullable
+    stored = pq.read_table(data_file(ds.path, blocks[1].block.event))
+    assert stored.column("temperature").to_pylist() == [13.0]
+    assert stored.column("temperature_c").to_pylist() == [None]
+    assert ds.verify().problems == []
+
+
+def test_a_new_struct_field_is_refused_until_evolve(tmp_path: Path) -> None:
+    ds = Dataset.create(tmp_path / "sensors")
+    where = pa.struct([("lat", pa.float64()), ("lon", pa.float64())])
+    ds.write(pa.table({"id": [1], "location": pa.array([{"lat": 1.0, "lon": 2.0}], where)}))
+    deeper = pa.struct([("lat", pa.float64()), ("lon", pa.float64()), ("Lon", pa.float64())])
+    more = pa.table(
+        {"id": [2], "location": pa.array([{"lat": 3.0, "lon": 4.0, "Lon": 5.0}], deeper)}
+    )
+    _refused_without_a_trace(
+        ds, lambda: ds.write(more), "new column(s) location.Lon (did you mean location.lon?);"
+    )
+    blocks = ds.write(more, evolve=True)
+    assert [e.block.event_name for e in blocks] == ["SetDataSchema", "AddData"]
+    assert ds.state.schema.field("location").type.equals(deeper)
+    stored = pq.read_table(data_file(ds.path, blocks[1].block.event))
+    assert stored.column("location").to_pylist() == [{"lat": 3.0, "lon": 4.0, "Lon": 5.0}]
+
+
+def test_missing_nullable_column_needs_no_evolve(tmp_path: Path) -> None:
+    ds = Dataset.create(tmp_path / "ds")
+    ds.write(table([1], name=pa.array(["a"]), note=pa.array(["n"])))
+    schema_before = ds.state.schema
+    blocks = ds.write(table([2], name=pa.array(["b"])), evolve=False)
+    assert [e.block.event_name for e in blocks] == ["AddData"]
+    assert ds.state.schema.equals(schema_before, check_metadata=True)
+    stored = pq.read_table(data_file(ds.path, blocks[0].block.event))
+    assert stored.column("note").to_pylist() == [None]
+    assert stored.column("name").to_pylist() == ["b"]
+
+
+def test_a_declared_schema_is_explicit_and_writes_are_held_to_it(tmp_path: Path) -> None:
+    ds = Dataset.create(tmp_path / "ds")
+    ds.set_schema(pa.schema([pa.field("id", pa.int64())]))
+    ds.set_schema(pa.schema([pa.field("id", pa.int64()), pa.field("name", pa.string())]))
+    assert ds.state.schema.names[-2:] == ["id", "name"]  # set_schema needs no evolve
+    blocks = ds.write(table([1], name=pa.array(["a"])))
+    assert [e.block.event_name for e in blocks] == ["AddData"]
+    _refused_without_a_trace(
+        ds, lambda: ds.write(table([2], nmae=pa.array(["b"]))), "nmae (did you mean name?)"
+    )
+
+
 # -- state_at -------------------------------------------------------------------------------------
 
 
@@ -507,7 +600,10 @@ def test_state_at_a_multihash_object(history: dict) -> None:
 def test_reopen_gives_the_same_state(tmp_path: Path) -> None:
     ds = Dataset.create(tmp_path / "ds", hash="sha3-256")
     ds.write(table([1, 2], event_time=pa.array([ts(2024, 1, 1), ts(2024, 1, 2)], MS_UTC)))
-    ds.write(table([3], extra=pa.array(["x"]), event_time=pa.array([ts(2024, 1, 3)], MS_UTC)))
+    ds.write(
+        table([3], extra=pa.array(["x"]), event_time=pa.array([ts(2024, 1, 3)], MS_UTC)),
+        evolve=True,
+    )
     reopened = Dataset.open(tmp_path / "ds")
     assert reopened.state == ds.state
     assert reopened.state.schema.equals(ds.state.schema)

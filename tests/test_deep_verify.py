@@ -56,9 +56,13 @@ def test_clean_dataset_passes_deep(tmp_path: Path) -> None:
                 "s": pa.array([f"v{i}" if i % 5 else None for i in range(n)]),
                 "b": pa.array(np.arange(n) % 3 == 0, mask=np.arange(n) % 11 == 0),
             }
-        )
+        ),
+        evolve=True,
     )
-    ds.write(pa.table({"x": [None, 2.0], "st": [{"a": 1, "b": None}, None], "l": [[1], None]}))
+    ds.write(
+        pa.table({"x": [None, 2.0], "st": [{"a": 1, "b": None}, None], "l": [[1], None]}),
+        evolve=True,
+    )
     report = ds.verify(deep=True)
     assert report.ok and report.problems == [], _rows(report)
     assert report.deep and report.slices_checked == 3

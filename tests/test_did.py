@@ -7,7 +7,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from hypothesis import given, settings, strategies as st
 
 from odf_chain.errors import FormatError
-from odf_chain.format.did import DatasetId
+from odf_chain.format.did import DatasetId, generate_key, key_from_pem, key_to_pem
 
 
 def test_generate_gives_32_byte_ed25519_keys():
@@ -106,3 +106,51 @@ def test_from_bytes_rejects(raw):
 def test_constructor_rejects_wrong_key_length(length):
     with pytest.raises(FormatError):
         DatasetId(bytes(length))
+
+
+def test_key_pem_round_trip_names_the_same_dataset():
+    key = generate_key()
+    pem = key_to_pem(key)
+    assert pem.startswith(b"-----BEGIN PRIVATE KEY-----\n")
+    again = key_from_pem(pem, "k.pem")
+    assert DatasetId.of_key(again) == DatasetId.of_key(key)
+    assert DatasetId.of_key(key).public_key == key.public_key().public_bytes_raw()
+
+
+def test_signatures_check_against_the_id_only():
+    key, other = generate_key(), generate_key()
+    ident = DatasetId.of_key(key)
+    signature = key.sign(b"message")
+    assert ident.verify_signature(b"message", signature)
+    assert not ident.verify_signature(b"messagE", signature)
+    assert not ident.verify_signature(b"message", other.sign(b"message"))
+    assert not ident.verify_signature(b"message", signature[:-1])
+    assert not ident.verify_signature(b"message", bytes(64))
+    # a public key that is not a curve point verifies nothing, and raises nothing
+    assert not DatasetId(b"\xff" * 32).verify_signature(b"message", signature)
+
+
+@pytest.mark.parametrize(
+    ("data", "fragment"),
+    [
+        (b"", "not a PEM private key"),
+        (b"-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n", "not a PEM"),
+    ],
+)
+def test_key_from_pem_rejects(data, fragment):
+    with pytest.raises(FormatError, match=rf"key file k\.pem: {fragment}"):
+        key_from_pem(data, "k.pem")
+
+
+def test_key_from_pem_names_an_encrypted_key():
+    from cryptography.hazmat.primitives.serialization import (
+        BestAvailableEncryption,
+        Encoding,
+        PrivateFormat,
+    )
+
+    pem = generate_key().private_bytes(
+        Encoding.PEM, PrivateFormat.PKCS8, BestAvailableEncryption(b"secret")
+    )
+    with pytest.raises(FormatError, match=r"key file k\.pem: the key is encrypted"):
+        key_from_pem(pem, "k.pem")

@@ -9,7 +9,14 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from odf_chain.schema.evolution import EvolutionViolation, check_evolution, dotted
+from odf_chain.errors import NewColumnsError, SchemaEvolutionError
+from odf_chain.schema.evolution import (
+    EvolutionViolation,
+    added_fields,
+    check_evolution,
+    check_new_columns,
+    dotted,
+)
 
 BASE = pa.schema(
     [
@@ -242,3 +249,128 @@ def test_violations_are_named_by_v2_path(case: str) -> None:
     (violation,) = check_evolution(BASE, new)
     assert violation.path == V2_NAMES[case]
     assert V2_NAMES[case] in str(violation)
+
+
+# -- the writers' policy: no new column unless asked for ------------------------------------------
+
+SENSORS = pa.schema(
+    [
+        pa.field("station", pa.string()),
+        pa.field("temperature_c", pa.float64()),
+        pa.field(
+            "location", pa.struct([pa.field("lat", pa.float64()), pa.field("lon", pa.float64())])
+        ),
+        pa.field(
+            "readings",
+            pa.list_(pa.struct([pa.field("sensor", pa.string()), pa.field("value", pa.int32())])),
+        ),
+        pa.field("labels", pa.map_(pa.string(), pa.struct([pa.field("text", pa.string())]))),
+    ]
+)
+
+
+def _added(new: pa.Schema) -> list[tuple[str, tuple[str, ...]]]:
+    return [(a.path, a.suggestions) for a in added_fields(SENSORS, new)]
+
+
+def _with(name: str, field: pa.Field) -> pa.Schema:
+    return _replace(SENSORS, name, field)
+
+
+@pytest.mark.parametrize(
+    ("new", "expected"),
+    [
+        # a misspelt column, in another case, and one close to nothing
+        (
+            SENSORS.append(pa.field("temperature", pa.float64())),
+            [("temperature", ("temperature_c",))],
+        ),
+        (SENSORS.append(pa.field("Station", pa.string())), [("Station", ("station",))]),
+        (SENSORS.append(pa.field("humidity_pct", pa.float64())), [("humidity_pct", ())]),
+        # three-letter names sharing two letters are not offered as typos of each other
+        (
+            _with(
+                "location",
+                pa.field(
+                    "location",
+                    pa.struct(
+                        [("lat", pa.float64()), ("lon", pa.float64()), ("alt", pa.float64())]
+                    ),
+                ),
+            ),
+            [("location.alt", ())],
+        ),
+        # nested: a struct member, a member of a list's item struct, of a map value's struct
+        (
+            _with(
+                "location",
+                pa.field(
+                    "location",
+                    pa.struct(
+                        [("lat", pa.float64()), ("lon", pa.float64()), ("Lat", pa.float64())]
+                    ),
+                ),
+            ),
+            [("location.Lat", ("location.lat",))],
+        ),
+        (
+            _with(
+                "readings",
+                pa.field(
+                    "readings",
+                    pa.list_(
+                        pa.struct(
+                            [("sensor", pa.string()), ("value", pa.int32()), ("values", pa.int32())]
+                        )
+                    ),
+                ),
+            ),
+            [("readings.[item].values", ("readings.[item].value",))],
+        ),
+        (
+            _with(
+                "labels",
+                pa.field(
+                    "labels",
+                    pa.map_(pa.string(), pa.struct([("text", pa.string()), ("txt", pa.string())])),
+                ),
+            ),
+            [("labels.[value].txt", ("labels.[value].text",))],
+        ),
+        # a new struct column is one addition (its members come with it)
+        (
+            SENSORS.append(pa.field("location2", pa.struct([("lat", pa.float64())]))),
+            [("location2", ("location",))],
+        ),
+    ],
+)
+def test_added_fields_and_their_closest_names(new: pa.Schema, expected: list) -> None:
+    assert _added(new) == expected
+
+
+def test_missing_and_reordered_fields_add_nothing() -> None:
+    reordered = pa.schema([SENSORS.field("temperature_c"), SENSORS.field("station")])
+    assert added_fields(SENSORS, reordered) == []
+    assert added_fields(SENSORS, SENSORS) == []
+
+
+def test_new_column_message_names_dataset_columns_and_the_way_out() -> None:
+    new = SENSORS.append(pa.field("temperature", pa.float64())).append(pa.field("x", pa.int8()))
+    with pytest.raises(NewColumnsError) as info:
+        check_new_columns(SENSORS, new, evolve=False, dataset="/data/sensors")
+    assert str(info.value) == (
+        "/data/sensors: new column(s) temperature (did you mean temperature_c?), x; "
+        "pass evolve=True (--evolve) to add them"
+    )
+    assert isinstance(info.value, SchemaEvolutionError) and info.value.rule == "new-column"
+    # asked for, or the dataset's first schema: no objection
+    check_new_columns(SENSORS, new, evolve=True, dataset="/data/sensors")
+    check_new_columns(None, new, evolve=False, dataset="/data/sensors")
+
+
+def test_several_close_names_are_all_offered() -> None:
+    old = pa.schema([pa.field("temp_c", pa.float64()), pa.field("temp_f", pa.float64())])
+    (added,) = added_fields(old, old.append(pa.field("temp", pa.float64())))
+    assert sorted(added.suggestions) == ["temp_c", "temp_f"]
+    first, second = added.suggestions
+    assert str(added) == f"temp (did you mean {first} or {second}?)"

@@ -113,6 +113,7 @@ def build_chains(root: Path) -> Chains:
             }
         ),
         lineage=rec,
+        evolve=True,
     )
     users_second = users.state.head
 
@@ -131,7 +132,9 @@ def build_chains(root: Path) -> Chains:
     )
     rec.write("write", {"last": r["last"], "region": rr["region"]})
     summary.write(
-        pa.table({"last": ["Hopper"], "count(1)": [1], "region": ["Virginia"]}), lineage=rec
+        pa.table({"last": ["Hopper"], "count(1)": [1], "region": ["Virginia"]}),
+        lineage=rec,
+        evolve=True,
     )
     ids = [d.state.dataset_id.to_did() for d in (users, summary)]
     return Chains(users, summary, users_first, users_second, *ids)

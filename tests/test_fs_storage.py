@@ -116,6 +116,38 @@ def test_head_compare_and_swap(store: Storage) -> None:
         store.read_head()
 
 
+def test_head_log_and_the_files_a_head_move_needs(store: Storage) -> None:
+    """Every backend logs each head move, and refuses one whose block or slice is gone."""
+    assert store.read_head_log() == []
+    store.write_block(H0, b"block zero")
+    store.compare_and_swap_head(None, H0, blocks=[H0])
+    with pytest.raises(ConflictError, match=rf"data/{H1} was removed before the head moved"):
+        store.compare_and_swap_head(H0, H1, data=[H1])
+    with pytest.raises(ConflictError, match=rf"blocks/{H1} was removed before the head moved"):
+        store.compare_and_swap_head(H0, H1, blocks=[H1])
+    assert store.read_head() == H0
+    store.compare_and_swap_head(H0, H1)
+    moves = store.read_head_log()
+    assert [(m.old, m.new) for m in moves] == [(None, H0), (H0, H1)]
+    assert moves[0].time_ms <= moves[1].time_ms
+    log = _read(store, store.fs_path("logs/head")).decode()
+    assert log == f"- {H0} {moves[0].time_ms}\n{H0} {H1} {moves[1].time_ms}\n"
+
+
+def test_reads_are_bounded_and_take_files_only(store: Storage) -> None:
+    fs = store.filesystem
+    with fs.open_output_stream(store.fs_path("refs/head")) as f:
+        f.write(b"f1e20" + b"0" * 2000)  # larger than any head
+    with pytest.raises(OdfChainError, match=r"refs/head is larger than the 1,024-byte limit"):
+        store.read_head()
+    fs.create_dir(store.fs_path(f"blocks/{H1}"))  # a directory where a block should be
+    with pytest.raises(IntegrityError, match=rf"block {H1} cannot be read.*not a regular file"):
+        store.read_block(H1)
+    fs.create_dir(store.fs_path(f"data/{H1}"))
+    with pytest.raises(OdfChainError, match="not a regular file"):
+        store.open_data(H1)
+
+
 def test_leftovers_age_size_and_removal(store: Storage) -> None:
     staged = _stage(store, b"half a file")
     area = store.staging_area("spark")
@@ -167,7 +199,7 @@ def memory_dataset() -> Dataset:
 def test_dataset_lifecycle_on_a_remote_filesystem(memory_dataset: Dataset) -> None:
     ds = memory_dataset
     ds.write(pa.table({"id": [1, 2, 3], "name": ["a", "b", "c"]}))
-    ds.write(pa.table({"id": [4], "name": ["d"], "score": [0.5]}))  # adds a nullable column
+    ds.write(pa.table({"id": [4], "name": ["d"], "score": [0.5]}), evolve=True)  # a new column
     with pytest.raises(SchemaEvolutionError, match="id"):
         ds.write(pa.table({"id": ["not a number"]}))
     state = ds.refresh()
@@ -205,7 +237,11 @@ def test_verify_and_gc_on_a_remote_filesystem(memory_dataset: Dataset) -> None:
     assert report.ok
     assert sorted(p.rule for p in report.warnings) == ["orphan-data", "staging-leftover"]
     assert collect_garbage(storage, min_age=3600).kept_young != []
-    done = collect_garbage(storage, min_age=0)
+    # no lock stops writers on such a store: below the default age only on the caller's word
+    with pytest.raises(OdfChainError, match=r"no lock.*--single-writer"):
+        collect_garbage(storage, min_age=0)
+    assert len(storage.data_names()) == 2
+    done = collect_garbage(storage, min_age=0, single_writer=True)
     assert sorted(done.removed) == sorted(
         ["data/f1e20" + "ab" * 32, ".staging/data.abandoned.parquet"]
     )

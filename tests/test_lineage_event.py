@@ -128,7 +128,9 @@ def test_schema_change_between_lineage_and_data_is_refused(tmp_path) -> None:
     head = ds.storage.read_head()
     wider = rows(1, 2).append_column("age", pa.array([30, 40], pa.int32()))
     with pytest.raises(RuleViolation) as info:
-        ds.write(wider)  # would need a SetDataSchema between the lineage event and its data
+        ds.write(
+            wider, evolve=True
+        )  # would need a SetDataSchema between the lineage event and its data
     assert info.value.rule == "lineage-data"
     assert "offsets 0..1" in str(info.value)
     assert ds.storage.read_head() == head

@@ -1044,6 +1044,44 @@ def test_lineage_input_problems_control() -> None:
     assert rules.lineage_input_problems(event, lambda put: pa.schema([])) != []
 
 
+# -- transaction-version -------------------------------------------------------------------------
+
+
+def _with_transaction(start: int, app_id, version, n: int = 60) -> AddData:
+    return AddData(
+        prev_offset=start - 1,
+        new_data=data_slice(start, start + 4, n=n),
+        new_watermark=T0,
+        extra={"odf-chain.dev/transaction": {"app_id": app_id, "version": version}},
+    )
+
+
+def test_transaction_version_must_increase_per_app_id() -> None:
+    c = with_data()
+    c.add(_with_transaction(10, "job", 3))
+    c.add(_with_transaction(15, "other", 0, n=70))  # another app id keeps its own versions
+    assert dict(c.state.transactions) == {"job": 3, "other": 0}
+    c.reject(_with_transaction(20, "job", 3, n=80), "transaction-version", "above 3", "found 3")
+    c.reject(_with_transaction(20, "job", 2, n=80), "transaction-version", "'job'", "found 2")
+    c.add(_with_transaction(20, "job", 4, n=80))
+    assert dict(c.state.transactions) == {"job": 4, "other": 0}
+
+
+@pytest.mark.parametrize(
+    ("app_id", "version", "fragment"),
+    [
+        ("", 1, "non-empty string"),
+        (None, 1, "non-empty string"),
+        ("job", -1, "found -1"),
+        ("job", 2**63, "0..9223372036854775807"),
+        ("job", False, "must be an integer, found False"),
+        ("job", "1", "must be an integer, found '1'"),
+    ],
+)
+def test_malformed_transaction(app_id, version, fragment: str) -> None:
+    with_data().reject(_with_transaction(10, app_id, version), "transaction-version", fragment)
+
+
 # -- every rule is covered -----------------------------------------------------------------------
 
 
@@ -1072,6 +1110,7 @@ RULE_TESTS = {
     "lineage-structure": lambda: test_malformed_lineage_structure("two-step cycle"),
     "lineage-outputs": test_lineage_writes_a_field_not_in_the_schema,
     "lineage-data": test_schema_between_lineage_and_its_data,
+    "transaction-version": test_transaction_version_must_increase_per_app_id,
 }
 
 
@@ -1095,6 +1134,7 @@ def test_every_documented_rule_is_exercised() -> None:
         "lineage-structure",
         "lineage-outputs",
         "lineage-data",
+        "transaction-version",
         "no-op",
     }
     assert set(RULE_TESTS) == names

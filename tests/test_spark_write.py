@@ -16,7 +16,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from odf_chain.dataset import Dataset
-from odf_chain.errors import NotFoundError, SchemaEvolutionError
+from odf_chain.errors import NewColumnsError, NotFoundError, SchemaEvolutionError
 from odf_chain.events import AddData, Seed, SetDataSchema
 from odf_chain.format.did import DatasetId
 from odf_chain.format.multihash import BLAKE3, SHA3_256
@@ -240,7 +240,7 @@ def test_writes_continue_evolve_refuse_and_read_back(spark, tmp_path):
         .withColumn("v", F.col("id") * 10)
         .withColumn("note", F.when(F.col("id") % 2 == 0, F.col("id").cast("string")))
     )
-    r2 = write(second, path)
+    r2 = write(second, path, evolve=True)
     assert [type(b.block.event) for b in r2.blocks] == [SetDataSchema, AddData, AddData]
     files2 = check_transaction(path, r2, 300, 200, BLAKE3)
     dataset = Dataset.open(path)
@@ -475,3 +475,70 @@ def test_duplicate_column_names_are_refused_by_name(spark, tmp_path):
     with pytest.raises(SchemaError, match="'name' and 'Name'"):
         write(left.join(right, "id"), tmp_path / "dup", create=True)
     assert [e.block.event_name for e in Dataset.open(tmp_path / "dup").blocks()] == ["Seed"]
+
+
+def _jobs_of(spark, group: str, action) -> list[int]:
+    """The Spark jobs ``action()`` ran (by job group), whether or not it raised."""
+    context = spark.sparkContext
+    context.setJobGroup(group, "odf_chain test")
+    try:
+        action()
+    finally:
+        context.setLocalProperty("spark.jobGroup.id", None)
+        context.setLocalProperty("spark.job.description", None)
+    return context.statusTracker().getJobIdsForGroup(group)
+
+
+def test_a_new_column_is_refused_before_any_spark_job(spark, tmp_path):
+    path = tmp_path / "sensors"
+    location = "location struct<lat: double, lon: double>"
+    first = spark.createDataFrame(
+        [("a", 12.5, (1.0, 2.0))], f"station string, temperature_c double, {location}"
+    )
+    write(first, path, create=True)
+    typo = spark.createDataFrame(
+        [("b", 13.0, (1.0, 2.0))], f"station string, temperature double, {location}"
+    )
+    nested = spark.createDataFrame(
+        [("c", 14.0, (1.0, 2.0, 3.0))],
+        "station string, temperature_c double, location struct<lat: double, lon: double, "
+        "alt: double>",
+    )
+    cases = [
+        (typo, "new column(s) temperature (did you mean temperature_c?);"),
+        (nested, "new column(s) location.alt;"),
+    ]
+    for n, (df, fragment) in enumerate(cases):
+        before = snapshot_tree(path)
+        head = Dataset.open(path).state.head
+        refused: list[NewColumnsError] = []
+
+        def attempt(df=df, refused=refused) -> None:
+            with pytest.raises(NewColumnsError) as info:
+                write(df, path)
+            refused.append(info.value)
+
+        assert _jobs_of(spark, f"strict-refused-{n}", attempt) == []
+        (error,) = refused
+        assert fragment in str(error) and str(error).startswith(f"{path}: ")
+        assert "pass evolve=True (--evolve) to add them" in str(error)
+        assert snapshot_tree(path) == before  # nothing in data/ or .staging/, no block
+        assert staging_entries(path) == []
+        assert Dataset.open(path).state.head == head
+
+    # asked for: both are added (and the same measure sees the jobs a write runs)
+    results = []
+    jobs = _jobs_of(
+        spark,
+        "strict-evolve",
+        lambda: results.extend(write(df, path, evolve=True) for df, _ in cases),
+    )
+    assert jobs != []
+    schema = Dataset.open(path).state.schema
+    assert schema.names[-4:] == ["station", "temperature_c", "location", "temperature"]
+    assert [f.name for f in schema.field("location").type] == ["lat", "lon", "alt"]
+    assert [type(b.block.event) for r in results for b in r.blocks][:1] == [SetDataSchema]
+    rows = {r["station"]: r for r in read(spark, path).collect()}
+    assert rows["b"]["temperature"] == 13.0 and rows["b"]["temperature_c"] is None
+    assert rows["c"]["location"]["alt"] == 3.0 and rows["a"]["location"]["alt"] is None
+    check_clean(path)

@@ -529,3 +529,30 @@ def test_writes_into_a_chmod_read_only_dataset(store: LocalStorage) -> None:
         for d in dirs:
             d.chmod(0o755)
     assert store.read_head() == H0
+
+
+# -- nothing through a symlink ------------------------------------------------------------------
+
+
+def test_removal_never_follows_a_symlink(store: LocalStorage, tmp_path: Path) -> None:
+    target = tmp_path / "precious"
+    target.write_bytes(b"not the dataset's")
+    (store.root / "data" / H0).symlink_to(target)
+    (store.root / "blocks" / H1).symlink_to(target)
+    with pytest.raises(StorageError, match=rf"data/{H0} is a symlink: not removed"):
+        store.remove_data(H0)
+    with pytest.raises(StorageError, match=rf"blocks/{H1} is a symlink: not removed"):
+        store.remove_block(H1)
+    assert store.data_names() == [] and store.block_names() == []  # regular files only
+    assert store.irregular_entries() == [(f"blocks/{H1}", "a symlink"), (f"data/{H0}", "a symlink")]
+    assert target.read_bytes() == b"not the dataset's"
+
+
+@pytest.mark.parametrize("directory", ["logs", "info", "checkpoints", "refs"])
+def test_check_layout_refuses_a_symlinked_directory(store: LocalStorage, directory: str) -> None:
+    store.check_layout()
+    elsewhere = store.root.parent / "elsewhere"
+    shutil.move(store.root / directory, elsewhere)
+    (store.root / directory).symlink_to(elsewhere)
+    with pytest.raises(StorageError, match=rf"{directory} is a symlink, not a directory"):
+        store.check_layout()

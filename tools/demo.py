@@ -8,8 +8,9 @@ detection.
     python tools/demo.py [DIR]    # default DIR: ./demo-output
 
 Generates its own data (no downloads): 200,000 sensor readings in four Avro files, then
-100,000 more in two Parquet files that add a nullable column, and a small CSV of stations and
-their regions for the derived job. Every step runs through the same
+100,000 more in two Parquet files that add a nullable column (refused until `--evolve` asks for
+it, as is a CSV whose header misspells a column), and a small CSV of stations and their regions
+for the derived job. Every step runs through the same
 `odf-chain` / `chain-verify` commands a user would type, with local Spark (`--master local[*]`).
 """
 
@@ -105,6 +106,9 @@ def generate(inputs: Path) -> None:
     (inputs / "stations.csv").write_text(stations)
     (inputs / "bad.csv").write_text(
         "station,temperature_c,event_time\nstation-01,warm,2026-11-07T00:00:00Z\n"
+    )
+    (inputs / "typo.csv").write_text(
+        "station,temperature,event_time\nstation-01,12.5,2026-11-07T00:00:00Z\n"
     )
 
 
@@ -216,11 +220,22 @@ def main(argv: list[str]) -> int:
     if code == 0:
         raise SystemExit("demo: an incompatible schema change was accepted")
 
-    banner("Ingest the Parquet files, which add a nullable column (schema evolution)")
-    run(
-        "odf-chain", "ingest", str(dataset), str(inputs / "parquet"),
-        "--format", "parquet", "--event-time", "event_time",
+    banner("A misspelt column is refused too: a column once added stays for good")
+    code = run(
+        "odf-chain", "ingest", str(dataset), str(inputs / "typo.csv"), "--format", "csv",
+        "--event-time", "event_time", check=False,
     )  # fmt: skip
+    if code == 0:
+        raise SystemExit("demo: a misspelt column was added without --evolve")
+
+    banner("The Parquet files add a nullable column: refused unless asked for")
+    parquet = [str(inputs / "parquet"), "--format", "parquet", "--event-time", "event_time"]
+    code = run("odf-chain", "ingest", str(dataset), *parquet, check=False)
+    if code == 0:
+        raise SystemExit("demo: a new column was added without --evolve")
+
+    banner("The same ingest with --evolve (schema evolution: SetDataSchema, then the data)")
+    run("odf-chain", "ingest", str(dataset), *parquet, "--evolve")
 
     banner("The chain")
     run("odf-chain", "log", str(dataset))

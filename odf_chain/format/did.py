@@ -3,20 +3,33 @@
 The binary form (stored in Seed.dataset_id) is the multicodec ``ed25519-pub`` prefix
 (varint 0xed = ``ed 01``) followed by the 32-byte public key; the text form is ``did:odf:``
 plus the multibase base16 of those bytes.
+
+The private half of that key is what can sign for the dataset (receipts, see
+:mod:`odf_chain.receipt`). This module turns it into bytes and back (PKCS#8 PEM, which openssl,
+ssh-keygen and every crypto library read) and signs and checks; where the file lives is the
+caller's business, so ``format/`` stays free of I/O.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.serialization import (
+    Encoding,
+    NoEncryption,
+    PrivateFormat,
+    PublicFormat,
+    load_pem_private_key,
+)
 
 from odf_chain.errors import FormatError
 
 _ED25519_PUB = b"\xed\x01"
 _KEY_SIZE = 32
 _PREFIX = "did:odf:"
+SIGNATURE_SIZE = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,13 +44,25 @@ class DatasetId:
 
     @classmethod
     def generate(cls) -> DatasetId:
-        """A fresh identity from a newly generated ed25519 key pair.
+        """A fresh identity from a newly generated ed25519 key pair whose private half is
+        dropped: blocks are not signed, so a dataset needs no key unless its owner wants to
+        sign receipts (then use :func:`generate_key` and :meth:`of_key`)."""
+        return cls.of_key(generate_key())
 
-        Only the public half names the dataset; the private half is not kept, since odf_chain
-        does not sign blocks.
-        """
-        key = Ed25519PrivateKey.generate().public_key()
-        return cls(key.public_bytes(Encoding.Raw, PublicFormat.Raw))
+    @classmethod
+    def of_key(cls, key: Ed25519PrivateKey) -> DatasetId:
+        """The identity a private key signs for."""
+        return cls(key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw))
+
+    def verify_signature(self, message: bytes, signature: bytes) -> bool:
+        """Whether ``signature`` is this identity's ed25519 signature of ``message``."""
+        if len(signature) != SIGNATURE_SIZE:
+            return False
+        try:
+            Ed25519PublicKey.from_public_bytes(self.public_key).verify(signature, message)
+        except (InvalidSignature, ValueError):  # ValueError: bytes that are no curve point
+            return False
+        return True
 
     @classmethod
     def from_bytes(cls, data: bytes) -> DatasetId:
@@ -67,3 +92,31 @@ class DatasetId:
 
     def __str__(self) -> str:
         return self.to_did()
+
+
+def generate_key() -> Ed25519PrivateKey:
+    """A new ed25519 private key: the secret behind a new dataset id."""
+    return Ed25519PrivateKey.generate()
+
+
+def key_to_pem(key: Ed25519PrivateKey) -> bytes:
+    """The unencrypted PKCS#8 PEM form (``-----BEGIN PRIVATE KEY-----``) of ``key``."""
+    return key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption())
+
+
+def key_from_pem(data: bytes, source: str) -> Ed25519PrivateKey:
+    """The ed25519 private key in PEM ``data``; ``source`` names the file in errors."""
+    try:
+        key = load_pem_private_key(data, password=None)
+    except TypeError:  # cryptography's way of saying "this one is encrypted"
+        raise FormatError(
+            f"key file {source}: the key is encrypted; odf_chain reads unencrypted PKCS#8 PEM"
+        ) from None
+    except (ValueError, UnsupportedAlgorithm):
+        raise FormatError(f"key file {source}: not a PEM private key") from None
+    if not isinstance(key, Ed25519PrivateKey):
+        raise FormatError(
+            f"key file {source}: holds a {type(key).__name__.lstrip('_')}, "
+            "not an ed25519 private key"
+        )
+    return key

@@ -11,14 +11,22 @@ Both functions walk the two schemas together, into struct members, list items an
 keys/values, so a nested field is held to the same standard as a column. Fields are named by
 their DataHub v2 path (the same URN lineage uses); the walk itself uses name paths
 (``("address", "zip")``, ``("tags", "[item]")``), iteratively, so depth is no concern.
+
+The rules say what a schema *may* become; :func:`check_new_columns` is the writers' policy on
+top of them: a write adds a (nullable, so allowed) column only when asked to, since a column
+once added can never be removed. The same walk finds the new fields and the names they may be
+typos of.
 """
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import pyarrow as pa
+
+from odf_chain.errors import NewColumnsError
 
 NamePath = tuple[str, ...]
 
@@ -204,6 +212,83 @@ def check_evolution(
                 )
             )
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class AddedField:
+    """A field the new schema has and the old one lacks, with the old names it may be a typo of."""
+
+    path: str  # dotted name path: "temperature", "location.alt", "tags.[item].x"
+    suggestions: tuple[str, ...]  # closest existing fields at the same level, dotted, best first
+
+    def __str__(self) -> str:
+        if not self.suggestions:
+            return self.path
+        *rest, last = self.suggestions
+        options = f"{', '.join(rest)} or {last}" if rest else last
+        return f"{self.path} (did you mean {options}?)"
+
+
+def _closest(name: str, existing: list[str]) -> list[str]:
+    """The existing names closest to ``name``, ignoring case (``Temperature_C`` is a typo of
+    ``temperature_c`` as much as ``temperature`` is); only the same name when case is all that
+    differs. The cutoff is above difflib's default, which pairs any two three-letter names
+    sharing two letters (``alt``, ``lat``)."""
+    by_folded: dict[str, list[str]] = {}
+    for candidate in existing:
+        by_folded.setdefault(candidate.casefold(), []).append(candidate)
+    folded = name.casefold()
+    if folded in by_folded:
+        return by_folded[folded]
+    hits = difflib.get_close_matches(folded, list(by_folded), n=3, cutoff=0.7)
+    return [candidate for hit in hits for candidate in by_folded[hit]]
+
+
+def added_fields(old: pa.Schema, new: pa.Schema) -> list[AddedField]:
+    """Every field of ``new`` that ``old`` lacks, at any depth (a new column, a new member of a
+    struct, of a list's item struct or of a map's value struct), parents first.
+
+    A new field's own children are not listed: adding ``location2`` adds its members with it.
+    """
+    existing: dict[NamePath, list[str]] = {}  # parent path -> the old schema's names under it
+    added: list[NamePath] = []
+    for pair in _walk_pairs(old, new):  # one traversal: a level's old names come with it
+        if pair.old is None:
+            added.append(pair.path)
+        else:
+            existing.setdefault(pair.path[:-1], []).append(pair.path[-1])
+    return [
+        AddedField(
+            dotted(path),
+            tuple(
+                dotted((*path[:-1], name))
+                for name in _closest(path[-1], existing.get(path[:-1], []))
+            ),
+        )
+        for path in added
+    ]
+
+
+def check_new_columns(
+    in_force: pa.Schema | None, written: pa.Schema, *, evolve: bool, dataset: str
+) -> None:
+    """The writers' schema policy: a write may add columns only when asked to (``evolve``).
+
+    The evolution rules allow a new nullable column, so without this a misspelt header would
+    add a column for good (fields are never removed). The first write to a dataset without a
+    schema sets it and is no evolution; columns the write lacks are the writers' business
+    (nullable ones become nulls). Raises :class:`NewColumnsError`, naming each new field and
+    the closest existing names, before the caller writes anything.
+    """
+    if evolve or in_force is None:
+        return
+    added = added_fields(in_force, written)
+    if added:
+        raise NewColumnsError(
+            "new-column",
+            f"{dataset}: new column(s) {', '.join(map(str, added))}; "
+            "pass evolve=True (--evolve) to add them",
+        )
 
 
 @dataclass(frozen=True)

@@ -91,6 +91,7 @@ from pyspark.sql import DataFrame, SparkSession, types as st
 
 from odf_chain import errors as _errors
 from odf_chain.errors import (
+    ConflictError,
     FormatError,
     IntegrityError,
     NotFoundError,
@@ -103,13 +104,20 @@ from odf_chain.schema._json import canonical, loads
 from odf_chain.schema.convert import avro_to_arrow
 
 if TYPE_CHECKING:
+    from odf_chain.dataset import Dataset
     from odf_chain.lineage.recorder import LineageRecorder
+    from odf_chain.spark.writer import IngestResult
+    from odf_chain.state import DatasetState
 
 __all__ = [
     "FORMATS",
     "MAX_SPARK_NESTING",
+    "FileIngest",
     "InputFile",
+    "SkippedInput",
     "SourceFrame",
+    "file_name",
+    "ingest_files",
     "odf_error",
     "read_input",
     "spark_errors",
@@ -137,6 +145,15 @@ class InputFile:
     uri: str
     size: int
     blake3: str
+
+    @property
+    def name(self) -> str:
+        return file_name(self.uri)
+
+
+def file_name(uri: str) -> str:
+    """A file's name: its URI's last component, decoded."""
+    return unquote(uri.rstrip("/").rsplit("/", 1)[-1]) or uri
 
 
 @dataclass(frozen=True, eq=False)
@@ -726,17 +743,154 @@ def read_input(
     more to infer a schema); the rows themselves are read when an action runs on ``df``.
     ``options`` are Spark reader options for csv, json and parquet; Avro takes none.
     """
+    _check_format(fmt, options)
+    files = _expand(paths)
+    return _read_probed(spark, files, _run_probe(spark, files, fmt), fmt, options)
+
+
+def _check_format(fmt: str, options: dict | None) -> None:
     if fmt not in FORMATS:
         raise OdfChainError(f"unknown input format {fmt!r}: expected one of {', '.join(FORMATS)}")
     if fmt == "avro" and options:
         raise OdfChainError(f"Avro inputs take no options (got {', '.join(map(str, options))})")
-    files = _expand(paths)
-    probes = _run_probe(spark, files, fmt)
+
+
+def _read_probed(
+    spark: SparkSession, files: list[_Located], probes: list[tuple], fmt: str, options: dict | None
+) -> SourceFrame:
+    """The DataFrame of files already listed and hashed (``probes``, one per file)."""
     inputs = tuple(InputFile(p[1], p[2], p[3]) for p in probes)
     if fmt == "avro":
         df, schema_text = _read_avro(spark, files, probes)
         return SourceFrame(df, inputs, schema_text)
     return SourceFrame(_read_with_spark(spark, files, fmt, options), inputs, None)
+
+
+# --------------------------------------------------------------------------------------------
+# ingesting files, each content once
+
+
+@dataclass(frozen=True, slots=True)
+class SkippedInput:
+    """An input file :func:`ingest_files` left out: its content is already in the dataset (at
+    block ``block``, read then from ``same_as``), or ``block`` is None and an earlier input of
+    the same call, ``same_as``, has the same bytes."""
+
+    file: InputFile
+    block: int | None
+    same_as: str
+
+
+@dataclass(frozen=True)
+class FileIngest:
+    """What :func:`ingest_files` did: the files it ingested, those it skipped, and the write's
+    result (None when every file was skipped: nothing was read or appended)."""
+
+    inputs: tuple[InputFile, ...]
+    skipped: tuple[SkippedInput, ...]
+    result: IngestResult | None
+
+
+def ingest_files(
+    spark: SparkSession,
+    dataset: str | Path | Dataset,
+    paths: list[str],
+    fmt: str,
+    *,
+    options: dict | None = None,
+    allow_duplicates: bool = False,
+    event_time: str | None = None,
+    job_name: str = "odf-chain ingest",
+    create: bool = False,
+    **write_options: Any,
+) -> FileIngest:
+    """Ingest input files into ``dataset``, each content once: what ``odf-chain ingest`` does.
+
+    The files are listed and hashed (:func:`read_input`'s first step); those whose content
+    hash the dataset already records as an ingested input (``replay.ingested_inputs``), and
+    repeats of a content within this call, are skipped before Spark reads any row; the rest
+    are read and appended by :func:`odf_chain.spark.write` with their stated lineage, each
+    file (URI, size, BLAKE3 hash) recorded as the source of every AddData.
+    ``allow_duplicates`` ingests every file given. ``write_options`` go to ``write``
+    (``hash``, ``truncate_timestamps``, ``transaction``, ...).
+
+    Another writer may ingest the same files meanwhile: when blocks appended after the lookup
+    name one of them, nothing is appended and :class:`ConflictError` says so (run it again:
+    they are then skipped).
+    """
+    from odf_chain.dataset import Dataset
+    from odf_chain.replay import ingested_inputs
+    from odf_chain.spark.writer import write
+
+    _check_format(fmt, options)
+    files = _expand(paths)
+    target: str | Path | Dataset = dataset
+    if not isinstance(target, Dataset):
+        try:
+            target = Dataset.open(target)
+        except NotFoundError:
+            if not create:
+                raise
+    base = target.refresh().head if isinstance(target, Dataset) else None  # None: write creates it
+    known = (
+        {}
+        if allow_duplicates or not isinstance(target, Dataset)
+        else ingested_inputs(target.storage, base)
+    )
+    probes = _run_probe(spark, files, fmt)
+
+    kept: list[tuple[_Located, tuple]] = []
+    skipped: list[SkippedInput] = []
+    first_of: dict[str, str] = {}  # content hash -> the first input of this call holding it
+    for located, probe in zip(files, probes, strict=True):
+        item = InputFile(probe[1], probe[2], probe[3])
+        recorded = known.get(item.blake3)
+        if recorded is not None:
+            skipped.append(SkippedInput(item, recorded.sequence_number, recorded.uri))
+        elif not allow_duplicates and item.blake3 in first_of:
+            skipped.append(SkippedInput(item, None, first_of[item.blake3]))
+        else:
+            first_of.setdefault(item.blake3, item.uri)
+            kept.append((located, probe))
+    if not kept:
+        return FileIngest((), tuple(skipped), None)
+
+    frame = _read_probed(spark, [k[0] for k in kept], [k[1] for k in kept], fmt, options)
+
+    def not_ingested_meanwhile(written: Dataset, state: DatasetState) -> None:
+        if allow_duplicates or state.head == base:
+            return
+        meanwhile = ingested_inputs(written.storage, state.head, since=base)
+        clash = [i for i in frame.inputs if i.blake3 in meanwhile]
+        if clash:
+            block = min(meanwhile[i.blake3].sequence_number for i in clash)
+            raise ConflictError(
+                f"{written.location}: another writer ingested {len(clash)} of these input "
+                f"files meanwhile (from block {block}: {_names(clash)}); nothing was appended: "
+                "run it again and they will be skipped"
+            )
+
+    result = write(
+        frame.df,
+        target,
+        event_time=event_time,
+        create=create,
+        avro_schema=frame.avro_schema,
+        lineage=ingest_lineage(frame, job_name, event_time=event_time),
+        source={
+            "format": fmt,
+            "inputs": [{"uri": i.uri, "size": i.size, "hash": i.blake3} for i in frame.inputs],
+        },
+        _check_state=not_ingested_meanwhile,
+        **write_options,
+    )
+    return FileIngest(frame.inputs, tuple(skipped), result)
+
+
+def _names(files: Iterable[InputFile], limit: int = 5) -> str:
+    names = [f.name for f in files]
+    shown = ", ".join(names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
 # --------------------------------------------------------------------------------------------

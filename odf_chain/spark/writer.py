@@ -1,6 +1,7 @@
 """Writing Spark DataFrames into a dataset, and reading them back.
 
-The write is one transaction:
+The write is one transaction, preceded by the new-column check: a DataFrame whose schema has
+columns the schema in force lacks is refused, before Spark runs any job, unless ``evolve=True``.
 
 1. **Offsets without a funnel.** Rows are counted per partition (one small row per partition
    reaches the driver; counting reads no column values), prefix sums give each partition its
@@ -35,7 +36,7 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
@@ -45,7 +46,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from odf_chain import chain
+from odf_chain import chain, rules
 from odf_chain.chain import BlockEntry
 from odf_chain.dataset import Dataset
 from odf_chain.errors import NotFoundError, OdfChainError, SchemaError
@@ -54,12 +55,12 @@ from odf_chain.format.multihash import BLAKE3, Multihash
 from odf_chain.lineage.recorder import LineageRecorder
 from odf_chain.replay import load_chain, select, settle_lineage
 from odf_chain.schema.convert import AVRO_SCHEMA_KEY, avro_to_arrow
+from odf_chain.schema.evolution import check_new_columns
 from odf_chain.slices import add_data_for, own_metadata
 from odf_chain.spark.schema_limits import check_nesting
 from odf_chain.spark.storage_failures import storage_failures
-from odf_chain.state import Vocabulary
+from odf_chain.state import SOURCE_KEY, DatasetState, Vocabulary, transaction_extra
 
-SOURCE_KEY = "odf-chain.dev/source"
 _PART = re.compile(r"^part-(\d+)-.*\.parquet$")
 _ROW_BITS = 33  # monotonically_increasing_id: partition id above, row within partition below
 
@@ -94,6 +95,9 @@ class IngestResult:
     head: Multihash | None
     timings: dict[str, float] = field(default_factory=dict)
     lineage: AddFieldLineage | None = None  # the field lineage appended with the data
+    # the (app_id, version) given, when the chain already records that version or a later
+    # one for app_id: nothing was appended
+    skipped_transaction: tuple[str, int] | None = None
 
 
 def _inspect_file(
@@ -177,6 +181,27 @@ def _user_columns(rest: list[str], in_force: pa.Schema | None, system: set[str])
     known = set(in_force.names)
     columns += [F.col(_quoted(c)) for c in rest if c not in known]
     return columns
+
+
+def _names_only(schema) -> pa.Schema:
+    """The names and nesting of a Spark schema as an Arrow schema, for the new-column check
+    (which needs no more, and so runs on the DataFrame's schema before any Spark job).
+
+    Structs, arrays and maps keep their shape; every leaf becomes a binary placeholder, so no
+    Spark type (UDTs, intervals, variants) can make the conversion fail.
+    """
+    from pyspark.sql.types import ArrayType, MapType, StructType
+
+    def convert(t) -> pa.DataType:
+        if isinstance(t, StructType):
+            return pa.struct([pa.field(f.name, convert(f.dataType)) for f in t.fields])
+        if isinstance(t, ArrayType):
+            return pa.list_(convert(t.elementType))
+        if isinstance(t, MapType):
+            return pa.map_(convert(t.keyType), convert(t.valueType))
+        return pa.binary()
+
+    return pa.schema([pa.field(f.name, convert(f.dataType)) for f in schema.fields])
 
 
 def _refuse_duplicate_columns(df) -> None:
@@ -339,6 +364,9 @@ def write(
     lineage: LineageRecorder | bool = True,
     job_name: str | None = None,
     truncate_timestamps: bool = False,
+    evolve: bool = False,
+    transaction: tuple[str, int] | None = None,
+    _check_state: Callable[[Dataset, DatasetState], None] | None = None,
 ) -> IngestResult:
     """Append a Spark DataFrame to ``dataset`` (a path, a ``pyarrow.fs`` URI such as
     ``s3://bucket/sales``, or an open :class:`Dataset`) as Parquet slices.
@@ -360,8 +388,22 @@ def write(
 
     Timestamps are stored in milliseconds (as ODF's system columns); a user column holding finer
     ones is refused, not silently truncated, unless ``truncate_timestamps`` says to truncate.
+
+    ``evolve`` allows columns (or struct fields) the schema in force lacks; without it such a
+    write raises :class:`NewColumnsError` naming them, from the DataFrame's schema, before
+    Spark runs any job (missing nullable columns become nulls either way).
+
+    ``transaction=(app_id, version)`` makes a retried job append nothing twice (Delta's
+    txnAppId/txnVersion): the pair is recorded with the first AddData, and a write whose
+    version is not above the last one the chain records for ``app_id`` appends nothing and
+    returns ``skipped_transaction`` set, before Spark runs any job. Two attempts racing each
+    other: one commits, the other gets :class:`ConflictError`, and running it again skips it.
+    An empty DataFrame records no transaction (it appends nothing).
     """
     from pyspark import StorageLevel
+
+    if transaction is not None:  # refused before anything is opened or created
+        transaction = rules.transaction_argument(transaction)
 
     timings: dict[str, float] = {}
     started_at = chain.now()
@@ -371,6 +413,10 @@ def write(
     storage = dataset.storage
     filesystem = storage.filesystem
     state = dataset.refresh()
+    if _check_state is not None:  # ingest_files: were its inputs ingested meanwhile?
+        _check_state(dataset, state)
+    if transaction is not None and rules.transaction_recorded(state, *transaction):
+        return IngestResult(path, 0, 0, 0, [], state.head, timings, skipped_transaction=transaction)
     vocab = state.vocab
     algorithm = state.hash_algorithm or BLAKE3
     system_time = chain.now(state.system_time)
@@ -379,6 +425,9 @@ def write(
     _refuse_duplicate_columns(df)
     check_nesting(df.schema)
     shaped = _with_system_columns(df, vocab, system_time, event_time, state.schema)
+    check_new_columns(
+        state.schema, _names_only(shaped.schema), evolve=evolve, dataset=dataset.location
+    )
     if persist is None:
         persist = _shuffles(shaped)
     if persist:
@@ -465,7 +514,7 @@ def write(
         timings["lineage"] = time.perf_counter() - clock
         clock = time.perf_counter()
         extra = None if source is None else {SOURCE_KEY: dict(source)}
-        for slice_info, interval in zip(written, intervals, strict=True):
+        for n, (slice_info, interval) in enumerate(zip(written, intervals, strict=True)):
             if interval.start != current.next_offset:  # _check_files laid them end to end
                 raise IngestError(f"{slice_info.file_name}: offsets out of order")
             block = chain.prepare(
@@ -477,7 +526,7 @@ def write(
                     size=slice_info.size,
                     num_rows=slice_info.num_rows,
                     watermark=watermark,
-                    extra=extra,
+                    extra=_with_transaction(extra, transaction) if n == 0 else extra,
                 ),
                 system_time=system_time,
             )
@@ -506,6 +555,16 @@ def write(
         if persist:
             shaped.unpersist()
         storage.discard_area(staging)
+
+
+def _with_transaction(
+    extra: dict[str, Any] | None, transaction: tuple[str, int] | None
+) -> dict[str, Any] | None:
+    """The first AddData's extra attributes: the transaction pair rides on it (a write is one
+    head move, so that block is in the chain exactly when the whole write is)."""
+    if transaction is None:
+        return extra
+    return {**(extra or {}), **transaction_extra(*transaction)}
 
 
 def _lineage_event(

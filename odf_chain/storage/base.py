@@ -9,13 +9,28 @@ Names are content hashes; ``staged`` values are paths inside :attr:`Storage.file
 from __future__ import annotations
 
 import contextlib
+import re
+from collections.abc import Iterable, Iterator
+from contextlib import AbstractContextManager
 from typing import BinaryIO, NamedTuple, Protocol
 
 import pyarrow.fs as pafs
 
-from odf_chain.errors import StorageError
+from odf_chain.errors import FormatError, StorageError
 
 STAGING = ".staging"
+HEAD_LOG = "logs/head"
+
+# Reads are bounded so a hostile or damaged file (a symlink to /dev/zero, a huge file in the
+# place of a block) cannot exhaust memory. A head is one multibase hash (~70 bytes).
+MAX_HEAD_BYTES = 1024
+# Blocks are metadata: a SetDataSchema of thousands of columns is a few hundred KiB; ODF's
+# reference implementation writes nothing near this.
+MAX_BLOCK_BYTES = 64 * 1024 * 1024
+# One line per head move (~160 bytes): about 1.6 million head moves, more than any chain whose
+# blocks a verify walk could hold.
+MAX_HEAD_LOG_BYTES = 256 * 1024 * 1024
+_SHOWN = 24  # characters of an invalid value shown in an error, escaped
 
 
 class DataCommit(NamedTuple):
@@ -31,6 +46,64 @@ class EntryInfo(NamedTuple):
 
     mtime: float
     size: int
+
+
+class HeadMove(NamedTuple):
+    """One line of the head log: the head moved from ``old`` (None: no head, or a head from
+    before the log existed) to ``new`` at ``time_ms`` (Unix milliseconds)."""
+
+    old: str | None
+    new: str
+    time_ms: int
+
+
+_LOG_LINE = re.compile(r"(-|[0-9a-zA-Z]+) ([0-9a-zA-Z]+) ([0-9]{1,15})")
+
+
+def shown(value: bytes | str) -> str:
+    """A short, escaped prefix of a value that was refused: enough to recognise it, never a
+    file's content echoed whole (a head that is someone's /etc/shadow, say)."""
+    if isinstance(value, bytes):
+        value = value.decode("ascii", errors="backslashreplace")
+    prefix = value[:_SHOWN]
+    return ascii(prefix) + ("..." if len(value) > _SHOWN else "")
+
+
+def head_log_line(old: str | None, new: str, time_ms: int) -> bytes:
+    return f"{old or '-'} {new} {time_ms}\n".encode("ascii")
+
+
+def parse_head_log(data: bytes, where: str) -> list[HeadMove]:
+    """The moves a head log holds, oldest first. A last line without its newline is an append a
+    crash cut short: the move it records may never have been acknowledged, so it is skipped (the
+    next head move truncates it). Any other malformed line is an error naming the line."""
+    lines = data.split(b"\n")
+    lines.pop()  # after the last newline: empty, or a torn append
+    moves = []
+    for number, raw in enumerate(lines, 1):
+        match = _LOG_LINE.fullmatch(raw.decode("ascii", errors="replace"))
+        if match is None:
+            raise FormatError(f"{where} line {number}: not '<old|-> <new> <unix ms>': {shown(raw)}")
+        old, new, millis = match.groups()
+        moves.append(HeadMove(None if old == "-" else old, new, int(millis)))
+    return moves
+
+
+def last_complete_line(tail: bytes) -> bytes | None:
+    """The last newline-terminated line of the end of a file (``tail``), if it holds one."""
+    end = tail.rfind(b"\n")
+    if end < 0:
+        return None
+    start = tail.rfind(b"\n", 0, end) + 1
+    return tail[start:end]
+
+
+def logged_head(line: bytes | None) -> str | None:
+    """The ``new`` head of a head log line, or None when there is none or it is malformed."""
+    if line is None:
+        return None
+    match = _LOG_LINE.fullmatch(line.decode("ascii", errors="replace"))
+    return match.group(2) if match else None
 
 
 class Storage(Protocol):
@@ -72,10 +145,32 @@ class Storage(Protocol):
     def leftover_staging(self) -> list[str]: ...
     def remove_staged(self, name: str) -> None: ...
     def entry_info(self, relative: str) -> EntryInfo | None: ...
+    def irregular_entries(self) -> list[tuple[str, str]]: ...
+    def check_layout(self) -> None: ...
 
     # head
     def read_head(self) -> str | None: ...
-    def compare_and_swap_head(self, expected: str | None, new: str) -> None: ...
+    def read_head_log(self) -> list[HeadMove]: ...
+    def compare_and_swap_head(
+        self,
+        expected: str | None,
+        new: str,
+        *,
+        blocks: Iterable[str] = (),
+        data: Iterable[str] = (),
+    ) -> None: ...
+
+    @property
+    def locks_head(self) -> bool:
+        """True when :meth:`head_lock` excludes writers (an OS lock); False where it cannot
+        (object stores), so callers that must exclude writers know not to rely on it."""
+
+    def head_lock(self) -> AbstractContextManager[None]: ...
+
+
+@contextlib.contextmanager
+def no_lock() -> Iterator[None]:
+    yield
 
 
 @contextlib.contextmanager

@@ -9,8 +9,13 @@ What they do not offer is a compare-and-swap on an object that this library can 
 ``pyarrow.fs``. The head is moved by read-compare-write and read back afterwards, which catches
 a concurrent writer in nearly every interleaving but cannot exclude one: run one writer per
 dataset on these stores (one scheduled job, say). If two writers do interleave exactly, the
-chain stays valid (each block links its predecessor) and ``verify`` reports the losing
-writer's blocks as unreferenced descendants.
+chain stays valid (each block links its predecessor); if both were told they won, the head log
+names the overwritten head and ``verify`` fails with ``head-rollback`` (an acknowledged write
+was lost: an error, not a warning).
+
+There is no lock either, so gc cannot exclude writers here: it refuses a ``min_age`` below its
+default unless told the dataset has no other writer (see :mod:`odf_chain.gc`). The head log is
+``logs/head`` as on a local disk, rewritten whole on each head move (one small read and write).
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ from __future__ import annotations
 import contextlib
 import secrets
 import time
+from collections.abc import Iterable
+from contextlib import AbstractContextManager
 from typing import BinaryIO
 from urllib.parse import urlsplit
 
@@ -31,8 +38,24 @@ from odf_chain.errors import (
     OdfChainError,
     StorageError,
 )
-from odf_chain.storage.base import STAGING, DataCommit, EntryInfo, arrow_errors
-from odf_chain.storage.local import _SUBDIRS, _SUFFIX, _is_name, check_name
+from odf_chain.storage.base import (
+    HEAD_LOG,
+    MAX_BLOCK_BYTES,
+    MAX_HEAD_BYTES,
+    MAX_HEAD_LOG_BYTES,
+    STAGING,
+    DataCommit,
+    EntryInfo,
+    HeadMove,
+    arrow_errors,
+    head_log_line,
+    last_complete_line,
+    logged_head,
+    no_lock,
+    parse_head_log,
+    shown,
+)
+from odf_chain.storage.local import _SUBDIRS, _SUFFIX, LAYOUT, _is_name, check_name
 
 # pyarrow's scheme -> the Hadoop connector Spark uses for the same store
 _SPARK_SCHEMES = {"s3": "s3a"}
@@ -111,9 +134,29 @@ class FsStorage:
     def _exists(self, relative: str) -> bool:
         return self._info(relative).type == pafs.FileType.File
 
-    def _read(self, relative: str) -> bytes:
+    def _file_info(self, relative: str) -> pafs.FileInfo:
+        """The info of a file that must be a file: FileNotFoundError if missing, StorageError
+        for anything else (a directory; on a local filesystem a FIFO or device)."""
+        info = self._info(relative)
+        if info.type == pafs.FileType.NotFound:
+            raise FileNotFoundError(self._join(relative))
+        if info.type != pafs.FileType.File:
+            kind = info.type.name.lower()
+            raise StorageError(f"{self._join(relative)} is not a regular file ({kind}): not read")
+        return info
+
+    def _read(self, relative: str, limit: int, what: str) -> bytes:
+        """A file of at most ``limit`` bytes, refused by its listed size before reading and
+        read at most ``limit + 1`` bytes (a file that grows meanwhile is refused too)."""
+        info = self._file_info(relative)
+        too_large = f"{self._join(relative)} is larger than the {limit:,}-byte limit for {what}"
+        if info.size is not None and info.size > limit:
+            raise StorageError(f"{too_large} ({info.size:,} bytes): not read")
         with self._fs.open_input_stream(self._join(relative)) as f:
-            return f.read()
+            data = f.read(limit + 1)
+        if len(data) > limit:
+            raise StorageError(f"{too_large} (it grew while being read): not read")
+        return data
 
     def _put(self, relative: str, data: bytes) -> None:
         """Write ``relative`` whole: upload under a fresh staging name, then move into place."""
@@ -155,10 +198,10 @@ class FsStorage:
     def read_block(self, name: str) -> bytes:
         relative = f"blocks/{check_name(name, 'block name')}"
         try:
-            return self._read(relative)
+            return self._read(relative, MAX_BLOCK_BYTES, "a block")
         except FileNotFoundError:
             raise NotFoundError(f"block {name} not found in {self.location}") from None
-        except OSError as exc:
+        except (OSError, StorageError) as exc:
             raise IntegrityError(f"block {name} cannot be read: {exc}") from None
 
     def has_block(self, name: str) -> bool:
@@ -191,9 +234,14 @@ class FsStorage:
         return self._staging(f"{prefix}-{secrets.token_hex(16)}")
 
     def _check_staged(self, staged: str) -> str:
+        """``staged`` if it names an entry strictly inside ``.staging/`` (``.staging/..`` would
+        make a discard remove the dataset)."""
         staged = str(staged)
-        if not staged.startswith(self._join(STAGING) + "/") or "/../" in staged:
-            raise OdfChainError(f"{staged} is not in {self._join(STAGING)}")
+        parts = staged.removeprefix(self._join(STAGING) + "/").split("/")
+        if not staged.startswith(self._join(STAGING) + "/") or any(
+            p in ("", ".", "..") for p in parts
+        ):
+            raise OdfChainError(f"{staged} is not in {self._join(STAGING)} (strictly inside it)")
         return staged
 
     def commit_data(self, staged: str, name: str) -> DataCommit:
@@ -239,6 +287,7 @@ class FsStorage:
     def open_data(self, name: str) -> BinaryIO:
         path = self.data_path(name)
         try:
+            self._file_info(f"data/{name}")
             return self._fs.open_input_file(path)
         except FileNotFoundError:
             raise NotFoundError(f"data slice {name} not found in {self.location}") from None
@@ -252,6 +301,20 @@ class FsStorage:
         with arrow_errors("list", self._join(STAGING)):
             infos = self._fs.get_file_info(selector)
         return sorted(i.base_name for i in infos if i.type != pafs.FileType.NotFound)
+
+    def irregular_entries(self) -> list[tuple[str, str]]:
+        """Object stores hold objects only (on a local filesystem pyarrow lists a symlink as
+        what it points to, and reads refuse what is not a file)."""
+        return []
+
+    def check_layout(self) -> None:
+        """Each layout directory that exists must be a directory."""
+        for name in LAYOUT:
+            info = self._info(name)
+            if info.type not in (pafs.FileType.Directory, pafs.FileType.NotFound):
+                raise StorageError(
+                    f"{self._join(name)} is not a directory: nothing is removed through it"
+                )
 
     def remove_staged(self, name: str) -> None:
         if "/" in name or name in ("", ".", ".."):
@@ -280,19 +343,47 @@ class FsStorage:
 
     def read_head(self) -> str | None:
         try:
-            text = self._read("refs/head").decode("ascii", errors="replace")
+            data = self._read("refs/head", MAX_HEAD_BYTES, "a head")
         except FileNotFoundError:
             return None
         except OSError as exc:
             raise StorageError(f"cannot read {self._join('refs/head')}: {exc}") from exc
-        head = text.removesuffix("\n")
+        head = data.decode("ascii", errors="replace").removesuffix("\n")
         if not _is_name(head):
-            raise FormatError(f"{self._join('refs/head')}: invalid head {head!r}")
+            raise FormatError(f"{self._join('refs/head')}: invalid head {shown(data)}")
         return head
 
-    def compare_and_swap_head(self, expected: str | None, new: str, **_: object) -> None:
-        """Move the head from ``expected`` to ``new``: read, compare, write, read back. Not
-        atomic on stores without conditional writes (see the module docstring)."""
+    def _head_log_bytes(self) -> bytes:
+        try:
+            return self._read(HEAD_LOG, MAX_HEAD_LOG_BYTES, "the head log")
+        except FileNotFoundError:
+            return b""
+        except OSError as exc:
+            raise StorageError(f"cannot read {self._join(HEAD_LOG)}: {exc}") from exc
+
+    def read_head_log(self) -> list[HeadMove]:
+        return parse_head_log(self._head_log_bytes(), self._join(HEAD_LOG))
+
+    @property
+    def locks_head(self) -> bool:
+        return False
+
+    def head_lock(self, timeout: float = 0.0) -> AbstractContextManager[None]:
+        """No lock to take here (see the module docstring): callers check :attr:`locks_head`."""
+        return no_lock()
+
+    def compare_and_swap_head(
+        self,
+        expected: str | None,
+        new: str,
+        *,
+        blocks: Iterable[str] = (),
+        data: Iterable[str] = (),
+        **_: object,
+    ) -> None:
+        """Move the head from ``expected`` to ``new``: read, compare, check that the files the
+        new head needs are there (see LocalStorage), write, read back, log. Not atomic on
+        stores without conditional writes (see the module docstring)."""
         check_name(new, "head")
         if expected is not None:
             check_name(expected, "expected head")
@@ -302,11 +393,30 @@ class FsStorage:
                 f"head moved: expected {expected or 'no head'}, found {current or 'no head'}; "
                 "another writer appended first — re-open and retry"
             )
+        for directory, names in (("blocks", blocks), ("data", data)):
+            for name in names:
+                relative = f"{directory}/{check_name(name)}"
+                if not self._exists(relative):
+                    raise ConflictError(
+                        f"{self._join(relative)} was removed before the head moved (by gc?): "
+                        "nothing was committed; retry the write"
+                    )
+        log = self._head_log_bytes()
+        if log and not log.endswith(b"\n"):  # an upload never tears; still, end the line
+            log += b"\n"
+        logged = logged_head(last_complete_line(log))
+        now_ms = time.time_ns() // 1_000_000
+        if current is not None and logged != current:  # a move whose log write failed
+            log += head_log_line(logged, current, now_ms)
         self._put("refs/head", new.encode("ascii"))
         if self.read_head() != new:
             raise ConflictError(
                 f"head of {self.location} was moved by another writer while this one moved it"
             )
+        # the head has moved: a failed log write must not report the write as failed (the next
+        # move appends the missing line)
+        with contextlib.suppress(OdfChainError, OSError):
+            self._put(HEAD_LOG, log + head_log_line(expected, new, now_ms))
 
 
 def _spark_uri_for(filesystem: pafs.FileSystem, fs_path: str) -> str:

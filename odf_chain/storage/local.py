@@ -3,7 +3,13 @@
 Layout (ODF's): ``blocks/<hash>`` immutable blocks, ``refs/head`` the head block hash,
 ``data/<hash>`` Parquet slices, ``checkpoints/``, ``info/`` (derived) and a hidden ``.staging/``
 for in-flight writes. Every file appears by fsync + rename, so a reader (or a crash) never sees
-half a file; the head moves only by compare-and-swap under an OS lock that dies with its holder.
+half a file; the head moves only by compare-and-swap under an OS lock that dies with its holder,
+and every move is appended to ``logs/head`` (git's reflog), so a head that moved back is known.
+
+Reads never follow a symlink below the dataset root (the root itself may be one: it is the
+user's path), take regular files only (a FIFO cannot block a read, a device cannot feed one
+forever) and are bounded by the limits in :mod:`odf_chain.storage.base`. Deletions go through
+directory descriptors opened the same way, so nothing outside the dataset can be removed.
 """
 
 from __future__ import annotations
@@ -15,8 +21,9 @@ import os
 import re
 import secrets
 import shutil
+import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -30,11 +37,33 @@ from odf_chain.errors import (
     OdfChainError,
     StorageError,
 )
-from odf_chain.storage.base import STAGING, DataCommit, EntryInfo
+from odf_chain.storage.base import (
+    HEAD_LOG,
+    MAX_BLOCK_BYTES,
+    MAX_HEAD_BYTES,
+    MAX_HEAD_LOG_BYTES,
+    STAGING,
+    DataCommit,
+    EntryInfo,
+    HeadMove,
+    head_log_line,
+    last_complete_line,
+    logged_head,
+    parse_head_log,
+    shown,
+)
 
 _NAME = re.compile(r"[0-9a-zA-Z]+")
 _SUFFIX = re.compile(r"[0-9a-zA-Z._-]*")
-_SUBDIRS = ("blocks", "refs", "data", "checkpoints", "info")
+_SUBDIRS = ("blocks", "refs", "data", "checkpoints", "info", "logs")
+# every directory of the layout: gc refuses to work through any of them that is not a directory
+LAYOUT = ("blocks", "refs", "data", STAGING, "checkpoints", "info", "logs")
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# O_NONBLOCK: should a FIFO slip in between the lstat and the open, the open does not wait
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_LOG_FLAGS = os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_LOG_TAIL = 4096  # a head log line is ~160 bytes: the last one is in this many
+_READ_CHUNK = 1 << 20
 LOCK_TIMEOUT = 30.0
 _LOCK_POLL = 0.005
 # link(2) refusals that mean "this filesystem has no hard links", not "something is wrong"
@@ -56,6 +85,36 @@ def _os_errors(action: str, path: Path | str) -> Iterator[None]:
         yield
     except OSError as exc:
         raise _storage_error(exc, action, path) from exc
+
+
+def _kind(mode: int) -> str:
+    """What a non-regular directory entry is, for an error message."""
+    for test, kind in (
+        (stat.S_ISLNK, "a symlink"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISREG, "a regular file"),
+    ):
+        if test(mode):
+            return kind
+    return "of an unknown kind"
+
+
+def _lstat(name: str, dir_fd: int) -> os.stat_result:
+    return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
 
 
 def _is_name(name: object) -> bool:
@@ -128,16 +187,6 @@ def _install_new(source: Path | str, target: Path) -> bool:
     return True
 
 
-def _names(directory: Path) -> list[str]:
-    try:
-        with os.scandir(directory) as it:
-            return sorted(e.name for e in it if _is_name(e.name) and e.is_file())
-    except FileNotFoundError:
-        raise NotFoundError(f"{directory} is missing") from None
-    except OSError as exc:
-        raise _storage_error(exc, "list", directory) from exc
-
-
 class LocalStorage:
     """The files of one dataset. Knows bytes and names only, never what a block means."""
 
@@ -181,6 +230,138 @@ class LocalStorage:
     @property
     def root(self) -> Path:
         return self._root
+
+    # -- reading without following symlinks ---------------------------------------------------
+
+    @contextlib.contextmanager
+    def _dir(self, relative: str, *, create: bool = False) -> Iterator[int]:
+        """A descriptor of the dataset's directory ``relative`` ("" for the root), reached
+        without following a symlink below the root: a symlinked ``data/`` or ``blocks/`` is
+        refused, never read or deleted through. ``create`` makes missing directories.
+
+        Raises FileNotFoundError for a missing component, StorageError for one that is not a
+        directory.
+        """
+        fd = os.open(self._root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            path = self._root
+            for part in filter(None, relative.split("/")):
+                path = path / part
+                try:
+                    child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                except FileNotFoundError:
+                    if not create:
+                        raise
+                    with contextlib.suppress(FileExistsError):
+                        os.mkdir(part, dir_fd=fd)
+                        os.fsync(fd)
+                    child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                except OSError as exc:
+                    if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                        raise
+                    kind = _kind(_lstat(part, fd).st_mode)
+                    raise StorageError(f"{path} is {kind}, not a directory: not followed") from None
+                os.close(fd)
+                fd = child
+            yield fd
+        finally:
+            os.close(fd)
+
+    def _open_regular(self, relative: str) -> int:
+        """A read descriptor of the regular file ``relative``: never through a symlink, never a
+        FIFO or a device (checked before opening and again on the opened file)."""
+        parent, _, name = relative.rpartition("/")
+        path = self._root / relative
+        with self._dir(parent) as dir_fd:
+            before = _lstat(name, dir_fd)
+            if not stat.S_ISREG(before.st_mode):
+                raise StorageError(
+                    f"{path} is not a regular file ({_kind(before.st_mode)}): not read"
+                )
+            fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
+        opened = os.fstat(fd)
+        if (opened.st_dev, opened.st_ino) != (before.st_dev, before.st_ino):
+            os.close(fd)
+            raise StorageError(f"{path} was replaced while being opened: not read")
+        return fd
+
+    def _read_bounded(self, relative: str, limit: int, what: str) -> bytes:
+        """The bytes of a regular file of at most ``limit`` bytes: a larger one is refused
+        before reading, and one that grows while read is refused at ``limit + 1`` bytes."""
+        path = self._root / relative
+        fd = self._open_regular(relative)
+        try:
+            size = os.fstat(fd).st_size
+            too_large = f"{path} is larger than the {limit:,}-byte limit for {what}: not read"
+            if size > limit:
+                raise StorageError(f"{too_large} ({size:,} bytes)")
+            chunks, total = [], 0
+            while total <= limit:
+                chunk = os.read(fd, min(_READ_CHUNK, limit + 1 - total))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                total += len(chunk)
+            if total > limit:
+                raise StorageError(f"{too_large} (it grew while being read)")
+            return b"".join(chunks)
+        finally:
+            os.close(fd)
+
+    def _entry_mode(self, relative: str) -> int | None:
+        """The type bits of ``relative`` itself (a symlink is not followed); None if missing."""
+        parent, _, name = relative.rpartition("/")
+        try:
+            with self._dir(parent) as dir_fd:
+                return _lstat(name, dir_fd).st_mode
+        except FileNotFoundError:
+            return None
+
+    def _names(self, directory: str) -> list[str]:
+        """The names of the regular files of a layout directory (symlinks and other entries are
+        :meth:`irregular_entries`)."""
+        path = self._root / directory
+        try:
+            with self._dir(directory) as dir_fd, os.scandir(dir_fd) as it:
+                return sorted(
+                    e.name for e in it if _is_name(e.name) and e.is_file(follow_symlinks=False)
+                )
+        except FileNotFoundError:
+            raise NotFoundError(f"{path} is missing") from None
+        except OSError as exc:
+            raise _storage_error(exc, "list", path) from exc
+
+    def irregular_entries(self) -> list[tuple[str, str]]:
+        """Entries of ``blocks/``, ``data/`` and ``.staging/`` that are neither regular files nor
+        (in ``.staging/``) a writer's folder: symlinks, FIFOs, devices. No read follows them
+        and gc removes none of them; returned as (relative path, what it is)."""
+        found = []
+        for directory in ("blocks", "data", STAGING):
+            try:
+                with self._dir(directory) as dir_fd, os.scandir(dir_fd) as it:
+                    for entry in it:
+                        mode = entry.stat(follow_symlinks=False).st_mode
+                        if stat.S_ISREG(mode) or (directory == STAGING and stat.S_ISDIR(mode)):
+                            continue
+                        found.append((f"{directory}/{entry.name}", _kind(mode)))
+            except (OSError, OdfChainError):  # missing or refused: the listings report it
+                continue
+        return sorted(found)
+
+    def check_layout(self) -> None:
+        """Refuse a dataset whose layout directories are not all real directories (a symlinked
+        ``data/``, say): gc must not delete through them. Missing ones are fine."""
+        with _os_errors("check", self._root), self._dir("") as root_fd:
+            for name in LAYOUT:
+                try:
+                    mode = _lstat(name, root_fd).st_mode
+                except FileNotFoundError:
+                    continue
+                if not stat.S_ISDIR(mode):
+                    raise StorageError(
+                        f"{self._root / name} is {_kind(mode)}, not a directory: nothing is "
+                        "removed through it"
+                    )
 
     @property
     def location(self) -> str:
@@ -248,31 +429,43 @@ class LocalStorage:
         return False
 
     def read_block(self, name: str) -> bytes:
+        relative = f"blocks/{check_name(name, 'block name')}"
         try:
-            return self._block_path(name).read_bytes()
+            return self._read_bounded(relative, MAX_BLOCK_BYTES, "a block")
         except FileNotFoundError:
             raise NotFoundError(f"block {name} not found in {self._root}") from None
-        except OSError as exc:  # a directory or unreadable file where a block should be
+        except StorageError as exc:  # a symlink, FIFO, directory or oversized file
+            raise IntegrityError(f"block {name} cannot be read: {exc}") from None
+        except OSError as exc:  # an unreadable file
             raise IntegrityError(f"block {name} cannot be read: {exc.strerror}") from None
 
     def has_block(self, name: str) -> bool:
+        """True if ``blocks/<name>`` exists, as whatever kind of entry (reading it says more)."""
         path = self._block_path(name)
         with _os_errors("check", path):
-            return path.is_file()
+            return self._entry_mode(f"blocks/{name}") is not None
 
     def block_names(self) -> list[str]:
-        return _names(self._root / "blocks")
+        return self._names("blocks")
 
     def remove_block(self, name: str) -> bool:
         """Delete ``blocks/<name>``; True if it was there. Checks nothing: meant for a writer
         removing the block it created (``write_block`` returned True) after losing the head
         race. Removing a block the chain references breaks the dataset."""
-        return self._remove(self._block_path(name))
+        return self._remove(f"blocks/{check_name(name, 'block name')}")
 
-    def _remove(self, path: Path) -> bool:
+    def _remove(self, relative: str) -> bool:
+        """Unlink the regular file ``relative`` through its directory's descriptor: never a
+        symlink's target, never anything outside the dataset."""
+        parent, _, name = relative.rpartition("/")
+        path = self._root / relative
         with _os_errors("remove", path):
             try:
-                path.unlink()
+                with self._dir(parent) as dir_fd:
+                    mode = _lstat(name, dir_fd).st_mode
+                    if not stat.S_ISREG(mode):
+                        raise StorageError(f"{path} is {_kind(mode)}: not removed")
+                    os.unlink(name, dir_fd=dir_fd)
             except FileNotFoundError:
                 return False
         return True
@@ -290,15 +483,25 @@ class LocalStorage:
             os.close(fd)
         return Path(tmp)
 
-    def _check_staged(self, staged: Path) -> Path:
-        staged = Path(staged)
+    def _staged_parts(self, staged: Path | str) -> list[str]:
+        """The components of ``staged`` below ``.staging/`` (anywhere below: writers such as
+        Spark fill a folder of their own there). The path must name an entry strictly inside
+        ``.staging/``: ``.staging/..`` or ``.staging`` itself would make a discard remove the
+        dataset, so they are refused."""
         staging = self.staging_dir
+        target = os.path.abspath(staged)  # folds "..": the name is what is inside, or not
+        name = os.path.basename(target)
         with _os_errors("resolve", staged):
-            # anywhere under staging: writers such as Spark fill a folder of their own there
-            inside = staged.parent.resolve().is_relative_to(staging.resolve())
-        if not inside:
-            raise OdfChainError(f"{staged} is not in {self.staging_dir}")
-        return staged
+            parent = os.path.realpath(os.path.dirname(target))
+            rel = os.path.relpath(parent, os.path.realpath(staging))
+        parts = [] if rel == "." else rel.split(os.sep)
+        if name in ("", ".", "..") or any(p in ("", ".", "..") for p in parts):
+            raise OdfChainError(f"{staged} is not in {staging} (strictly inside it)")
+        return [*parts, name]
+
+    def _check_staged(self, staged: Path | str) -> Path:
+        self._staged_parts(staged)
+        return Path(staged)
 
     def commit_data(self, staged: Path, name: str) -> DataCommit:
         """Move a filled staging file to ``data/<name>`` durably; say whether this call created
@@ -337,33 +540,41 @@ class LocalStorage:
 
     def discard(self, staged: Path) -> None:
         """Drop a staged file (an abandoned write); missing is fine."""
-        staged = self._check_staged(staged)
+        *folders, name = self._staged_parts(staged)
         with _os_errors("remove", staged):
-            staged.unlink(missing_ok=True)
+            try:
+                with self._dir("/".join([STAGING, *folders])) as dir_fd:
+                    if stat.S_ISDIR(_lstat(name, dir_fd).st_mode):
+                        raise StorageError(f"{staged} is a directory, not a staged file")
+                    os.unlink(name, dir_fd=dir_fd)
+            except FileNotFoundError:
+                pass
 
     def data_path(self, name: str) -> Path:
         return self._root / "data" / check_name(name, "data slice name")
 
     def has_data(self, name: str) -> bool:
+        """True if ``data/<name>`` exists, as whatever kind of entry (opening it says more)."""
         path = self.data_path(name)
         with _os_errors("check", path):
-            return path.is_file()
+            return self._entry_mode(f"data/{name}") is not None
 
     def data_names(self) -> list[str]:
-        return _names(self._root / "data")
+        return self._names("data")
 
     def remove_data(self, name: str) -> bool:
         """Delete ``data/<name>``; True if it was there. Checks nothing, like
         :meth:`remove_block`: for a writer removing the slice it created (``created=True``)
         after losing the head race."""
-        return self._remove(self.data_path(name))
+        return self._remove(f"data/{check_name(name, 'data slice name')}")
 
     def open_data(self, name: str) -> BinaryIO:
-        """The slice for reading; the caller closes it. Errors while reading from the handle are
-        plain ``OSError``s: the caller is the one reading."""
+        """The slice for reading (a regular file, not through a symlink); the caller closes it.
+        Errors while reading from the handle are plain ``OSError``s: the caller is the one
+        reading."""
         path = self.data_path(name)
         try:
-            return open(path, "rb")
+            return os.fdopen(self._open_regular(f"data/{name}"), "rb")
         except FileNotFoundError:
             raise NotFoundError(f"data slice {name} not found in {self._root}") from None
         except OSError as exc:
@@ -376,17 +587,45 @@ class LocalStorage:
         return str(self.staging_dir.absolute() / f"{prefix}-{secrets.token_hex(16)}")
 
     def discard_area(self, area: str) -> None:
-        """Remove a writer's staging folder and whatever is left in it."""
-        path = self._check_staged(Path(area))
-        shutil.rmtree(path, ignore_errors=True)
+        """Remove a writer's staging folder and whatever is left in it (best effort: what stays
+        is a leftover for gc). The folder must be strictly inside ``.staging/``; anything but a
+        folder there is not the writer's, and stays."""
+        *folders, name = self._staged_parts(area)
+        with (
+            contextlib.suppress(OSError, OdfChainError),
+            self._dir("/".join([STAGING, *folders])) as dir_fd,
+        ):
+            if stat.S_ISDIR(_lstat(name, dir_fd).st_mode):
+                shutil.rmtree(name, dir_fd=dir_fd, onerror=_missing_is_fine)
+
+    def _remove_entry(self, directory: str, name: str) -> None:
+        """Remove ``directory/name``: a folder with everything in it (symlinks inside are
+        unlinked, never followed), or a regular file; missing is fine."""
+        with self._dir(directory) as dir_fd:
+            try:
+                mode = _lstat(name, dir_fd).st_mode
+            except FileNotFoundError:
+                return
+            if stat.S_ISDIR(mode):
+                shutil.rmtree(name, dir_fd=dir_fd, onerror=_missing_is_fine)
+            elif stat.S_ISREG(mode):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(name, dir_fd=dir_fd)
+            else:
+                raise StorageError(f"{self._root / directory / name} is {_kind(mode)}: not removed")
 
     def leftover_staging(self) -> list[str]:
         """Names of the entries of ``.staging/`` (files, and the folders writers such as Spark
-        fill): orphans of writers that crashed, or that are still writing."""
+        fill): orphans of writers that crashed, or that are still writing. Symlinks and other
+        entries are :meth:`irregular_entries`."""
         path = self._root / STAGING
         try:
-            with os.scandir(path) as it:
-                return sorted(e.name for e in it if e.is_file() or e.is_dir())
+            with self._dir(STAGING) as dir_fd, os.scandir(dir_fd) as it:
+                return sorted(
+                    e.name
+                    for e in it
+                    if e.is_file(follow_symlinks=False) or e.is_dir(follow_symlinks=False)
+                )
         except FileNotFoundError:
             return []
         except OSError as exc:
@@ -396,25 +635,31 @@ class LocalStorage:
         """Delete one entry of ``.staging/`` (a file or a writer's folder), for gc."""
         if not isinstance(name, str) or "/" in name or name in ("", ".", ".."):
             raise OdfChainError(f"{name!r} is not an entry of {self._root / STAGING}")
-        entry = self._root / STAGING / name
-        with _os_errors("remove", entry):
-            if entry.is_dir() and not entry.is_symlink():
-                shutil.rmtree(entry)
-            else:
-                entry.unlink(missing_ok=True)
+        with _os_errors("remove", self._root / STAGING / name):
+            self._remove_entry(STAGING, name)
 
     def entry_info(self, relative: str) -> EntryInfo | None:
-        """Newest modification time and total size of a file or folder of the dataset."""
+        """Newest modification time and total size of a file or folder of the dataset (no
+        symlink followed: a link counts as itself)."""
         path = self._root / relative
         with _os_errors("check", path):
-            if not (path.exists() or path.is_symlink()):
+            try:
+                top = path.lstat()
+            except FileNotFoundError:
                 return None
-            if path.is_dir():
-                files = [p.lstat() for p in path.rglob("*") if p.is_file()]
-                newest = max((f.st_mtime for f in files), default=path.stat().st_mtime)
-                return EntryInfo(newest, sum(f.st_size for f in files))
-            stat = path.lstat()
-            return EntryInfo(stat.st_mtime, stat.st_size)
+            if not stat.S_ISDIR(top.st_mode):
+                return EntryInfo(top.st_mtime, top.st_size)
+            newest, total, files = top.st_mtime, 0, 0
+            for folder, _, names in os.walk(path, followlinks=False):
+                for name in names:
+                    try:
+                        info = os.lstat(os.path.join(folder, name))
+                    except FileNotFoundError:  # removed meanwhile
+                        continue
+                    newest = info.st_mtime if not files else max(newest, info.st_mtime)
+                    total += info.st_size
+                    files += 1
+            return EntryInfo(newest, total)
 
     # -- head -----------------------------------------------------------------------------------
 
@@ -425,23 +670,40 @@ class LocalStorage:
     def read_head(self) -> str | None:
         """The head block hash, or None for a dataset with no blocks yet."""
         try:
-            text = self._head_path.read_text(encoding="ascii", errors="replace")
+            data = self._read_bounded("refs/head", MAX_HEAD_BYTES, "a head")
         except FileNotFoundError:
             return None
-        except OSError as exc:  # a directory, or an unreadable file
+        except OSError as exc:  # an unreadable file
             raise _storage_error(exc, "read", self._head_path) from exc
-        head = text.removesuffix("\n")
+        head = data.decode("ascii", errors="replace").removesuffix("\n")
         if not _is_name(head):
-            raise FormatError(f"{self._head_path}: invalid head {head!r}")
+            raise FormatError(f"{self._head_path}: invalid head {shown(data)}")
         return head
+
+    def read_head_log(self) -> list[HeadMove]:
+        """Every logged head move, oldest first; [] for a dataset from before the log."""
+        path = self._root / HEAD_LOG
+        try:
+            data = self._read_bounded(HEAD_LOG, MAX_HEAD_LOG_BYTES, "the head log")
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise _storage_error(exc, "read", path) from exc
+        return parse_head_log(data, str(path))
+
+    @property
+    def locks_head(self) -> bool:
+        return True
 
     @contextlib.contextmanager
     def head_lock(self, timeout: float = LOCK_TIMEOUT) -> Iterator[None]:
         """Hold the exclusive head lock: ``flock`` on ``refs/.head.lock``. The OS drops it when
-        the holder's process dies, so a crashed writer never leaves a stale lock behind."""
+        the holder's process dies, so a crashed writer never leaves a stale lock behind. Writers
+        hold it to move the head, gc for its whole deletion pass."""
         lock_path = self._root / "refs" / ".head.lock"
-        with _os_errors("open the head lock", lock_path):
-            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        with _os_errors("open the head lock", lock_path), self._dir("refs") as refs_fd:
+            fd = os.open(".head.lock", flags, 0o644, dir_fd=refs_fd)
         try:
             deadline = time.monotonic() + timeout
             while True:
@@ -459,10 +721,22 @@ class LocalStorage:
             os.close(fd)  # closing the descriptor releases the flock
 
     def compare_and_swap_head(
-        self, expected: str | None, new: str, *, timeout: float = LOCK_TIMEOUT
+        self,
+        expected: str | None,
+        new: str,
+        *,
+        blocks: Iterable[str] = (),
+        data: Iterable[str] = (),
+        timeout: float = LOCK_TIMEOUT,
     ) -> None:
         """Point the head at ``new`` only if it still is ``expected``: of two writers appending
-        to the same head, exactly one wins and the other learns so before anything is visible."""
+        to the same head, exactly one wins and the other learns so before anything is visible.
+
+        ``blocks`` and ``data`` name the files the new head needs. They were put in place
+        before the lock was taken, so gc (which deletes only under this lock) may have taken
+        one as a leftover meanwhile: each is checked here, and a missing one refuses the move.
+        So no acknowledged write ever lacks a file. The move is then appended to the head log.
+        """
         check_name(new, "head")
         if expected is not None:
             check_name(expected, "expected head")
@@ -473,6 +747,70 @@ class LocalStorage:
                     f"head moved: expected {expected or 'no head'}, found "
                     f"{current or 'no head'}; another writer appended first — re-open and retry"
                 )
-            staging = self.staging_dir
-            with _os_errors("write", self._head_path):
-                write_atomic(self._head_path, new.encode("ascii"), staging)
+            for directory, names in (("blocks", blocks), ("data", data)):
+                for name in names:
+                    relative = f"{directory}/{check_name(name)}"
+                    with _os_errors("check", self._root / relative):
+                        present = self._entry_mode(relative)
+                    if present is None or not stat.S_ISREG(present):
+                        raise ConflictError(
+                            f"{self._root / relative} was removed before the head moved (by "
+                            "gc?): nothing was committed; retry the write"
+                        )
+            log_fd = self._open_head_log(current)
+            try:
+                staging = self.staging_dir
+                with _os_errors("write", self._head_path):
+                    write_atomic(self._head_path, new.encode("ascii"), staging)
+                # The head has moved: a failure now must not report the write as failed. The
+                # log then misses this move until the next one repairs it (_open_head_log).
+                with contextlib.suppress(OSError):
+                    _write_all(log_fd, head_log_line(expected, new, _now_ms()))
+                    os.fsync(log_fd)
+            finally:
+                os.close(log_fd)
+
+    def _open_head_log(self, current: str | None) -> int:
+        """The head log open for appending (under the head lock), made consistent first: a last
+        line a crash cut short is cut off, and if a crash fell between a head move and its log
+        line (the log's last head is not ``current``), the missing move is appended. So the log
+        never names a head that never was, and lacks at most the current one."""
+        path = self._root / HEAD_LOG
+        with _os_errors("write", path), self._dir("logs", create=True) as logs_fd:
+            try:
+                fd = os.open("head", _LOG_FLAGS | os.O_CREAT | os.O_EXCL, 0o666, dir_fd=logs_fd)
+                os.fsync(logs_fd)
+            except FileExistsError:
+                try:
+                    fd = os.open("head", _LOG_FLAGS, dir_fd=logs_fd)
+                except OSError as exc:
+                    if exc.errno != errno.ELOOP:
+                        raise
+                    raise StorageError(f"{path} is a symlink: not written through") from None
+            try:
+                info = os.fstat(fd)
+                if not stat.S_ISREG(info.st_mode):
+                    raise StorageError(f"{path} is not a regular file ({_kind(info.st_mode)})")
+                size = info.st_size
+                tail = os.pread(fd, min(size, _LOG_TAIL), size - min(size, _LOG_TAIL))
+                if tail and not tail.endswith(b"\n"):
+                    end = tail.rfind(b"\n")
+                    if end >= 0 or size <= _LOG_TAIL:  # a torn append: cut it off
+                        os.ftruncate(fd, size - len(tail) + end + 1)
+                        tail = tail[: end + 1]
+                    else:  # a line longer than any we write: end it, verify names it
+                        _write_all(fd, b"\n")
+                        tail = b"\n"
+                logged = logged_head(last_complete_line(tail))
+                if current is not None and logged != current:
+                    _write_all(fd, head_log_line(logged, current, _now_ms()))
+            except BaseException:
+                os.close(fd)
+                raise
+        return fd
+
+
+def _missing_is_fine(function, path, excinfo) -> None:
+    """rmtree's error handler: an entry removed meanwhile (by its writer) is not a failure."""
+    if not isinstance(excinfo[1], FileNotFoundError):
+        raise excinfo[1]

@@ -1,0 +1,554 @@
+"""Storage safety (issue 9): gc that cannot hurt, the head log and rollback detection, bounded
+regular-file reads. Each test here is a case that lost data, hung or leaked on the code before.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import multiprocessing as mp
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pytest
+
+from odf_chain import Dataset
+from odf_chain.errors import ConflictError, OdfChainError, StorageError
+from odf_chain.events import AddData
+from odf_chain.gc import collect_garbage_path
+from odf_chain.storage import FsStorage, LocalStorage
+from odf_chain.storage.base import MAX_BLOCK_BYTES, MAX_HEAD_LOG_BYTES
+from odf_chain.verify import verify_path
+from tests.conftest import snapshot_tree
+
+REPO = Path(__file__).resolve().parents[1]
+SECRET = "TOPSECRET-0451"
+
+
+def _dataset(root: Path, writes: int = 5) -> Path:
+    ds = Dataset.create(root)
+    for i in range(writes):
+        ds.write(pa.table({"x": list(range(i * 10, i * 10 + 3))}))
+    return root
+
+
+def _slices(root: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in (root / "data").iterdir()}
+
+
+def _chain_slices(root: Path) -> list[str]:
+    return [
+        str(e.block.event.new_data.physical_hash)
+        for e in Dataset.open(root).blocks()
+        if isinstance(e.block.event, AddData)
+    ]
+
+
+def _log_lines(root: Path) -> list[str]:
+    return (root / "logs" / "head").read_text().splitlines()
+
+
+def _cli(*args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
+    """The real command in a subprocess; the timeout is what a hang would hit."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run(
+        [sys.executable, "-m", "odf_chain.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env=env,
+        cwd=REPO,
+    )
+
+
+def _outside(tmp_path: Path) -> tuple[Path, dict[str, bytes]]:
+    """A directory outside any dataset, with files named as gc would collect them."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    files = {"passwd": b"root:x:0:0", "shadow": b"root:*:1", "f1e20" + "ab" * 32: b"PAR1 x"}
+    for name, content in files.items():
+        (outside / name).write_bytes(content)
+    old = time.time() - 86400
+    for path in outside.iterdir():
+        os.utime(path, (old, old))
+    return outside, files
+
+
+# -- gc never deletes outside the dataset --------------------------------------------------------
+
+
+@pytest.mark.parametrize("directory", ["data", ".staging", "blocks"])
+def test_gc_refuses_a_symlinked_layout_directory(tmp_path: Path, directory: str) -> None:
+    root = _dataset(tmp_path / "ds", writes=2)
+    outside, files = _outside(tmp_path)
+    real = root / directory
+    if real.exists():  # move the dataset's own files there, so the dataset still "works"
+        for entry in real.iterdir():
+            shutil.move(str(entry), outside / entry.name)
+        real.rmdir()
+    real.symlink_to(outside)
+    before = snapshot_tree(outside)
+    for dry_run in (True, False):
+        with pytest.raises(StorageError, match=rf"gc refuses.*{directory} is a symlink"):
+            collect_garbage_path(root, min_age=0, dry_run=dry_run)
+    run = _cli("gc", str(root), "--min-age", "0")
+    assert run.returncode == 2 and run.stdout == ""
+    assert run.stderr.count("\n") == 1 and "symlink" in run.stderr and "Traceback" not in run.stderr
+    assert snapshot_tree(outside) == before
+    assert {n: (outside / n).read_bytes() for n in files} == files
+
+
+def test_two_datasets_sharing_data_through_a_symlink(tmp_path: Path) -> None:
+    a = _dataset(tmp_path / "a", writes=3)
+    b = _dataset(tmp_path / "b", writes=2)
+    for entry in (b / "data").iterdir():
+        shutil.move(str(entry), a / "data" / entry.name)
+    (b / "data").rmdir()
+    (b / "data").symlink_to(a / "data")
+    old = time.time() - 86400
+    for path in (a / "data").iterdir():
+        os.utime(path, (old, old))
+    a_slices = {n: (a / "data" / n).read_bytes() for n in _chain_slices(a)}
+    with pytest.raises(StorageError, match="symlink"):
+        collect_garbage_path(b, min_age=0)
+    assert {n: (a / "data" / n).read_bytes() for n in a_slices} == a_slices
+    assert verify_path(a).ok
+
+
+def test_a_symlink_inside_data_is_neither_followed_nor_removed(tmp_path: Path) -> None:
+    root = _dataset(tmp_path / "ds", writes=1)
+    outside, files = _outside(tmp_path)
+    link = root / "data" / ("f1e20" + "cd" * 32)
+    link.symlink_to(outside / "passwd")
+    (root / ".staging").mkdir(exist_ok=True)
+    (root / ".staging" / "spark-evil").symlink_to(outside)
+    old = time.time() - 86400
+    os.utime(link, (old, old), follow_symlinks=False)
+    report = verify_path(root)
+    irregular = sorted(p.path for p in report.warnings if p.rule == "irregular-entry")
+    assert report.ok and irregular == [".staging/spark-evil", f"data/{link.name}"]
+    result = collect_garbage_path(root, min_age=0)
+    assert result.removed == []
+    assert sorted(k.path for k in result.kept if k.reason == "irregular") == irregular
+    assert link.is_symlink() and (root / ".staging" / "spark-evil").is_symlink()
+    assert {n: (outside / n).read_bytes() for n in files} == files
+
+
+# -- rollback: an error, gc refuses, restoring the head makes it whole ----------------------------
+
+
+@pytest.mark.parametrize("back", [1, 2, 3, 5, "seed"])
+def test_a_rolled_back_head_is_an_error_and_gc_keeps_its_data(tmp_path: Path, back) -> None:
+    root = _dataset(tmp_path / "ds", writes=5)
+    entries = Dataset.open(root).blocks()
+    real_head = (root / "refs" / "head").read_text()
+    slices = _slices(root)
+    assert len(slices) == 5
+    # Each write after the first is one AddData; the first also declared the schema.
+    target = entries[0] if back == "seed" else entries[len(entries) - 1 - back]
+    (root / "refs" / "head").write_text(str(target.hash))
+    for path in (root / "data").iterdir():  # old enough for any gc to take
+        os.utime(path, (time.time() - 86400,) * 2)
+
+    report = verify_path(root)
+    (error,) = report.errors
+    assert error.rule == "head-rollback" and error.path == "refs/head"
+    assert f"block {len(entries) - 1} {real_head}" in error.message
+    assert f"the head is now block {target.block.sequence_number}" in error.message
+    run = _cli("verify", str(root))
+    assert run.returncode == 1 and "[head-rollback]" in run.stdout
+    before = snapshot_tree(root)
+    with pytest.raises(OdfChainError, match=r"does not verify.*head-rollback"):
+        collect_garbage_path(root, min_age=0)
+    assert _cli("gc", str(root), "--min-age", "0").returncode == 2
+    assert snapshot_tree(root) == before
+
+    (root / "refs" / "head").write_text(real_head)
+    report = verify_path(root)
+    assert report.ok and report.problems == [] and report.slices_checked == 5
+    assert _slices(root) == slices
+
+
+def test_a_write_on_a_rolled_back_head_does_not_hide_it(tmp_path: Path) -> None:
+    root = _dataset(tmp_path / "ds", writes=3)
+    entries = Dataset.open(root).blocks()
+    (root / "refs" / "head").write_text(str(entries[-3].hash))
+    Dataset.open(root).write(pa.table({"x": [99]}))  # a fork on top of the old head
+    report = verify_path(root)
+    assert [p.rule for p in report.errors] == ["head-rollback"]
+    assert str(entries[-1].hash) in report.errors[0].message
+
+
+def test_without_a_head_log_rolled_back_data_is_kept_as_descendants(tmp_path: Path) -> None:
+    """A dataset from before the head log: a rollback is only a warning, but gc still keeps
+    the rolled-back blocks and every slice they name (the old code deleted those slices)."""
+    root = _dataset(tmp_path / "ds", writes=5)
+    shutil.rmtree(root / "logs")
+    entries = Dataset.open(root).blocks()
+    real_head = (root / "refs" / "head").read_text()
+    slices = _slices(root)
+    (root / "refs" / "head").write_text(str(entries[-4].hash))
+    old = time.time() - 86400
+    for path in [*(root / "data").iterdir(), *(root / "blocks").iterdir()]:
+        os.utime(path, (old, old))
+    assert verify_path(root).ok
+    result = collect_garbage_path(root, min_age=0)
+    assert result.removed == []
+    kept = {(k.path.split("/")[0], k.reason) for k in result.kept}
+    assert kept == {("blocks", "descendant"), ("data", "descendant-data")}
+    assert len([k for k in result.kept if k.reason == "descendant-data"]) == 3
+    (root / "refs" / "head").write_text(real_head)
+    report = verify_path(root)
+    assert report.ok and report.problems == [] and _slices(root) == slices
+
+
+# -- the head log --------------------------------------------------------------------------------
+
+
+def test_every_head_move_is_logged(tmp_path: Path) -> None:
+    root = _dataset(tmp_path / "ds", writes=2)
+    ds = Dataset.open(root)
+    moves = ds.storage.read_head_log()
+    heads = [str(e.hash) for e in ds.blocks()]
+    # create: the Seed; first write: schema + data in one move; second write: data
+    assert [m.new for m in moves] == [heads[0], heads[2], heads[3]]
+    assert [m.old for m in moves] == [None, heads[0], heads[2]]
+    assert all(a.time_ms <= b.time_ms for a, b in itertools.pairwise(moves))
+    assert _log_lines(root)[0] == f"- {heads[0]} {moves[0].time_ms}"
+    assert abs(moves[-1].time_ms / 1000 - time.time()) < 600
+
+
+def test_a_crash_between_head_move_and_log_line_is_repaired(tmp_path: Path) -> None:
+    root = _dataset(tmp_path / "ds", writes=2)
+    log = root / "logs" / "head"
+    lines = _log_lines(root)
+    log.write_text("\n".join(lines[:-1]) + "\n")  # the last move's line never made it
+    head = (root / "refs" / "head").read_text()
+    assert verify_path(root).ok  # the log lacks the head: no claim is wrong
+    blocks = Dataset.open(root).write(pa.table({"x": [7]}))
+    after = _log_lines(root)
+    assert after[: len(lines) - 1] == lines[:-1]
+    repaired, new = after[len(lines) - 1 :]
+    assert repaired.split()[:2] == [lines[-2].split()[1], head]
+    assert new.split()[:2] == [head, str(blocks[-1].hash)]
+    assert verify_path(root).ok
+
+
+def test_a_torn_log_line_is_cut_off(tmp_path: Path) -> None:
+    root = _dataset(tmp_path / "ds", writes=1)
+    lines = _log_lines(root)
+    with open(root / "logs" / "head", "ab") as f:
+        f.write(b"f1e20abcdef f1e2")  # an append a crash cut short
+    assert verify_path(root).ok  # not read as a move
+    blocks = Dataset.open(root).write(pa.table({"x": [7]}))
+    after = _log_lines(root)
+    assert after[:-1] == lines and after[-1].split()[1] == str(blocks[-1].hash)
+    assert verify_path(root).ok
+
+
+def test_a_dataset_from_before_the_log_starts_one(tmp_path: Path) -> None:
+    root = _dataset(tmp_path / "ds", writes=1)
+    shutil.rmtree(root / "logs")
+    head = (root / "refs" / "head").read_text()
+    assert Dataset.open(root).storage.read_head_log() == []
+    blocks = Dataset.open(root).write(pa.table({"x": [7]}))
+    first, second = _log_lines(root)
+    assert first.split()[:2] == ["-", head]
+    assert second.split()[:2] == [head, str(blocks[-1].hash)]
+    assert verify_path(root).ok
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["malformed", "bad-hash", "fifo", "symlink", "too-large"],
+)
+def test_a_damaged_head_log_is_an_error_naming_it(tmp_path: Path, damage: str) -> None:
+    root = _dataset(tmp_path / "ds", writes=1)
+    log = root / "logs" / "head"
+    if damage == "malformed":
+        log.write_text(log.read_text() + f"{SECRET} only two\n")
+    elif damage == "bad-hash":
+        log.write_text(log.read_text() + "- zz99 123\n")
+    else:
+        log.unlink()
+        if damage == "fifo":
+            os.mkfifo(log)
+        elif damage == "symlink":
+            secret = tmp_path / "secret"
+            secret.write_text(SECRET + "\n")
+            log.symlink_to(secret)
+        else:
+            with open(log, "wb") as f:
+                f.truncate(MAX_HEAD_LOG_BYTES + 1)  # sparse: costs no disk
+    run = _cli("verify", str(root), "--no-data", timeout=60)
+    assert run.returncode == 1, run.stderr
+    (line,) = [ln for ln in run.stdout.splitlines() if "[head-log]" in ln]
+    assert "logs/head" in line and "Traceback" not in run.stderr
+    if damage in ("fifo", "symlink"):
+        assert ("FIFO" if damage == "fifo" else "symlink") in line
+        assert SECRET not in run.stdout  # a link is not followed: nothing of it is shown
+
+
+# -- bounded, regular-file reads -----------------------------------------------------------------
+
+
+def _replace(path: Path, kind: str, tmp_path: Path) -> None:
+    path.unlink()
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "dev-zero":
+        path.symlink_to("/dev/zero")
+    elif kind == "secret-symlink":
+        secret = tmp_path / "secret"
+        secret.write_text(SECRET)
+        path.symlink_to(secret)
+    else:  # too large
+        with open(path, "wb") as f:
+            f.truncate(MAX_BLOCK_BYTES + 1)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "secret-symlink"])
+def test_a_hostile_head_gives_one_line_quickly(tmp_path: Path, kind: str) -> None:
+    root = _dataset(tmp_path / "ds", writes=1)
+    _replace(root / "refs" / "head", kind, tmp_path)
+    started = time.monotonic()
+    for command in ("log", "fields", "schema"):
+        run = _cli(command, str(root), timeout=60)
+        assert run.returncode == 2 and run.stdout == ""
+        assert run.stderr.count("\n") == 1 and "refs/head" in run.stderr
+        assert SECRET not in run.stderr and "Traceback" not in run.stderr
+    run = _cli("verify", str(root), timeout=60)
+    assert run.returncode == 1 and SECRET not in run.stdout + run.stderr
+    (line,) = [ln for ln in run.stdout.splitlines() if "[head]" in ln]
+    assert ("FIFO" if kind == "fifo" else "symlink") in line
+    with pytest.raises(StorageError, match="refs/head"):
+        Dataset.open(root)
+    assert time.monotonic() - started < 300  # each command alone is bounded by its timeout
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "too-large"])
+def test_a_hostile_block_gives_one_line_quickly(tmp_path: Path, kind: str) -> None:
+    root = _dataset(tmp_path / "ds", writes=1)
+    seed = Dataset.open(root).blocks()[0].hash
+    _replace(root / "blocks" / str(seed), kind, tmp_path)
+    run = _cli("log", str(root), timeout=60)
+    assert run.returncode == 2 and run.stdout == "" and run.stderr.count("\n") == 1
+    assert str(seed) in run.stderr and "Traceback" not in run.stderr
+    run = _cli("verify", str(root), timeout=60)
+    assert run.returncode == 1
+    (line,) = [ln for ln in run.stdout.splitlines() if "[block-unreadable]" in ln]
+    expected = {"fifo": "FIFO", "dev-zero": "symlink", "too-large": "limit"}[kind]
+    assert str(seed) in line and expected in line
+
+
+def test_a_hostile_slice_is_not_followed(tmp_path: Path) -> None:
+    root = _dataset(tmp_path / "ds", writes=1)
+    (name,) = _slices(root)
+    _replace(root / "data" / name, "fifo", tmp_path)
+    run = _cli("verify", str(root), timeout=60)
+    assert run.returncode == 1
+    (line,) = [ln for ln in run.stdout.splitlines() if f"data/{name}" in ln]
+    assert "[data-unreadable]" in line and "FIFO" in line
+
+
+def test_schema_files_are_bounded_regular_files(tmp_path: Path) -> None:
+    fifo = tmp_path / "schema.avsc"
+    os.mkfifo(fifo)
+    zero = tmp_path / "zero.json"
+    zero.symlink_to("/dev/zero")
+    for path in (fifo, zero):
+        run = _cli("init", str(tmp_path / f"ds-{path.stem}"), "--schema", str(path), timeout=60)
+        assert run.returncode == 2 and "not a regular file" in run.stderr, run.stderr
+        assert run.stderr.count("\n") == 1
+    big = tmp_path / "big.json"
+    with open(big, "wb") as f:
+        f.truncate(64 * 1024 * 1024 + 1)
+    run = _cli("init", str(tmp_path / "ds-big"), "--schema", str(big), timeout=60)
+    assert run.returncode == 2 and "limit" in run.stderr and run.stderr.count("\n") == 1
+    # a symlink to a real schema file is the user's own choice, and fine
+    real = tmp_path / "real.avsc"
+    real.write_text('{"type": "record", "name": "r", "fields": [{"name": "a", "type": "int"}]}')
+    (tmp_path / "link.avsc").symlink_to(real)
+    run = _cli("init", str(tmp_path / "ds-ok"), "--schema", str(tmp_path / "link.avsc"))
+    assert run.returncode == 0, run.stderr
+
+
+# -- staging paths -------------------------------------------------------------------------------
+
+
+def test_discard_area_outside_staging_is_refused(tmp_path: Path) -> None:
+    root = _dataset(tmp_path / "ds", writes=1)
+    store = LocalStorage.open(root)
+    before = snapshot_tree(root)
+    for bad in (f"{root}/.staging/..", f"{root}/.staging", f"{root}/.staging/../data"):
+        with pytest.raises(OdfChainError, match="not in"):
+            store.discard_area(bad)
+        with pytest.raises(OdfChainError, match="not in"):
+            store.discard(bad)
+    fs_store = FsStorage.open(pafs.LocalFileSystem(), str(root))
+    with pytest.raises(OdfChainError, match="not in"):
+        fs_store.discard_area(f"{root}/.staging/..")
+    assert snapshot_tree(root) == before and verify_path(root).ok
+    area = Path(store.staging_area("spark"))
+    (area / "sub").mkdir(parents=True)
+    (area / "sub" / "part-0.parquet").write_bytes(b"x")
+    store.discard_area(str(area))
+    assert not area.exists() and verify_path(root).ok
+
+
+# -- writers and gc --------------------------------------------------------------------------
+
+
+def test_a_head_move_whose_slice_was_taken_commits_nothing(tmp_path: Path) -> None:
+    """What gc beside a writer can do: take the writer's slice after it was put in place,
+    before the head moved. The head move checks, under the lock gc deletes under."""
+    root = _dataset(tmp_path / "ds", writes=1)
+    ds = Dataset.open(root)
+    head = ds.state.head
+    storage = ds.storage
+    original = storage.remove_data
+    taken = []
+
+    class TakesTheSlice(LocalStorage):  # a real storage; the "gc" deletes a real file
+        def write_block(self, name: str, data: bytes) -> bool:
+            for slice_name in storage.data_names():
+                if slice_name not in _chain_slices(root):
+                    taken.append(slice_name)
+                    original(slice_name)
+            return super().write_block(name, data)
+
+    racing = Dataset(TakesTheSlice(root))
+    with pytest.raises(ConflictError, match=r"removed before the head moved.*nothing was"):
+        racing.write(pa.table({"x": [5]}))
+    assert len(taken) == 1 and Dataset.open(root).state.head == head
+    assert verify_path(root).ok
+
+
+def _writer(root: str, worker: int, writes: int, out: str) -> None:
+    """One of the writer processes beside gc: ``writes`` acknowledged writes (retrying what
+    fails), recording every acknowledged block and the type of every failure."""
+    acknowledged: list[tuple[str, str]] = []
+    failures: dict[str, int] = {}
+    deadline = time.monotonic() + 120
+    while len(acknowledged) < writes and time.monotonic() < deadline:
+        try:
+            blocks = Dataset.open(root).write(pa.table({"x": [worker * 1000 + len(acknowledged)]}))
+            add = blocks[-1]
+            acknowledged.append((str(add.hash), str(add.block.event.new_data.physical_hash)))
+        except Exception as exc:  # every kind is recorded, and judged by the test
+            kind = type(exc).__name__ if isinstance(exc, OdfChainError) else f"!{exc!r}"
+            failures[kind] = failures.get(kind, 0) + 1
+    Path(out).write_text(json.dumps({"acknowledged": acknowledged, "failures": failures}))
+
+
+def test_gc_in_a_loop_beside_four_writers_loses_no_acknowledged_write(tmp_path: Path) -> None:
+    root = _dataset(tmp_path / "ds", writes=1)
+    writers, writes = 4, 6
+    ctx = mp.get_context("spawn")
+    outs = [tmp_path / f"writer-{i}.json" for i in range(writers)]
+    procs = [
+        ctx.Process(target=_writer, args=(str(root), i, writes, str(outs[i])))
+        for i in range(writers)
+    ]
+    for p in procs:
+        p.start()
+    passes, removed, gc_failures = 0, 0, []
+    deadline = time.monotonic() + 150
+    try:
+        while any(p.is_alive() for p in procs) and time.monotonic() < deadline:
+            try:
+                result = collect_garbage_path(root, min_age=0)
+                passes += 1
+                removed += len(result.removed)
+            except OdfChainError as exc:  # a lock timeout, say: judged below, never lost data
+                gc_failures.append(str(exc))
+    finally:
+        for p in procs:
+            p.join(timeout=60)
+            if p.is_alive():
+                p.terminate()
+                p.join(timeout=10)
+    results = [json.loads(out.read_text()) for out in outs]
+    foreign = [k for r in results for k in r["failures"] if k.startswith("!")]
+    assert foreign == [], foreign  # a writer never sees a raw FileNotFoundError (or any other)
+    acknowledged = [tuple(a) for r in results for a in r["acknowledged"]]
+    assert len(acknowledged) == writers * writes, results
+    assert passes >= 3, gc_failures
+    # verify (in gc) never mistakes a writer's head move for a rollback, nor anything else
+    assert [f for f in gc_failures if "does not verify" in f] == []
+    collect_garbage_path(root, min_age=0)  # and once more, with no writer left
+    chain_blocks = {str(e.hash) for e in Dataset.open(root).blocks()}
+    missing = [a for a in acknowledged if a[0] not in chain_blocks]
+    assert missing == []
+    present = set(LocalStorage.open(root).data_names())
+    assert [a for a in acknowledged if a[1] not in present] == []
+    report = verify_path(root)
+    assert report.ok, [p.line() for p in report.errors]
+    print(
+        f"gc passes {passes}, removed {removed}, gc failures {gc_failures}, "
+        f"writer failures {[r['failures'] for r in results]}"
+    )
+
+
+# -- discarding a crashed writer's blocks ---------------------------------------------------------
+
+
+def _crashed_write(root: Path) -> tuple[str, str]:
+    """The state a writer killed just before its head move leaves: its blocks and slice in
+    place, the head and the log as before. Returns (block, slice)."""
+    head = (root / "refs" / "head").read_text()
+    log = (root / "logs" / "head").read_bytes()
+    (add,) = Dataset.open(root).write(pa.table({"x": [42]}))
+    (root / "refs" / "head").write_text(head)
+    (root / "logs" / "head").write_bytes(log)
+    return str(add.hash), str(add.block.event.new_data.physical_hash)
+
+
+def test_uncommitted_blocks_go_only_when_named(tmp_path: Path) -> None:
+    root = _dataset(tmp_path / "ds", writes=2)
+    block, data = _crashed_write(root)
+    old = time.time() - 86400
+    os.utime(root / "blocks" / block, (old, old))
+    os.utime(root / "data" / data, (old, old))
+    report = verify_path(root)
+    assert report.ok and report.descendants == {block: (data,)}
+    kept = collect_garbage_path(root, min_age=0)
+    assert kept.removed == [] and {(k.path, k.reason) for k in kept.kept} == {
+        (f"blocks/{block}", "descendant"),
+        (f"data/{data}", "descendant-data"),
+    }
+    chain_block = str(Dataset.open(root).blocks()[-1].hash)
+    with pytest.raises(OdfChainError, match="not an uncommitted block"):
+        collect_garbage_path(root, min_age=0, discard_uncommitted=[chain_block])
+    run = _cli("gc", str(root), "--min-age", "0", "--discard-uncommitted", block)
+    assert run.returncode == 0, run.stderr
+    assert f"removed blocks/{block}" in run.stdout and f"removed data/{data}" in run.stdout
+    report = verify_path(root)
+    assert report.ok and report.problems == []
+
+
+def test_discarding_a_block_needs_its_descendants_named(tmp_path: Path) -> None:
+    root = _dataset(tmp_path / "ds", writes=1)
+    head = (root / "refs" / "head").read_text()
+    log = (root / "logs" / "head").read_bytes()
+    ds = Dataset.open(root)
+    first = ds.write(pa.table({"x": [1]}))[-1]
+    second = ds.write(pa.table({"x": [2]}))[-1]
+    (root / "refs" / "head").write_text(head)
+    (root / "logs" / "head").write_bytes(log)  # as if neither move had been logged
+    with pytest.raises(OdfChainError, match=f"{second.hash} descends from block {first.hash}"):
+        collect_garbage_path(root, min_age=0, discard_uncommitted=[str(first.hash)])
+    done = collect_garbage_path(
+        root, min_age=0, discard_uncommitted=[str(first.hash), str(second.hash)]
+    )
+    assert sorted(p for p in done.removed if p.startswith("blocks/")) == sorted(
+        [f"blocks/{first.hash}", f"blocks/{second.hash}"]
+    )
+    assert verify_path(root).problems == []
