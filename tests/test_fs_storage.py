@@ -121,9 +121,9 @@ def test_head_log_and_the_files_a_head_move_needs(store: Storage) -> None:
     assert store.read_head_log() == []
     store.write_block(H0, b"block zero")
     store.compare_and_swap_head(None, H0, blocks=[H0])
-    with pytest.raises(ConflictError, match=rf"data/{H1} was removed before the head moved"):
+    with pytest.raises(ConflictError, match=rf"data/{H1} is missing at the head move"):
         store.compare_and_swap_head(H0, H1, data=[H1])
-    with pytest.raises(ConflictError, match=rf"blocks/{H1} was removed before the head moved"):
+    with pytest.raises(ConflictError, match=rf"blocks/{H1} is missing at the head move"):
         store.compare_and_swap_head(H0, H1, blocks=[H1])
     assert store.read_head() == H0
     store.compare_and_swap_head(H0, H1)

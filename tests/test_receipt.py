@@ -140,6 +140,13 @@ def move_head(root: Path, seq: int) -> None:
     storage.compare_and_swap_head(str(blocks[-1].hash), str(blocks[seq].hash))
 
 
+def erase_head_log(root: Path) -> None:
+    """What a tamperer who knows odf_chain also does: the head log would show every head that
+    no longer is one (a ``head-rollback`` error), so it goes too. Only a receipt kept elsewhere
+    is beyond the reach of whoever can write the dataset."""
+    (root / "logs" / "head").unlink()
+
+
 # -- the receipt itself ------------------------------------------------------------------------
 
 
@@ -238,7 +245,9 @@ def test_truncated_chain_fails(built: Built, copy: Path, to: int) -> None:
     move_head(copy, to)
     for name in built.hashes[to + 1 :]:
         (copy / "blocks" / name).unlink()
-    assert verify_path(copy).ok  # without a receipt, nothing can tell
+    assert not verify_path(copy).ok  # the head log still shows the heads that went
+    erase_head_log(copy)
+    assert verify_path(copy).ok  # without it and without a receipt, nothing can tell
     p = chain_verify(copy, "--receipt", built.receipt_k)
     assert p.returncode == 1, p.stdout + p.stderr
     expected = (
@@ -268,6 +277,7 @@ def test_rewritten_suffix_fails(built: Built, copy: Path) -> None:
     """A chain that verifies, as long as the chain is all there is."""
     rewritten = rewrite_suffix(copy)
     assert rewritten[:K] == built.hashes[:K] and rewritten[K] != built.hashes[K]
+    erase_head_log(copy)
     report = verify_path(copy)
     assert not report.errors  # warnings at most: the old suffix is unreferenced
     p = chain_verify(copy, "--receipt", built.receipt_k, "--receipt", built.receipt_last)

@@ -425,7 +425,7 @@ def test_a_head_move_whose_slice_was_taken_commits_nothing(tmp_path: Path) -> No
             return super().write_block(name, data)
 
     racing = Dataset(TakesTheSlice(root))
-    with pytest.raises(ConflictError, match=r"removed before the head moved.*nothing was"):
+    with pytest.raises(ConflictError, match=r"missing at the head move.*nothing was"):
         racing.write(pa.table({"x": [5]}))
     assert len(taken) == 1 and Dataset.open(root).state.head == head
     assert verify_path(root).ok

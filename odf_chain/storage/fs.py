@@ -398,8 +398,8 @@ class FsStorage:
                 relative = f"{directory}/{check_name(name)}"
                 if not self._exists(relative):
                     raise ConflictError(
-                        f"{self._join(relative)} was removed before the head moved (by gc?): "
-                        "nothing was committed; retry the write"
+                        f"{self._join(relative)} is missing at the head move (taken by gc, or "
+                        "never written): nothing was committed; retry the write"
                     )
         log = self._head_log_bytes()
         if log and not log.endswith(b"\n"):  # an upload never tears; still, end the line

@@ -754,8 +754,8 @@ class LocalStorage:
                         present = self._entry_mode(relative)
                     if present is None or not stat.S_ISREG(present):
                         raise ConflictError(
-                            f"{self._root / relative} was removed before the head moved (by "
-                            "gc?): nothing was committed; retry the write"
+                            f"{self._root / relative} is missing at the head move (taken by gc, "
+                            "or never written): nothing was committed; retry the write"
                         )
             log_fd = self._open_head_log(current)
             try:
