@@ -58,7 +58,7 @@ def test_write_on_a_full_disk(tmpfs: Path) -> None:
     """Before: pyarrow's bare OSError ("[Errno 28] Error writing bytes to file"), no path."""
     root = tmpfs / "ds"
     ds = Dataset.create(root)
-    ds.write(pa.table({"id": [1, 2]}))
+    ds.write(incompressible(0.01))
     before = snapshot_tree(root)
     with pytest.raises(StorageError) as caught:
         ds.write(incompressible(2))
@@ -66,8 +66,8 @@ def test_write_on_a_full_disk(tmpfs: Path) -> None:
     assert message.startswith(f"dataset {root}: cannot write the data slice {root}/.staging/")
     assert message.endswith(": No space left on device")
     _assert_unchanged(root, before)  # the staged file is gone, the space with it
-    ds.write(pa.table({"id": [3]}))
-    assert ds.state.last_offset == 2
+    ds.write(incompressible(0.01))
+    assert ds.state.last_offset == 19
 
 
 _FILE_SIZE_LIMIT = textwrap.dedent(
@@ -92,7 +92,7 @@ def test_write_over_the_file_size_limit(tmp_path: Path) -> None:
     """A process may not write files over 256 KB (RLIMIT_FSIZE; Python ignores SIGXFSZ, so the
     write fails with EFBIG): the same refusal as a full disk, for any user."""
     root = tmp_path / "ds"
-    Dataset.create(root).write(pa.table({"id": [1]}))
+    Dataset.create(root).write(incompressible(0.01))
     before = snapshot_tree(root)
     run = subprocess.run(
         [sys.executable, "-c", _FILE_SIZE_LIMIT, str(root)],
@@ -174,7 +174,7 @@ def test_spark_write_on_a_full_disk(spark, tmpfs: Path) -> None:
     from odf_chain.spark import write
 
     root = tmpfs / "ds"
-    Dataset.create(root).write(pa.table({"id": [1]}))
+    Dataset.create(root).write(pa.table({"h": ["x"]}))
     before = snapshot_tree(root)
     df = spark.range(0, 300_000, numPartitions=2).select(
         F.sha2(F.col("id").cast("string"), 256).alias("h")
