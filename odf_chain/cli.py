@@ -189,16 +189,21 @@ def _schema_check(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    report = verify_path(args.dir, check_data=not args.no_data, receipts=args.receipt or ())
+    if args.deep and args.no_data:
+        raise UsageError("--deep reads every row of the data: it cannot go with --no-data")
+    report = verify_path(
+        args.dir, check_data=not args.no_data, receipts=args.receipt or (), deep=args.deep
+    )
     if args.json:
         _print_json(report.to_dict())
     else:
         for problem in report.problems:
             print(problem.line())
         verdict = "OK" if report.ok else "FAILED"
+        rows = f"{report.rows_checked:,} rows checked, " if report.deep else ""
         print(
             f"{verdict}: {report.blocks_checked} blocks, {report.slices_checked} slices, "
-            f"{report.bytes_hashed:,} bytes hashed, {len(report.errors)} errors, "
+            f"{rows}{report.bytes_hashed:,} bytes hashed, {len(report.errors)} errors, "
             f"{len(report.warnings)} warnings; head {report.head}"
         )
         if report.receipts_checked:
@@ -459,6 +464,12 @@ def _add_verify_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         metavar="FILE",
         help="a receipt (odf-chain receipt) whose block the chain must still hold; repeatable",
+    )
+    parser.add_argument(
+        "--deep",
+        action="store_true",
+        help="also read every row: recompute each slice's logical hash, check its offset, op "
+        "and system_time columns against its block",
     )
 
 

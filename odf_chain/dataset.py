@@ -139,10 +139,12 @@ class Dataset:
         *,
         check_data: bool = True,
         receipts: Iterable[Receipt | str | Path] = (),
+        deep: bool = False,
     ) -> VerifyReport:
         """Check blocks, rules and data; with ``receipts`` (Receipt objects or receipt files),
-        also that the chain still holds each receipt's block (see :mod:`odf_chain.receipt`)."""
-        return verify(self.storage, check_data=check_data, receipts=receipts)
+        also that the chain still holds each receipt's block (see :mod:`odf_chain.receipt`);
+        ``deep`` also reads every row of every slice (see :mod:`odf_chain.verify`)."""
+        return verify(self.storage, check_data=check_data, receipts=receipts, deep=deep)
 
     def receipt(self, *, key_file: str | Path | None = None) -> Receipt:
         """A receipt of the head, to keep outside the writer's reach and verify with later;
@@ -251,7 +253,11 @@ class Dataset:
         staged = self.storage.stage_file(".parquet")
         try:
             written = slices.write_parquet(
-                data, str(staged), self.hash_algorithm, self.storage.filesystem
+                data,
+                str(staged),
+                self.hash_algorithm,
+                self.storage.filesystem,
+                dataset=self.location,
             )
             add_block = chain.prepare(
                 state,

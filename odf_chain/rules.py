@@ -15,7 +15,10 @@ hash-algorithm            every block and slice hash uses the chain's algorithm 
                           lineage input pinned at a block of this very dataset)
 system-time               system time never decreases
 schema-before-data        a SetDataSchema precedes the first data slice
-schema-valid              the SetDataSchema's Arrow schema decodes
+schema-valid              the SetDataSchema's Arrow schema decodes, every string in it (field
+                          names, metadata keys and values, timezones) is UTF-8, and no field
+                          sits deeper than 64 levels (the decoder refuses both, naming the
+                          field, so nothing else ever sees such a schema)
 schema-evolution          schema changes follow the evolution rules
 offsets                   slices are contiguous: prev_offset = last offset, start = prev + 1,
                           end >= start

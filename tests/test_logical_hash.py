@@ -1,5 +1,6 @@
-"""The logical hash of a slice: the digest of its Arrow IPC stream, whatever the Parquet file
-looks like. Computed here independently (a buffered IPC stream, hashed by blake3/hashlib)."""
+"""The logical hash of a slice: the digest of an Arrow IPC stream of its rows in fixed batches
+of 65,536 rows, whatever the Parquet file looks like and however it is read. Computed here
+independently (batches built from Python values, a buffered IPC stream, blake3/hashlib)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from odf_chain.format.multihash import BLAKE3, SHA3_256, HashingSink
-from odf_chain.slices import logical_hash
+from odf_chain.slices import LOGICAL_BATCH_ROWS, LogicalHasher, logical_hash, parquet_logical_hash
 
 TABLE = pa.table(
     {
@@ -57,3 +58,78 @@ def test_hashing_sink_counts_and_hashes_what_it_is_given() -> None:
         assert sink.write(part) == len(bytes(part))
     assert sink.size == 10
     assert str(sink.multihash()) == "f1e20" + blake3.blake3(b"abcdefghij").hexdigest()
+
+
+# -- many batches, nulls, and what readers leave under them -----------------------------------
+
+N = 150_000
+VALUES = {
+    "id": ([None if i % 7 == 3 else i for i in range(N)], pa.int64()),
+    "x": ([None if i % 5 == 0 else i / 4 for i in range(N)], pa.float64()),
+    "ok": ([None if i % 11 == 0 else i % 3 == 0 for i in range(N)], pa.bool_()),
+    "s": ([None if i % 4 == 0 else f"s{i % 1000}" for i in range(N)], pa.string()),
+}
+BIG = pa.table({name: pa.array(values, t) for name, (values, t) in VALUES.items()})
+
+
+def _expected_stream() -> bytes:
+    """Batches of exactly 65,536 rows (the last shorter), each built from Python values."""
+    sink = pa.BufferOutputStream()
+    schema = BIG.schema.remove_metadata()
+    with pa.ipc.new_stream(sink, schema) as writer:
+        for start in range(0, N, 65_536):
+            writer.write_batch(
+                pa.record_batch(
+                    {n: pa.array(v[start : start + 65_536], t) for n, (v, t) in VALUES.items()}
+                )
+            )
+    return sink.getvalue().to_pybytes()
+
+
+def test_logical_hash_of_many_rows_is_the_digest_of_fixed_batches() -> None:
+    assert LOGICAL_BATCH_ROWS == 65_536
+    expected = "f1e20" + blake3.blake3(_expected_stream()).hexdigest()
+    assert str(logical_hash(BIG, BLAKE3)) == expected
+    # however the table is chunked
+    rechunked = pa.Table.from_batches(BIG.to_batches(max_chunksize=1_000))
+    assert str(logical_hash(rechunked, BLAKE3)) == expected
+
+
+@pytest.mark.parametrize(
+    "layout",
+    [
+        {"compression": "zstd"},
+        {"compression": "snappy", "row_group_size": 7_000},
+        {"use_dictionary": False, "row_group_size": 33_333},
+        {"compression": "none", "use_dictionary": False, "data_page_size": 1_000},
+    ],
+    ids=["zstd", "small-row-groups", "plain", "small-pages"],
+)
+def test_file_hash_is_the_rows_hash(tmp_path: Path, layout: dict) -> None:
+    """Read back from any layout, in any batch size, the rows hash as the table did. A plain
+    (not dictionary) encoded file read in small batches leaves the previous batch's values
+    under nulls (the reader reuses its buffers): the hash must not see them."""
+    expected = "f1e20" + blake3.blake3(_expected_stream()).hexdigest()
+    path = tmp_path / "slice.parquet"
+    pq.write_table(BIG, path, **layout)
+    with pq.ParquetFile(path) as parquet:
+        assert str(parquet_logical_hash(parquet, BLAKE3)) == expected
+        for batch_size in (1_000, 4_096):
+            hasher = LogicalHasher(parquet.schema_arrow, BLAKE3)
+            for batch in parquet.iter_batches(batch_size=batch_size):
+                hasher.update(batch)
+            assert str(hasher.multihash()) == expected
+
+
+def test_dictionary_columns_hash_as_their_values(tmp_path: Path) -> None:
+    """Parquet readers rebuild a dictionary per row group: its content follows the layout, so
+    the hash is taken of the values."""
+    words = pa.array([None if i % 9 == 0 else ["x", "y", "z"][i % 3] for i in range(N)])
+    table = pa.table({"w": words.dictionary_encode()})
+    hashes = set()
+    for rows in (5_000, 100_000):
+        pq.write_table(table, tmp_path / f"{rows}.parquet", row_group_size=rows)
+        with pq.ParquetFile(tmp_path / f"{rows}.parquet") as parquet:
+            assert pa.types.is_dictionary(parquet.schema_arrow.field("w").type)
+            hashes.add(parquet_logical_hash(parquet, BLAKE3))
+    assert hashes == {logical_hash(pa.table({"w": words}), BLAKE3)}

@@ -355,10 +355,13 @@ def test_report_to_dict(dataset: Path) -> None:
         "blocks_checked",
         "slices_checked",
         "bytes_hashed",
+        "deep",
+        "rows_checked",
         "errors",
         "warnings",
         "problems",
     }
+    assert (d["deep"], d["rows_checked"]) == (False, 0)
     assert d["dataset"] == str(dataset)
     assert d["ok"] is False
     assert d["head"] == (dataset / "refs" / "head").read_text().strip()

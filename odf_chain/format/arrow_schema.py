@@ -18,9 +18,16 @@ import struct
 
 import pyarrow as pa
 
-from odf_chain.errors import FormatError
+from odf_chain.errors import FormatError, SchemaError
 
-__all__ = ["schema_from_bare_flatbuffer", "schema_to_bare_flatbuffer"]
+__all__ = [
+    "MAX_NESTING",
+    "check_schema",
+    "schema_from_bare_flatbuffer",
+    "schema_to_bare_flatbuffer",
+    "shown_path",
+    "too_deep",
+]
 
 _CONTINUATION = b"\xff\xff\xff\xff"
 _MESSAGE_HEADER_SCHEMA = 1  # MessageHeader union: 1 = Schema
@@ -113,6 +120,106 @@ def _root_table(buf: bytes, what: str) -> _Table:
 
 
 # --------------------------------------------------------------------------------------------
+# what every schema must satisfy: bounded nesting, UTF-8 strings
+
+MAX_NESTING = 64
+"""The deepest level a field may sit at, a top-level column being level 1 and each struct, list
+or map adding one.
+
+It is Arrow's own limit: its IPC writer (which the logical hash of every slice goes through)
+refuses deeper data ("Max recursion depth reached"). Arrow's Parquet reader refuses about 99
+struct levels, its IPC reader about 125; before refusing, the Parquet writer spends memory that
+grows with the square of the depth (4.7 GB at 800 levels, a crash at 1,200). Real schemas stay
+far below.
+"""
+
+_SHOWN_LEVELS = 8
+
+
+def _children(t: pa.DataType) -> list[tuple[str | None, pa.Field]]:
+    """The fields nested directly in ``t``, with the path label of each (None: its name)."""
+    while pa.types.is_dictionary(t):  # a dictionary encodes its values; no level of its own
+        t = t.value_type
+    if pa.types.is_map(t):
+        return [("[key]", t.key_field), ("[value]", t.item_field)]
+    if hasattr(t, "value_field"):  # list, large_list, fixed_size_list, list views, run-end
+        return [("[item]", t.value_field)]
+    if pa.types.is_struct(t) or pa.types.is_union(t):
+        return [(None, t.field(i)) for i in range(t.num_fields)]
+    return []
+
+
+def _decoded(value: bytes, what: str, path: str) -> str:
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SchemaError(f"{path}: {what} {value!r} is not valid UTF-8 ({exc})") from None
+
+
+def _check_metadata(metadata: dict[bytes, bytes] | None, path: str) -> None:
+    for key, value in (metadata or {}).items():
+        name = _decoded(key, "metadata key", path)
+        _decoded(value, f"the value of metadata key {name!r}", path)
+
+
+def shown_path(path: list[str]) -> str:
+    """A field path for a message, its middle left out when it is long."""
+    if len(path) <= _SHOWN_LEVELS:
+        return ".".join(path)
+    return ".".join(path[:4]) + " ... " + ".".join(path[-3:])
+
+
+def too_deep(field: str, level: int) -> SchemaError:
+    """The error for ``field`` holding fields at ``level``, deeper than :data:`MAX_NESTING`."""
+    return SchemaError(
+        f"field {field!r} holds fields at level {level}; at most {MAX_NESTING} levels of "
+        "structs, lists and maps are allowed (a top-level column is level 1)"
+    )
+
+
+def check_schema(schema: pa.Schema) -> None:
+    """Refuse a schema nested deeper than :data:`MAX_NESTING`, or holding a string (a field
+    name, a metadata key or value, a timezone) that is not UTF-8; the error names the field.
+
+    pyarrow decodes names and timezones lazily, so a string that is not UTF-8 would otherwise
+    raise ``UnicodeDecodeError`` later, wherever it is first read (``odf-chain fields``, an
+    export). The walk is iterative and never goes below the limit: its cost is bounded however
+    deep the schema is.
+    """
+    _check_metadata(schema.metadata, "the schema")
+    # (path of the parent, position in it, path label if not the name, field); the path's
+    # length is the field's level
+    stack: list[tuple[list[str], int, str | None, pa.Field]] = [
+        ([], i, None, schema.field(i)) for i in reversed(range(len(schema)))
+    ]
+    while stack:
+        parent, position, marker, field = stack.pop()
+        try:
+            name = field.name
+        except UnicodeDecodeError as exc:
+            where = f"field #{position}" + (f" of {'.'.join(parent)!r}" if parent else "")
+            raise SchemaError(f"{where}: its name is not valid UTF-8 ({exc})") from None
+        path = [*parent, marker or name]
+        shown = ".".join(path)
+        _check_metadata(field.metadata, f"field {shown!r}")
+        t = field.type
+        while pa.types.is_dictionary(t):
+            t = t.value_type
+        if pa.types.is_timestamp(t):
+            try:
+                t.tz  # noqa: B018 (the access is the check)
+            except UnicodeDecodeError as exc:
+                raise SchemaError(
+                    f"field {shown!r}: its timezone is not valid UTF-8 ({exc})"
+                ) from None
+        children = _children(t)
+        if children and len(path) >= MAX_NESTING:
+            raise too_deep(shown_path(path), len(path) + 1)
+        for i, (label, child) in reversed(list(enumerate(children))):
+            stack.append((path, i, label, child))
+
+
+# --------------------------------------------------------------------------------------------
 # pyarrow IPC message -> bare Schema
 
 
@@ -172,6 +279,7 @@ def schema_to_bare_flatbuffer(schema: pa.Schema) -> bytes:
     """
     if not isinstance(schema, pa.Schema):
         raise TypeError(f"expected a pyarrow.Schema, got {type(schema).__name__}")
+    check_schema(schema)  # before pyarrow serializes a schema it could not read back
     trimmed, untrimmed = _rerooted(_message_flatbuffer(schema.serialize().to_pybytes()))
     for candidate in (trimmed, untrimmed):
         try:
@@ -226,20 +334,6 @@ def _wrap_in_message(bare: bytes, schema_pos: int) -> bytes:
     return framed + b"\0" * (-len(framed) % 8)
 
 
-def _check_names(fields) -> None:
-    """Touch every field name, nested ones included: pyarrow decodes names lazily, so a name that
-    is not UTF-8 would otherwise raise ``UnicodeDecodeError`` later, wherever it is first read."""
-    for field in fields:
-        field.name  # noqa: B018 (the access is the check)
-        t = field.type
-        if pa.types.is_map(t):
-            _check_names([t.key_field, t.item_field])
-        elif hasattr(t, "value_field"):  # list, large_list, fixed_size_list, list_view
-            _check_names([t.value_field])
-        elif pa.types.is_struct(t) or pa.types.is_union(t):
-            _check_names(t.field(i) for i in range(t.num_fields))
-
-
 def schema_from_bare_flatbuffer(data: bytes) -> pa.Schema:
     """Decode a bare Arrow ``Schema`` flatbuffer (``SetDataSchema.raw_arrow_schema``).
 
@@ -261,8 +355,10 @@ def schema_from_bare_flatbuffer(data: bytes) -> pa.Schema:
     root = _root_table(bare, "Schema")
     try:
         schema = pa.ipc.read_schema(pa.py_buffer(_wrap_in_message(bare, root.pos)))
-        _check_names(schema)
+        check_schema(schema)
         return schema
+    except SchemaError as e:
+        raise SchemaError(f"Arrow schema refused: {e}") from None
     except (
         pa.ArrowException,
         ValueError,

@@ -18,6 +18,7 @@ from typing import Any
 import pyarrow as pa
 
 from odf_chain.errors import FormatError
+from odf_chain.format.arrow_schema import MAX_NESTING, check_schema, shown_path, too_deep
 
 _UNITS = {0: "s", 1: "ms", 2: "us", 3: "ns"}
 
@@ -52,14 +53,26 @@ def _unit(value: Any, default: str, where: str) -> str:
     return _UNITS[value]
 
 
-def _type(spec: Mapping[str, Any] | None, where: str) -> tuple[pa.DataType, bool]:
-    """(Arrow type, nullable) for one DataType union value."""
+def _text(value: Any, what: str, where: str) -> str | None:
+    """A string of the schema; the codec leaves bytes that are not UTF-8 as bytes."""
+    if value is None or isinstance(value, str):
+        return value
+    raise FormatError(f"{where}: {what} {value!r} is not valid UTF-8")
+
+
+def _type(spec: Mapping[str, Any] | None, where: str, level: int) -> tuple[pa.DataType, bool]:
+    """(Arrow type, nullable) for one DataType union value of a field at ``level`` (a top-level
+    column is level 1)."""
     if spec is None:
         raise FormatError(f"{where}: missing type")
     kind = spec.get("kind")
     if kind == "DataTypeOption":
-        inner, _ = _type(spec.get("inner"), where)
-        return inner, True
+        inner = spec.get("inner")
+        if isinstance(inner, Mapping) and inner.get("kind") == "DataTypeOption":
+            raise FormatError(f"{where}: an Option directly inside an Option")
+        return _type(inner, where, level)[0], True
+    if kind in ("DataTypeList", "DataTypeMap", "DataTypeStruct") and level >= MAX_NESTING:
+        raise too_deep(shown_path(where.split(".")), level + 1)
     if kind in _SIMPLE:
         return _SIMPLE[kind], False
     if kind == "DataTypeBinary":
@@ -78,38 +91,39 @@ def _type(spec: Mapping[str, Any] | None, where: str) -> tuple[pa.DataType, bool
         return (pa.time32(unit) if unit in ("s", "ms") else pa.time64(unit)), False
     if kind == "DataTypeTimestamp":
         unit = _unit(spec.get("unit"), _DEFAULT_UNIT, where)
-        return pa.timestamp(unit, tz=spec.get("timezone") or _DEFAULT_TIMEZONE), False
+        timezone = _text(spec.get("timezone"), "timezone", where)
+        return pa.timestamp(unit, tz=timezone or _DEFAULT_TIMEZONE), False
     if kind == "DataTypeList":
-        item, item_nullable = _type(spec.get("item_type"), f"{where}.[item]")
+        item, item_nullable = _type(spec.get("item_type"), f"{where}.[item]", level + 1)
         field = pa.field("item", item, nullable=item_nullable)
         n = spec.get("fixed_length")
         return (pa.list_(field) if n is None else pa.list_(field, n)), False
     if kind == "DataTypeMap":
-        key, _ = _type(spec.get("key_type"), f"{where}.[key]")
-        value, value_nullable = _type(spec.get("value_type"), f"{where}.[value]")
+        key, _ = _type(spec.get("key_type"), f"{where}.[key]", level + 1)
+        value, value_nullable = _type(spec.get("value_type"), f"{where}.[value]", level + 1)
         return pa.map_(
             key, pa.field("value", value, nullable=value_nullable), bool(spec.get("keys_sorted"))
         ), False
     if kind == "DataTypeStruct":
-        return pa.struct(_fields(spec.get("fields") or (), where)), False
+        return pa.struct(_fields(spec.get("fields") or (), where, level + 1)), False
     raise FormatError(f"{where}: unknown data type {kind!r}")
 
 
-def _fields(fields: Any, where: str) -> list[pa.Field]:
+def _fields(fields: Any, where: str, level: int) -> list[pa.Field]:
     out = []
     for i, spec in enumerate(fields):
-        name = spec.get("name")
-        if not isinstance(name, str):
+        name = _text(spec.get("name"), "the name", f"{where or 'the schema'}: field #{i}")
+        if name is None:
             raise FormatError(f"{where}: field #{i} has no name")
         path = f"{where}.{name}" if where else name
-        arrow_type, nullable = _type(spec.get("type"), path)
+        arrow_type, nullable = _type(spec.get("type"), path, level)
         arrow_type = _apply_encoding(arrow_type, _extra(spec.get("extra"), path), path)
         out.append(pa.field(name, arrow_type, nullable=nullable))
     return out
 
 
 def _extra(extra: Mapping[str, Any] | None, where: str) -> dict[str, Any]:
-    text = (extra or {}).get("entries")
+    text = _text((extra or {}).get("entries"), "the extra attributes", where)
     if not text:
         return {}
     try:
@@ -156,4 +170,6 @@ def data_schema_to_arrow(schema: Mapping[str, Any] | None) -> pa.Schema:
     """Read ODF's structured DataSchema (as decoded plain data) into Arrow."""
     if schema is None:
         raise FormatError("SetDataSchema carries no schema")
-    return pa.schema(_fields(schema.get("fields") or (), ""))
+    arrow = pa.schema(_fields(schema.get("fields") or (), "", 1))
+    check_schema(arrow)  # the same limits as a raw Arrow schema (nesting is already bounded)
+    return arrow

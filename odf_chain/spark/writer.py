@@ -57,6 +57,8 @@ from odf_chain.replay import load_chain, select, settle_lineage
 from odf_chain.schema.convert import AVRO_SCHEMA_KEY, avro_to_arrow
 from odf_chain.schema.evolution import check_new_columns
 from odf_chain.slices import add_data_for, own_metadata
+from odf_chain.spark.schema_limits import check_nesting
+from odf_chain.spark.storage_failures import storage_failures
 from odf_chain.state import SOURCE_KEY, DatasetState, Vocabulary, transaction_extra
 
 _PART = re.compile(r"^part-(\d+)-.*\.parquet$")
@@ -103,7 +105,7 @@ def _inspect_file(
 ) -> WrittenSlice:
     """Hash and check one written file (runs in a Spark task, next to the file: on remote
     storage the executor reads it through ``pyarrow.fs``, the driver never does)."""
-    from odf_chain.slices import logical_hash
+    from odf_chain.slices import parquet_logical_hash
 
     name = path.rsplit("/", 1)[-1]
     match = _PART.match(name)
@@ -121,7 +123,7 @@ def _inspect_file(
             break
         low = stats.min if low is None else min(low, stats.min)
         high = stats.max if high is None else max(high, stats.max)
-    logical = logical_hash(parquet.read(), algorithm)
+    logical = parquet_logical_hash(parquet, algorithm)  # in bounded memory, as verify --deep
     return WrittenSlice(
         name, partition, str(physical), str(logical), size, metadata.num_rows, low, high
     )
@@ -348,6 +350,7 @@ def _assign_offsets(df, vocab: Vocabulary, first_offset: int, *, check_timestamp
     return with_offsets, counts
 
 
+@storage_failures
 def write(
     df,
     dataset: str | Path | Dataset,
@@ -420,6 +423,7 @@ def write(
     spark = df.sparkSession
 
     _refuse_duplicate_columns(df)
+    check_nesting(df.schema)
     shaped = _with_system_columns(df, vocab, system_time, event_time, state.schema)
     check_new_columns(
         state.schema, _names_only(shaped.schema), evolve=evolve, dataset=dataset.location
