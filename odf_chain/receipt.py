@@ -22,7 +22,6 @@ import contextlib
 import json
 import os
 import re
-import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -31,10 +30,11 @@ from pathlib import Path
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from odf_chain.chain import BlockEntry
-from odf_chain.errors import FormatError, NotFoundError, OdfChainError, StorageError
+from odf_chain.errors import FormatError, OdfChainError, StorageError
 from odf_chain.events import Seed
 from odf_chain.format.did import SIGNATURE_SIZE, DatasetId, key_from_pem, key_to_pem
 from odf_chain.format.multihash import Multihash
+from odf_chain.storage.user_files import read_regular
 
 FORMAT = "odf-chain/1"
 MAX_RECEIPT_BYTES = 64 * 1024  # a receipt is ~500 bytes; anything near this is not one
@@ -239,54 +239,9 @@ def _parse_time(text: str) -> datetime | None:
 # -- files ------------------------------------------------------------------------------------
 
 
-def _kind(mode: int) -> str:
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    return "a socket or other special file"
-
-
-def _read_regular_file(path: str | Path, limit: int, what: str) -> bytes:
-    """At most ``limit`` bytes of a regular file, refusing anything else without blocking: a
-    FIFO is opened non-blocking and refused, a device (``/dev/zero``) is never read."""
-    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
-    try:
-        fd = os.open(path, flags)
-    except FileNotFoundError:
-        raise NotFoundError(f"{what} {path}: no such file") from None
-    except OSError as exc:
-        raise StorageError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise StorageError(f"{what} {path}: not a regular file ({_kind(info.st_mode)})")
-        if info.st_size > limit:
-            raise FormatError(
-                f"{what} {path}: {info.st_size:,} bytes, more than a {what} can be "
-                f"({limit:,} bytes at most)"
-            )
-        chunks, total = [], 0
-        while total <= limit:  # the file may grow after fstat: still bounded
-            chunk = os.read(fd, limit + 1 - total)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            total += len(chunk)
-    except OSError as exc:
-        raise StorageError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
-    if total > limit:
-        raise FormatError(f"{what} {path}: more than {limit:,} bytes")
-    return b"".join(chunks)
-
-
 def load_receipt(path: str | Path) -> Receipt:
     """Read and parse one receipt file (regular, at most :data:`MAX_RECEIPT_BYTES`)."""
-    return Receipt.from_json(_read_regular_file(path, MAX_RECEIPT_BYTES, "receipt"), str(path))
+    return Receipt.from_json(read_regular(path, MAX_RECEIPT_BYTES, "receipt"), str(path))
 
 
 def load_receipts(items: Iterable[Receipt | str | Path]) -> list[Receipt]:
@@ -359,7 +314,7 @@ def create_key_file(path: str | Path, key: Ed25519PrivateKey) -> None:
 def load_key(path: str | Path) -> Ed25519PrivateKey:
     """The ed25519 private key in a key file written by :func:`create_key_file` (or any
     unencrypted PKCS#8 PEM ed25519 key)."""
-    return key_from_pem(_read_regular_file(path, MAX_KEY_BYTES, "key file"), str(path))
+    return key_from_pem(read_regular(path, MAX_KEY_BYTES, "key file"), str(path))
 
 
 # -- the check --------------------------------------------------------------------------------

@@ -6,16 +6,16 @@ The schema package itself is pure; this module is where files come in.
 from __future__ import annotations
 
 import os
-import stat
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from odf_chain.errors import NotFoundError, SchemaError, StorageError
+from odf_chain.errors import SchemaError
 from odf_chain.schema import _json as json_text
 from odf_chain.schema.convert import avro_to_arrow
 from odf_chain.schema.datamine import datamine_to_arrow
+from odf_chain.storage.user_files import open_regular, read_regular
 
 
 def load_schema_file(path: str | Path, table: str | None = None) -> pa.Schema:
@@ -28,19 +28,19 @@ def load_schema_file(path: str | Path, table: str | None = None) -> pa.Schema:
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix in (".parquet", ".parq"):
-        with os.fdopen(_open_regular(path), "rb") as f:
+        with os.fdopen(open_regular(path, _WHAT), "rb") as f:
             try:
                 return pq.read_schema(f)
             except (pa.ArrowException, OSError) as exc:
                 raise SchemaError(f"{path}: not a readable Parquet file: {exc}") from None
     if suffix not in (".avsc", ".json"):
-        os.close(_open_regular(path))  # a missing file is named as such first
+        os.close(open_regular(path, _WHAT))  # a missing file is named as such first
         raise SchemaError(
             f"{path}: unknown schema file type {suffix or '(none)'}; "
             "expected .avsc (Avro), .json (DataMine or Avro) or .parquet"
         )
     try:
-        text = _read_bounded(path).decode("utf-8")
+        text = read_regular(path, MAX_SCHEMA_FILE_BYTES, _WHAT).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise SchemaError(f"{path}: not UTF-8 text: {exc}") from None
     if suffix == ".avsc":
@@ -66,36 +66,4 @@ def _named(path: Path, convert, value) -> pa.Schema:
 
 # A schema document of this size already describes far more columns than any dataset holds.
 MAX_SCHEMA_FILE_BYTES = 64 * 1024 * 1024
-
-
-def _open_regular(path: Path) -> int:
-    """A read descriptor of ``path``: the user's own path may be a symlink, but what it names
-    must be a regular file (a FIFO would block the read, /dev/zero never end it); checked
-    before opening and again on what was opened."""
-    try:
-        before = os.stat(path)
-        if not stat.S_ISREG(before.st_mode):
-            kind = "a directory" if stat.S_ISDIR(before.st_mode) else "a FIFO, device or socket"
-            raise SchemaError(f"{path}: not a schema file (not a regular file: {kind})")
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        raise NotFoundError(f"schema file {path} does not exist") from None
-    except OSError as exc:
-        raise StorageError(f"cannot read schema file {path}: {exc.strerror}") from None
-    opened = os.fstat(fd)
-    if (opened.st_dev, opened.st_ino) != (before.st_dev, before.st_ino):
-        os.close(fd)
-        raise SchemaError(f"{path}: replaced while being opened")
-    return fd
-
-
-def _read_bounded(path: Path) -> bytes:
-    """The file's bytes, at most :data:`MAX_SCHEMA_FILE_BYTES` (refused beyond, also when the
-    file grows while it is read)."""
-    with os.fdopen(_open_regular(path), "rb") as f:
-        data = f.read(MAX_SCHEMA_FILE_BYTES + 1)
-    if len(data) > MAX_SCHEMA_FILE_BYTES:
-        raise SchemaError(
-            f"{path}: larger than the {MAX_SCHEMA_FILE_BYTES:,}-byte limit for a schema file"
-        )
-    return data
+_WHAT = "schema file"

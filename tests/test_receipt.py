@@ -617,7 +617,9 @@ def test_cli_bad_receipt_files_are_one_line(built: Built, tmp_path: Path) -> Non
     one_line_error(chain_verify(built.root, "--receipt", fifo), "not a regular file (a FIFO)")
     zero = tmp_path / "zero.json"
     zero.symlink_to("/dev/zero")
-    one_line_error(chain_verify(built.root, "--receipt", zero), "not a regular file (a device)")
+    one_line_error(
+        chain_verify(built.root, "--receipt", zero), "not a regular file (a character device)"
+    )
     key_fifo = tmp_path / "key.pem"
     os.mkfifo(key_fifo)
     one_line_error(cli("receipt", built.root, "--key-file", key_fifo), "key file", "(a FIFO)")

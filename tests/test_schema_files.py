@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from odf_chain.errors import NotFoundError, OdfChainError, SchemaError
+from odf_chain.errors import NotFoundError, OdfChainError, SchemaError, StorageError
 from odf_chain.schema.paths import field_paths
 from odf_chain.schema_files import load_schema_file
 
@@ -334,8 +334,8 @@ def test_missing_file(tmp_path: Path, name: str) -> None:
 def test_a_directory_is_not_a_schema_file(tmp_path: Path) -> None:
     (tmp_path / "dir.avsc").mkdir()
     err = error_of(tmp_path / "dir.avsc")
-    assert isinstance(err, SchemaError)
-    assert "dir.avsc" in str(err) and "does not exist" not in str(err)
+    assert isinstance(err, StorageError)  # what any user-named file that is not one gives
+    assert "dir.avsc" in str(err) and "not a regular file (a directory)" in str(err)
 
 
 @pytest.mark.parametrize("name", ["schema.txt", "schema.yaml", "schema", "schema.avro"])

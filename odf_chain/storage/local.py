@@ -52,6 +52,7 @@ from odf_chain.storage.base import (
     parse_head_log,
     shown,
 )
+from odf_chain.storage.user_files import file_kind
 
 _NAME = re.compile(r"[0-9a-zA-Z]+")
 _SUFFIX = re.compile(r"[0-9a-zA-Z._-]*")
@@ -85,22 +86,6 @@ def _os_errors(action: str, path: Path | str) -> Iterator[None]:
         yield
     except OSError as exc:
         raise _storage_error(exc, action, path) from exc
-
-
-def _kind(mode: int) -> str:
-    """What a non-regular directory entry is, for an error message."""
-    for test, kind in (
-        (stat.S_ISLNK, "a symlink"),
-        (stat.S_ISFIFO, "a FIFO"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-        (stat.S_ISSOCK, "a socket"),
-        (stat.S_ISDIR, "a directory"),
-        (stat.S_ISREG, "a regular file"),
-    ):
-        if test(mode):
-            return kind
-    return "of an unknown kind"
 
 
 def _lstat(name: str, dir_fd: int) -> os.stat_result:
@@ -259,7 +244,7 @@ class LocalStorage:
                 except OSError as exc:
                     if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
                         raise
-                    kind = _kind(_lstat(part, fd).st_mode)
+                    kind = file_kind(_lstat(part, fd).st_mode)
                     raise StorageError(f"{path} is {kind}, not a directory: not followed") from None
                 os.close(fd)
                 fd = child
@@ -276,7 +261,7 @@ class LocalStorage:
             before = _lstat(name, dir_fd)
             if not stat.S_ISREG(before.st_mode):
                 raise StorageError(
-                    f"{path} is not a regular file ({_kind(before.st_mode)}): not read"
+                    f"{path} is not a regular file ({file_kind(before.st_mode)}): not read"
                 )
             fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
         opened = os.fstat(fd)
@@ -343,7 +328,7 @@ class LocalStorage:
                         mode = entry.stat(follow_symlinks=False).st_mode
                         if stat.S_ISREG(mode) or (directory == STAGING and stat.S_ISDIR(mode)):
                             continue
-                        found.append((f"{directory}/{entry.name}", _kind(mode)))
+                        found.append((f"{directory}/{entry.name}", file_kind(mode)))
             except (OSError, OdfChainError):  # missing or refused: the listings report it
                 continue
         return sorted(found)
@@ -359,7 +344,7 @@ class LocalStorage:
                     continue
                 if not stat.S_ISDIR(mode):
                     raise StorageError(
-                        f"{self._root / name} is {_kind(mode)}, not a directory: nothing is "
+                        f"{self._root / name} is {file_kind(mode)}, not a directory: nothing is "
                         "removed through it"
                     )
 
@@ -464,7 +449,7 @@ class LocalStorage:
                 with self._dir(parent) as dir_fd:
                     mode = _lstat(name, dir_fd).st_mode
                     if not stat.S_ISREG(mode):
-                        raise StorageError(f"{path} is {_kind(mode)}: not removed")
+                        raise StorageError(f"{path} is {file_kind(mode)}: not removed")
                     os.unlink(name, dir_fd=dir_fd)
             except FileNotFoundError:
                 return False
@@ -612,7 +597,9 @@ class LocalStorage:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(name, dir_fd=dir_fd)
             else:
-                raise StorageError(f"{self._root / directory / name} is {_kind(mode)}: not removed")
+                raise StorageError(
+                    f"{self._root / directory / name} is {file_kind(mode)}: not removed"
+                )
 
     def leftover_staging(self) -> list[str]:
         """Names of the entries of ``.staging/`` (files, and the folders writers such as Spark
@@ -790,7 +777,7 @@ class LocalStorage:
             try:
                 info = os.fstat(fd)
                 if not stat.S_ISREG(info.st_mode):
-                    raise StorageError(f"{path} is not a regular file ({_kind(info.st_mode)})")
+                    raise StorageError(f"{path} is not a regular file ({file_kind(info.st_mode)})")
                 size = info.st_size
                 tail = os.pread(fd, min(size, _LOG_TAIL), size - min(size, _LOG_TAIL))
                 if tail and not tail.endswith(b"\n"):
