@@ -105,6 +105,26 @@ def test_gc_refuses_a_symlinked_layout_directory(tmp_path: Path, directory: str)
     assert {n: (outside / n).read_bytes() for n in files} == files
 
 
+@pytest.mark.parametrize("directory", ["data", ".staging", "blocks"])
+def test_a_write_refuses_a_symlinked_layout_directory(tmp_path: Path, directory: str) -> None:
+    """Reads and gc refuse a symlinked ``data/``; a write through it would put slices outside
+    the dataset (and a head move would then fail on them): refused before any file is written."""
+    root = _dataset(tmp_path / "ds", writes=2)
+    outside, _ = _outside(tmp_path)
+    real = root / directory
+    if real.exists():
+        for entry in real.iterdir():
+            shutil.move(str(entry), outside / entry.name)
+        real.rmdir()
+    real.symlink_to(outside)
+    before, head = snapshot_tree(outside), (root / "refs" / "head").read_bytes()
+    # blocks/ is refused already by the read of the head block, data/ and .staging/ by the write
+    with pytest.raises(OdfChainError, match=rf"{directory} is a symlink, not a directory"):
+        Dataset.open(root).write(pa.table({"x": [7]}))
+    assert snapshot_tree(outside) == before
+    assert (root / "refs" / "head").read_bytes() == head
+
+
 def test_two_datasets_sharing_data_through_a_symlink(tmp_path: Path) -> None:
     a = _dataset(tmp_path / "a", writes=3)
     b = _dataset(tmp_path / "b", writes=2)

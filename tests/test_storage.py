@@ -454,6 +454,8 @@ def test_listing_a_file_instead_of_a_directory(store: LocalStorage) -> None:
     (store.root / "data").write_bytes(b"")
     with pytest.raises(StorageError, match=str(store.root / "data")):
         store.data_names()
+    (store.root / "data").unlink()  # one broken directory at a time: each is named
+    (store.root / "data").mkdir()
     shutil.rmtree(store.root / ".staging", ignore_errors=True)
     (store.root / ".staging").write_bytes(b"")
     with pytest.raises(StorageError, match=str(store.root / ".staging")):

@@ -335,7 +335,9 @@ class LocalStorage:
 
     def check_layout(self) -> None:
         """Refuse a dataset whose layout directories are not all real directories (a symlinked
-        ``data/``, say): gc must not delete through them. Missing ones are fine."""
+        ``data/``, say): reads would refuse them, so writes must not go through them (the
+        slices would land outside the dataset), and gc must not delete through them. Missing
+        ones are fine."""
         with _os_errors("check", self._root), self._dir("") as root_fd:
             for name in LAYOUT:
                 try:
@@ -344,8 +346,8 @@ class LocalStorage:
                     continue
                 if not stat.S_ISDIR(mode):
                     raise StorageError(
-                        f"{self._root / name} is {file_kind(mode)}, not a directory: nothing is "
-                        "removed through it"
+                        f"{self._root / name} is {file_kind(mode)}, not a directory: odf_chain "
+                        "does not read, write or remove files through it"
                     )
 
     @property
@@ -373,6 +375,7 @@ class LocalStorage:
         """``.staging/``, created on demand: it sits on the dataset's filesystem, so a rename
         out of it is atomic."""
         path = self._root / STAGING
+        self.check_layout()  # every write starts here: none goes through a symlinked directory
         with _os_errors("create", path):
             path.mkdir(exist_ok=True)
         return path
