@@ -2,7 +2,7 @@
 """The odf_chain demo: real PySpark ingests into a local dataset, then replay, field paths,
 reading back, a second job deriving a dataset from the first (field lineage captured from its
 plan, answered by `odf-chain lineage`, exported for DataHub), verification and tamper
-detection.
+detection, a skipped re-ingest, and a receipt catching a rolled-back head.
 
     bash tools/demo.sh            # sets up .venv, then runs this
     python tools/demo.py [DIR]    # default DIR: ./demo-output
@@ -122,6 +122,15 @@ def first_data_block(dataset: Path) -> int:
     )
 
 
+def roll_back(dataset: Path, seq: int) -> None:
+    """What restoring an old backup of refs/head does: the head names an older block."""
+    from odf_chain import Dataset
+
+    old = Dataset.open(dataset).state_at(seq).head
+    (dataset / "refs" / "head").write_text(str(old))
+    print(f"refs/head now names block {seq} ({str(old)[:16]}…)")
+
+
 def spark_session(name: str):
     from pyspark.sql import SparkSession
 
@@ -212,6 +221,12 @@ def main(argv: list[str]) -> int:
         "--format", "avro", "--event-time", "event_time", "--create",
     )  # fmt: skip
 
+    banner("The same files again: already ingested (their content hashes are in the chain)")
+    run(
+        "odf-chain", "ingest", str(dataset), str(inputs / "avro"),
+        "--format", "avro", "--event-time", "event_time",
+    )  # fmt: skip
+
     banner("An incompatible input is refused before any block is appended")
     code = run(
         "odf-chain", "ingest", str(dataset), str(inputs / "bad.csv"), "--format", "csv",
@@ -251,8 +266,11 @@ def main(argv: list[str]) -> int:
     banner(f"Read the data back as of block {first}")
     read_back(dataset, first)
 
-    banner("Verify: every block hash, every rule, every slice")
+    banner("Verify: every block hash, every rule, every slice; then take a receipt of the head")
     run("chain-verify", str(dataset))
+    receipt = target / "sensors-receipt.json"
+    run("odf-chain", "receipt", str(dataset), "-o", str(receipt))
+    print(receipt.read_text(), end="")
 
     daily = target / "daily-stats"
     banner("A second job derives daily statistics per region (a join and an aggregation)")
@@ -280,6 +298,20 @@ def main(argv: list[str]) -> int:
     if code == 0:
         raise SystemExit("demo: tampering went unnoticed")
     print(f"chain-verify exited {code}: tampering detected")
+
+    banner("Restore an old refs/head in another copy: the head log catches it, and a receipt")
+    rolled = target / "sensors-rolled-back"
+    shutil.copytree(dataset, rolled)
+    roll_back(rolled, first)
+    code = run("chain-verify", str(rolled), check=False)
+    if code == 0:
+        raise SystemExit("demo: a rolled-back head went unnoticed")
+    (rolled / "logs" / "head").unlink()
+    print("removed logs/head as well (whoever can write the dataset can do that)")
+    code = run("chain-verify", str(rolled), "--receipt", str(receipt), check=False)
+    if code == 0:
+        raise SystemExit("demo: the receipt did not catch the rolled-back head")
+    print(f"chain-verify --receipt exited {code}: the chain no longer holds the receipt's block")
     print(f"\nDemo dataset left in {dataset}")
     return 0
 
