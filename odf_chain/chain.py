@@ -9,12 +9,18 @@ readers, reported by verify) and the caller gets :class:`ConflictError`.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from odf_chain import rules
-from odf_chain.errors import FormatError, IntegrityError, NotFoundError, RuleViolation
+from odf_chain.errors import (
+    ConflictError,
+    FormatError,
+    IntegrityError,
+    NotFoundError,
+    RuleViolation,
+)
 from odf_chain.events import AddData, ExecuteTransform, MetadataBlock, MetadataEvent
 from odf_chain.format.codec import decode_block, encode_block
 from odf_chain.format.multihash import BLAKE3, Multihash
@@ -139,14 +145,19 @@ def prepare(
     return PreparedBlock(BlockEntry(block_hash, block, len(data)), data, state, after)
 
 
-def commit(storage: Storage, *prepared: PreparedBlock) -> DatasetState:
+def commit(
+    storage: Storage, *prepared: PreparedBlock, created_data: Sequence[str] = ()
+) -> DatasetState:
     """Write the block files, then move the head once, from the state the first was built on
     to the last: several blocks of one transaction become visible together or not at all.
 
     Raises :class:`ConflictError` if another writer moved the head meanwhile, or if a block
     or data file the new blocks need was removed before the head moved (gc deletes leftovers
-    under the same lock the head moves under): the files then stay unreferenced (harmless;
-    reported by verify, removable by gc) and nothing became visible.
+    under the same lock the head moves under); nothing became visible. Where the head moves
+    under a lock (so a refused move never was the head), the block files this call created and
+    the slices in ``created_data`` (those the caller's ``commit_data`` created) are removed
+    again: gc never removes a block on its own judgement, since a lost write looks just like
+    a rolled-back suffix. Elsewhere they stay, reported by verify.
     """
     if not prepared:
         raise ValueError("commit needs at least one prepared block")
@@ -160,21 +171,30 @@ def commit(storage: Storage, *prepared: PreparedBlock) -> DatasetState:
             f"the lineage event promises offsets {pending.uncovered.start}.."
             f"{pending.uncovered.end}; commit it together with the data slices covering them",
         ).at(pending.sequence_number, None)
-    for block in prepared:
-        storage.write_block(str(block.entry.hash), block.data)
+    created = [
+        str(b.entry.hash) for b in prepared if storage.write_block(str(b.entry.hash), b.data)
+    ]
     expected = prepared[0].before.head
-    storage.compare_and_swap_head(
-        None if expected is None else str(expected),
-        str(prepared[-1].entry.hash),
-        # checked under the head lock: gc may have taken a file put in place before it
-        blocks=[str(p.entry.hash) for p in prepared],
-        data=[
-            str(p.entry.block.event.new_data.physical_hash)
-            for p in prepared
-            if isinstance(p.entry.block.event, AddData | ExecuteTransform)
-            and p.entry.block.event.new_data is not None
-        ],
-    )
+    try:
+        storage.compare_and_swap_head(
+            None if expected is None else str(expected),
+            str(prepared[-1].entry.hash),
+            # checked under the head lock: gc may have taken a file put in place before it
+            blocks=[str(p.entry.hash) for p in prepared],
+            data=[
+                str(p.entry.block.event.new_data.physical_hash)
+                for p in prepared
+                if isinstance(p.entry.block.event, AddData | ExecuteTransform)
+                and p.entry.block.event.new_data is not None
+            ],
+        )
+    except ConflictError:
+        if storage.locks_head:
+            for name in reversed(created):  # newest first: no block is left without its parent
+                storage.remove_block(name)
+            for name in created_data:
+                storage.remove_data(name)
+        raise
     return prepared[-1].after
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import pyarrow as pa
@@ -162,8 +162,10 @@ class Dataset:
 
     # -- writing ------------------------------------------------------------------------------
 
-    def _commit(self, *prepared: chain.PreparedBlock) -> list[BlockEntry]:
-        self._state = chain.commit(self.storage, *prepared)
+    def _commit(
+        self, *prepared: chain.PreparedBlock, created_data: Sequence[str] = ()
+    ) -> list[BlockEntry]:
+        self._state = chain.commit(self.storage, *prepared, created_data=created_data)
         return [p.entry for p in prepared]
 
     def _append(self, event: MetadataEvent, *, algorithm: str | None = None) -> BlockEntry:
@@ -272,9 +274,10 @@ class Dataset:
                 ),
                 system_time=system_time,
             )
-            self.storage.commit_data(staged, str(written.physical_hash))
+            stored = self.storage.commit_data(staged, str(written.physical_hash))
         except BaseException:
             self.storage.discard(staged)
             raise
         blocks = [b for b in (schema_block, lineage_block, add_block) if b is not None]
-        return self._commit(*blocks)
+        created = [str(written.physical_hash)] if stored.created else []
+        return self._commit(*blocks, created_data=created)

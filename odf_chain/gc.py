@@ -7,12 +7,14 @@ What makes it safe, in the order it is checked:
 - The dataset must verify (blocks and rules, not data). A head that moved back is an error
   there (the head log says which blocks were heads), so a rolled-back suffix, which is
   evidence, is never touched.
-- Only verify's leftovers are candidates: data files no block names, blocks outside the chain
-  that do not descend from the head, staging entries. Kept: blocks that descend from the head
-  and the slices they name (a rolled-back suffix, or a crashed writer's uncommitted blocks:
-  these go only when named with ``discard_uncommitted``), any block ever logged as a head,
-  symlinks and other irregular entries (never followed, never removed), and whatever is
-  younger than ``min_age``. Deletion goes through directory descriptors (see LocalStorage).
+- Only verify's leftovers are candidates: data files no block names and staging entries.
+  Blocks outside the chain are never removed on gc's own judgement, nor the slices they name:
+  a crashed or losing writer's blocks look exactly like a rolled-back suffix whose head log was
+  restored or lost with it (evidence, and acknowledged writes), so they go only when named
+  with ``discard_uncommitted``, and never a block ever logged as a head. (A writer that loses
+  the head race removes the blocks and slices it created itself.) Symlinks and other
+  irregular entries are never followed, never removed; whatever is younger than ``min_age``
+  stays. Deletion goes through directory descriptors (see LocalStorage).
 - Deletions happen under the writers' head lock, and the head is re-read before each. A head
   that moved between the plan and the lock adds what its new blocks name to what is kept.
   Writers put their files in place before they take that lock, so gc may take one of them;
@@ -37,12 +39,14 @@ from odf_chain.storage.base import no_lock
 from odf_chain.verify import VerifyReport, verify
 
 DEFAULT_MIN_AGE = 600.0
-_COLLECTABLE = ("orphan-data", "orphan-block", "staging-leftover")
+_COLLECTABLE = ("orphan-data", "staging-leftover")
 
 # why something that looked collectable was kept
 YOUNG = "young"
 DESCENDANT = "descendant"
 DESCENDANT_DATA = "descendant-data"
+UNCOMMITTED = "uncommitted"
+UNCOMMITTED_DATA = "uncommitted-data"
 IRREGULAR = "irregular"
 LOGGED_HEAD = "logged-head"
 COMMITTED = "committed"
@@ -52,6 +56,9 @@ _WHY = {
     DESCENDANT: "an uncommitted block that descends from the head (a crashed writer's, or a "
     "rolled-back head's): possible evidence; --discard-uncommitted removes it",
     DESCENDANT_DATA: "named by a block that descends from the head",
+    UNCOMMITTED: "a block outside the chain (a losing or crashed writer's, or a rolled-back "
+    "head's): possible evidence; --discard-uncommitted removes it",
+    UNCOMMITTED_DATA: "named by a block outside the chain",
     IRREGULAR: "not a regular file: never followed, never removed",
     LOGGED_HEAD: "was once the head (head log): evidence",
     COMMITTED: "committed while gc ran",
@@ -176,19 +183,18 @@ def _pass(storage: Storage, *, min_age: float, dry_run: bool, discard: set[str])
 
 def _plan(storage: Storage, report: VerifyReport, discard: set[str]) -> _Plan:
     logged = frozenset(move.new for move in storage.read_head_log())
-    orphan_blocks = {p.block_hash for p in report.warnings if p.rule == "orphan-block"}
     for name in sorted(discard):
         if name in logged:
             raise OdfChainError(
                 f"block {name} was once the head of {storage.location} (head log): it is "
                 "evidence of a rolled-back head, not an uncommitted block; not discarded"
             )
-        if name not in report.descendants and name not in orphan_blocks:
+        if name not in report.uncommitted:
             raise OdfChainError(
                 f"block {name} is not an uncommitted block of {storage.location} (not in "
                 "blocks/, or part of the chain): not discarded"
             )
-    _check_discard_whole(storage, report, discard)
+    _check_discard_whole(report, discard)
     candidates = [
         (p.path, p.rule)
         for p in report.warnings
@@ -196,26 +202,24 @@ def _plan(storage: Storage, report: VerifyReport, discard: set[str]) -> _Plan:
     ]
     candidates += [(f"blocks/{name}", "discard") for name in sorted(discard)]
     kept = []
-    for name, slices in sorted(report.descendants.items()):
+    for name, (_, slices) in sorted(report.uncommitted.items()):
         if name not in discard:
-            kept.append(Kept(f"blocks/{name}", DESCENDANT))
-            kept += [Kept(f"data/{s}", DESCENDANT_DATA) for s in slices]
+            descendant = name in report.descendants
+            kept.append(Kept(f"blocks/{name}", DESCENDANT if descendant else UNCOMMITTED))
+            why = DESCENDANT_DATA if descendant else UNCOMMITTED_DATA
+            kept += [Kept(f"data/{s}", why) for s in slices]
     kept += [Kept(p.path, IRREGULAR) for p in report.warnings if p.rule == "irregular-entry"]
     assert report.head is not None  # a dataset that verifies has a head
     return _Plan(report.head, candidates, kept, logged)
 
 
-def _check_discard_whole(storage: Storage, report: VerifyReport, discard: set[str]) -> None:
-    """Discarding a block but not the descendant blocks built on it would leave those
-    dangling: every descendant of a discarded block must be named too."""
+def _check_discard_whole(report: VerifyReport, discard: set[str]) -> None:
+    """Discarding a block but not the blocks built on it would leave those dangling: every
+    uncommitted block built on a discarded one must be named too."""
     if not discard:
         return
-    parent: dict[str, str | None] = {}
-    for name in report.descendants:
-        block = chain.load_block(storage, chain.parse_block_name(name)).block
-        prev = block.prev_block_hash
-        parent[name] = None if prev is None else str(prev)
-    for name in report.descendants:
+    parent = {name: prev for name, (prev, _) in report.uncommitted.items()}
+    for name in parent:
         if name in discard:
             continue
         above = parent[name]

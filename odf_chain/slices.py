@@ -253,6 +253,14 @@ def _plain_type(t: pa.DataType) -> pa.DataType:
     builds dictionaries per row group, so their content depends on the file's layout)."""
     if pa.types.is_dictionary(t):
         return _plain_type(t.value_type)
+    # view layouts are an in-memory choice (and Arrow's take has no kernel for them)
+    if pa.types.is_string_view(t):
+        return pa.string()
+    if pa.types.is_binary_view(t):
+        return pa.binary()
+    if pa.types.is_list_view(t) or pa.types.is_large_list_view(t):
+        value = t.value_field.with_type(_plain_type(t.value_type))
+        return pa.large_list(value) if pa.types.is_large_list_view(t) else pa.list_(value)
     if pa.types.is_struct(t):
         return pa.struct([f.with_type(_plain_type(f.type)) for f in t])
     if pa.types.is_map(t):

@@ -101,6 +101,9 @@ class VerifyReport:
     # unreferenced blocks that descend from the head, each with the data slices it names: what
     # gc keeps as possible evidence (not in to_dict: the warning says it)
     descendants: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # every readable block outside the chain: its predecessor and the slices it names (gc keeps
+    # them all unless named: a rolled-back suffix whose head log went too looks just like this)
+    uncommitted: dict[str, tuple[str | None, tuple[str, ...]]] = field(default_factory=dict)
 
     @property
     def errors(self) -> list[Problem]:
@@ -555,8 +558,11 @@ class _SystemTime:
         bad = _first(values != expected)
         if bad is None:
             return None
-        value = column[bad].as_py()
-        shown = value.isoformat() if isinstance(value, datetime) else value
+        try:
+            value = column[bad].as_py()
+            shown = value.isoformat() if isinstance(value, datetime) else value
+        except (OverflowError, ValueError):  # beyond what a datetime can hold: the raw count
+            shown = f"{values[bad]} {column.type.unit} since the epoch"
         return (
             f"column {self.name!r}: row {first_row + bad} holds {shown}, expected {expected_text}"
         )
@@ -642,7 +648,7 @@ def _descendants(
     A write that dies between writing its blocks and moving the head leaves at most two of them
     (a schema block and its AddData); more mean the head was moved backwards.
     """
-    if report.head is None or not orphans:
+    if not orphans:
         return {}
     children: dict[str, list[tuple[str, int]]] = {}
     slices: dict[str, tuple[str, ...]] = {}
@@ -656,15 +662,15 @@ def _descendants(
         except OdfChainError:
             continue
         report.bytes_hashed += len(data)
-        if block.prev_block_hash is not None:
-            children.setdefault(str(block.prev_block_hash), []).append(
-                (name, block.sequence_number)
-            )
+        prev = None if block.prev_block_hash is None else str(block.prev_block_hash)
+        if prev is not None:
+            children.setdefault(prev, []).append((name, block.sequence_number))
         event = block.event
         if isinstance(event, AddData | ExecuteTransform) and event.new_data is not None:
             slices[name] = (str(event.new_data.physical_hash),)
+        report.uncommitted[name] = (prev, slices.get(name, ()))
     found: dict[str, int] = {}
-    frontier = [report.head]
+    frontier = [report.head] if report.head is not None else []
     while frontier:
         parent = frontier.pop()
         for name, seq in children.get(parent, ()):
@@ -697,7 +703,10 @@ def _descendants(
 
 def _leftovers(storage: Storage, walk: _Walk, slices: set[str], report: VerifyReport) -> None:
     if walk.complete:
-        why = "block is not part of the chain (a lost concurrent append?)"
+        why = (
+            "block is not part of the chain (a writer's that lost or crashed, or a rolled-back "
+            "head's): gc keeps it and the slice it names unless --discard-uncommitted names it"
+        )
     else:
         why = (
             "block is not reachable from the head (the walk stopped early: it may be in the chain)"
@@ -712,8 +721,8 @@ def _leftovers(storage: Storage, walk: _Walk, slices: set[str], report: VerifyRe
     for name in orphans:
         if name not in descendants:
             report.add("warning", "orphan-block", why, block_hash=name, path=f"blocks/{name}")
-    # a slice a descendant names is kept with it (it may be a rolled-back suffix's data)
-    kept = {n for names in report.descendants.values() for n in names}
+    # a slice a block outside the chain names is kept with it (a rolled-back suffix's data?)
+    kept = {n for _, names in report.uncommitted.values() for n in names}
     for name in _listing(storage.data_names, "data/", report, needed=bool(slices)):
         if name not in slices and name not in kept:
             report.add(

@@ -196,6 +196,65 @@ def test_a_rolled_back_head_is_an_error_and_gc_keeps_its_data(tmp_path: Path, ba
     assert _slices(root) == slices
 
 
+def test_a_head_restored_with_its_log_keeps_the_rolled_back_suffix(tmp_path: Path) -> None:
+    """refs/ and logs/ restored together from a backup: the log no longer shows the lost heads,
+    and after the next write the lost blocks no longer descend from the head. They still were
+    acknowledged writes: gc keeps them and their slices until they are named explicitly."""
+    root = _dataset(tmp_path / "ds", writes=1)
+    backup = {p: (root / p).read_bytes() for p in ("refs/head", "logs/head")}
+    ds = Dataset.open(root)
+    lost = [ds.write(pa.table({"x": [100 + i]}))[-1] for i in range(3)]
+    for path, content in backup.items():
+        (root / path).write_bytes(content)
+    Dataset.open(root).write(pa.table({"x": [7]}))
+    old = time.time() - 86400
+    for path in (*(root / "data").iterdir(), *(root / "blocks").iterdir()):
+        os.utime(path, (old, old))
+    lost_blocks = {str(e.hash) for e in lost}
+    lost_slices = {str(e.block.event.new_data.physical_hash) for e in lost}
+
+    report = verify_path(root)
+    assert report.ok  # nothing in the dataset can tell (a receipt can)
+    assert {p.block_hash for p in report.warnings if p.rule == "orphan-block"} == lost_blocks
+    assert not [p for p in report.warnings if p.rule == "orphan-data"]
+    result = collect_garbage_path(root, min_age=0)
+    assert result.removed == []
+    assert {k.path for k in result.kept} == {f"blocks/{n}" for n in lost_blocks} | {
+        f"data/{n}" for n in lost_slices
+    }
+    assert all((root / "data" / n).is_file() for n in lost_slices)
+
+    # named explicitly (all three: the later ones are built on the first), they go with their data
+    with pytest.raises(OdfChainError, match="name it too"):
+        collect_garbage_path(root, min_age=0, discard_uncommitted=[str(lost[0].hash)])
+    result = collect_garbage_path(root, min_age=0, discard_uncommitted=sorted(lost_blocks))
+    assert set(result.removed) == {f"blocks/{n}" for n in lost_blocks} | {
+        f"data/{n}" for n in lost_slices
+    }
+    assert verify_path(root).problems == []
+
+
+def test_a_writer_that_loses_the_head_race_removes_what_it_created(tmp_path: Path) -> None:
+    from odf_chain import chain
+    from odf_chain.events import SetInfo
+    from odf_chain.format.multihash import Multihash
+
+    root = _dataset(tmp_path / "ds", writes=1)
+    stale = Dataset.open(root).state
+    Dataset.open(root).write(pa.table({"x": [9]}))  # the head moves on
+    storage = LocalStorage.open(root)
+    staged = storage.stage_file(".bin")
+    staged.write_bytes(b"a slice only this writer made")
+    name = str(Multihash.digest("blake3", b"a slice only this writer made"))
+    assert storage.commit_data(staged, name).created
+    late = chain.prepare(stale, SetInfo(description="late"))
+    with pytest.raises(ConflictError, match="head moved"):
+        chain.commit(storage, late, created_data=[name])
+    assert not (root / "blocks" / str(late.entry.hash)).exists()
+    assert not (root / "data" / name).exists()
+    assert verify_path(root).problems == []
+
+
 def test_a_write_on_a_rolled_back_head_does_not_hide_it(tmp_path: Path) -> None:
     root = _dataset(tmp_path / "ds", writes=3)
     entries = Dataset.open(root).blocks()

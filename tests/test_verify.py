@@ -417,8 +417,9 @@ def test_head_that_is_a_directory(dataset: Path) -> None:
     head = [p for p in report.errors if p.rule == "head"]
     assert len(head) == 1 and head[0].path == "refs/head"
     assert str(dataset / "refs" / "head") in head[0].message
-    # every block and slice is then unreferenced: reported, not raised
-    assert {p.rule for p in report.warnings} == {"orphan-block", "orphan-data"}
+    # every block is then unreferenced: reported, not raised; the slices they name stay theirs
+    assert {p.rule for p in report.warnings} == {"orphan-block"}
+    assert len(report.uncommitted) == len(list((dataset / "blocks").iterdir()))
 
 
 def test_data_file_whose_read_fails(dataset: Path) -> None:

@@ -533,12 +533,17 @@ def write(
             prepared.append(block)
             current = block.after
 
-        for slice_info in written:
-            storage.commit_data(f"{staging}/{slice_info.file_name}", slice_info.physical_hash)
+        created = [
+            slice_info.physical_hash
+            for slice_info in written
+            if storage.commit_data(
+                f"{staging}/{slice_info.file_name}", slice_info.physical_hash
+            ).created
+        ]
         timings["renames"] += time.perf_counter() - clock
 
         clock = time.perf_counter()
-        new_state = chain.commit(storage, *prepared)
+        new_state = chain.commit(storage, *prepared, created_data=created)
         timings["blocks"] = time.perf_counter() - clock
         dataset.refresh()
         return IngestResult(

@@ -335,9 +335,16 @@ class FsStorage:
             return EntryInfo(_seconds(info), info.size or 0)
         selector = pafs.FileSelector(self._join(relative), recursive=True)
         with arrow_errors("list", self._join(relative)):
-            files = [i for i in self._fs.get_file_info(selector) if i.type == pafs.FileType.File]
-        newest = max((_seconds(i) for i in files), default=_seconds(info))
-        return EntryInfo(newest, sum(i.size or 0 for i in files))
+            entries = self._fs.get_file_info(selector)
+        files = [i for i in entries if i.type == pafs.FileType.File]
+        # folders count too where they have a time (see LocalStorage.entry_info); object
+        # stores give them none
+        times = [_seconds(i) for i in files] + [
+            i.mtime.timestamp()
+            for i in (info, *entries)
+            if i.type == pafs.FileType.Directory and i.mtime is not None
+        ]
+        return EntryInfo(max(times, default=_seconds(info)), sum(i.size or 0 for i in files))
 
     # -- head -----------------------------------------------------------------------------------
 

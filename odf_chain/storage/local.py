@@ -639,16 +639,18 @@ class LocalStorage:
                 return None
             if not stat.S_ISDIR(top.st_mode):
                 return EntryInfo(top.st_mtime, top.st_size)
-            newest, total, files = top.st_mtime, 0, 0
-            for folder, _, names in os.walk(path, followlinks=False):
-                for name in names:
+            # every folder's time counts too: a writer at work may only just have made one
+            # (a Spark task's attempt folder) beside files it wrote long ago
+            newest, total = top.st_mtime, 0
+            for folder, dirs, names in os.walk(path, followlinks=False):
+                for name in dirs + names:
                     try:
                         info = os.lstat(os.path.join(folder, name))
                     except FileNotFoundError:  # removed meanwhile
                         continue
-                    newest = info.st_mtime if not files else max(newest, info.st_mtime)
-                    total += info.st_size
-                    files += 1
+                    newest = max(newest, info.st_mtime)
+                    if not stat.S_ISDIR(info.st_mode):
+                        total += info.st_size
             return EntryInfo(newest, total)
 
     # -- head -----------------------------------------------------------------------------------
