@@ -341,3 +341,14 @@ def test_system_time_check_is_exact_to_the_millisecond() -> None:
     assert "row 11 holds" in _SystemTime("system_time", moment).check(late, 10)
     finer = _SystemTime("system_time", moment + timedelta(microseconds=1))
     assert "cannot hold the block's system time" in finer.check(column, 0)
+
+
+def test_system_time_beyond_a_datetime_is_shown_raw() -> None:
+    """A forged system_time no datetime can hold (found by review: --deep crashed with
+    OverflowError) is named with its raw count, like any other wrong time."""
+    from odf_chain.verify import _SystemTime
+
+    moment = datetime(2024, 2, 29, 23, 59, 59, 999_000, tzinfo=UTC)
+    huge = pa.array([2**62, 2**62], pa.int64()).cast(MS)
+    message = _SystemTime("system_time", moment).check(huge, 0)
+    assert message is not None and f"row 0 holds {2**62} ms since the epoch" in message

@@ -631,3 +631,22 @@ def test_discarding_a_block_needs_its_descendants_named(tmp_path: Path) -> None:
         [f"blocks/{first.hash}", f"blocks/{second.hash}"]
     )
     assert verify_path(root).problems == []
+
+
+def test_a_staging_folder_a_writer_just_touched_is_young(tmp_path: Path) -> None:
+    """A Spark write's folder whose files are old but which just gained a task attempt folder
+    is at work: its age is its newest entry, folders included (found by review)."""
+    root = _dataset(tmp_path / "ds", writes=1)
+    area = root / ".staging" / "spark-0123"
+    old_part = area / "_temporary" / "0" / "_temporary" / "attempt_1" / "part-00000.parquet"
+    old_part.parent.mkdir(parents=True)
+    old_part.write_bytes(b"PAR1")
+    old = time.time() - 1200
+    for path in (old_part, *old_part.parents):
+        if path == root / ".staging":
+            break
+        os.utime(path, (old, old))
+    (old_part.parent.parent / "attempt_2").mkdir()  # a task starts now
+    result = collect_garbage_path(root)  # the default minimum age, 600 s
+    assert result.removed == [] and result.kept_young == [".staging/spark-0123"]
+    assert old_part.is_file()
