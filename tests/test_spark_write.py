@@ -542,3 +542,26 @@ def test_a_new_column_is_refused_before_any_spark_job(spark, tmp_path):
     assert rows["b"]["temperature"] == 13.0 and rows["b"]["temperature_c"] is None
     assert rows["c"]["location"]["alt"] == 3.0 and rows["a"]["location"]["alt"] is None
     check_clean(path)
+
+
+def test_read_refuses_a_slice_that_is_a_symlink_or_fifo(spark, tmp_path):
+    """Spark would follow a symlinked slice out of the dataset and wait on a FIFO forever:
+    read checks each slice as verify does before Spark sees it (found by review)."""
+    import os
+
+    from odf_chain.errors import OdfChainError
+
+    root = tmp_path / "ds"
+    ds = Dataset.create(root)
+    ds.write(pa.table({"x": [1, 2]}))
+    (name,) = [p.name for p in (root / "data").iterdir()]
+    slice_path = root / "data" / name
+    outside = tmp_path / "outside.parquet"
+    slice_path.rename(outside)
+    slice_path.symlink_to(outside)
+    with pytest.raises(OdfChainError, match=name):
+        read(spark, root)
+    slice_path.unlink()
+    os.mkfifo(slice_path)
+    with pytest.raises(OdfChainError, match="FIFO"):
+        read(spark, root)

@@ -743,13 +743,17 @@ def read(spark, dataset: str | Path | Dataset, at: str | int = "head"):
     entries = load_chain(dataset.storage)
     upto = entries[: select(entries, at) + 1]
     state = dataset.state_at(upto[-1].hash)
-    paths = [
-        escape_glob(
-            storage.spark_uri(storage.fs_path(f"data/{e.block.event.new_data.physical_hash}"))
-        )
+    names = [
+        str(e.block.event.new_data.physical_hash)
         for e in upto
         if isinstance(e.block.event, AddData) and e.block.event.new_data is not None
     ]
+    # Spark follows symlinks and waits on FIFOs: what it is given is checked as verify reads
+    # it (real directories, regular files of the dataset), each slice opened and closed once.
+    storage.check_layout()
+    for name in names:
+        storage.open_data(name).close()
+    paths = [escape_glob(storage.spark_uri(storage.fs_path(f"data/{name}"))) for name in names]
     if not paths:
         if state.schema is None:
             raise NotFoundError(
