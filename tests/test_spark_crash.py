@@ -418,7 +418,8 @@ def test_a_failure_at_any_step_leaves_the_chain_as_it_was(spark, dataset, monkey
             # every slice renamed; the first block written, one warning for blocks past the
             # head (the slices they name are kept with them, not orphans)
             "block-write": {"orphan-data": slices - 1, "unreferenced-descendants": 1},
-            "head-move": {"unreferenced-descendants": 1},
+            # a lost head race: the writer removes the blocks and slices it created
+            "head-move": {},
         }[step]
     ), [p.line() for p in warnings]
     assert list((dataset / ".staging").iterdir()) == []
