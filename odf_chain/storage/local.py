@@ -52,7 +52,7 @@ from odf_chain.storage.base import (
     parse_head_log,
     shown,
 )
-from odf_chain.storage.user_files import file_kind
+from odf_chain.storage.user_files import file_kind, read_at_most
 
 _NAME = re.compile(r"[0-9a-zA-Z]+")
 _SUFFIX = re.compile(r"[0-9a-zA-Z._-]*")
@@ -64,7 +64,6 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _LOG_FLAGS = os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _LOG_TAIL = 4096  # a head log line is ~160 bytes: the last one is in this many
-_READ_CHUNK = 1 << 20
 LOCK_TIMEOUT = 30.0
 _LOCK_POLL = 0.005
 # link(2) refusals that mean "this filesystem has no hard links", not "something is wrong"
@@ -280,16 +279,10 @@ class LocalStorage:
             too_large = f"{path} is larger than the {limit:,}-byte limit for {what}: not read"
             if size > limit:
                 raise StorageError(f"{too_large} ({size:,} bytes)")
-            chunks, total = [], 0
-            while total <= limit:
-                chunk = os.read(fd, min(_READ_CHUNK, limit + 1 - total))
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                total += len(chunk)
-            if total > limit:
+            data = read_at_most(fd, limit)
+            if len(data) > limit:
                 raise StorageError(f"{too_large} (it grew while being read)")
-            return b"".join(chunks)
+            return data
         finally:
             os.close(fd)
 

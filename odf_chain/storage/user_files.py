@@ -34,6 +34,19 @@ def file_kind(mode: int) -> str:
     return "of an unknown kind"
 
 
+def read_at_most(fd: int, limit: int) -> bytes:
+    """What ``fd`` holds, but never more than ``limit + 1`` bytes: a caller that gets more than
+    ``limit`` knows the file is too large (or grew while it was read) without reading it all."""
+    chunks, total = [], 0
+    while total <= limit:
+        chunk = os.read(fd, min(_READ_CHUNK, limit + 1 - total))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        total += len(chunk)
+    return b"".join(chunks)
+
+
 def open_regular(path: str | Path, what: str) -> int:
     """A read descriptor of the regular file ``path`` names (the caller closes it)."""
     try:
@@ -60,17 +73,11 @@ def read_regular(path: str | Path, limit: int, what: str) -> bytes:
             raise FormatError(
                 f"{what} {path}: {size:,} bytes, more than a {what} can be (limit {limit:,} bytes)"
             )
-        chunks, total = [], 0
-        while total <= limit:
-            chunk = os.read(fd, min(_READ_CHUNK, limit + 1 - total))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            total += len(chunk)
+        data = read_at_most(fd, limit)
     except OSError as exc:
         raise StorageError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
     finally:
         os.close(fd)
-    if total > limit:
+    if len(data) > limit:
         raise FormatError(f"{what} {path}: more than a {what} can be (limit {limit:,} bytes)")
-    return b"".join(chunks)
+    return data
