@@ -24,6 +24,7 @@ from odf_chain.errors import (
 from odf_chain.events import AddData, ExecuteTransform, MetadataBlock, MetadataEvent
 from odf_chain.format.codec import decode_block, encode_block
 from odf_chain.format.multihash import BLAKE3, Multihash
+from odf_chain.index import update as index_update
 from odf_chain.state import DatasetState, apply
 from odf_chain.storage import Storage
 
@@ -195,6 +196,8 @@ def commit(
             for name in created_data:
                 storage.remove_data(name)
         raise
+    # The head has moved: the derived index follows, best effort (it never fails the write).
+    index_update.record_commit(storage, prepared[0].before, [(p.entry, p.after) for p in prepared])
     return prepared[-1].after
 
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import pyarrow as pa
@@ -34,7 +35,8 @@ class Dataset:
 
     The handle caches the state at the head it last saw; every append re-reads ``refs/head``
     and folds any blocks another writer added in the meantime, so a stale handle never
-    appends on top of an old head.
+    appends on top of an old head. The first state comes from the derived index (a checked
+    snapshot, see :mod:`odf_chain.index.read`), not from a fold of the whole chain.
     """
 
     def __init__(self, storage: Storage) -> None:
@@ -83,8 +85,9 @@ class Dataset:
 
     @classmethod
     def open(cls, location: str | Path, *, filesystem: pafs.FileSystem | None = None) -> Dataset:
+        """Open an existing dataset: checks that it has a head; the state is read lazily."""
         dataset = cls(open_storage(location, filesystem))
-        dataset.refresh()
+        chain.read_head(dataset.storage)
         return dataset
 
     @property
@@ -102,7 +105,9 @@ class Dataset:
     def refresh(self) -> DatasetState:
         """Catch up with the head on disk (folding only the blocks not seen yet)."""
         head = chain.read_head(self.storage)
-        if head != self._state.head:
+        if self._state.head is None:
+            self._state = replay.head_state(self.storage)
+        elif head != self._state.head:
             new_entries = list(chain.walk_back(self.storage, head, stop_at=self._state.head))
             new_entries.reverse()
             self._state = replay.fold(new_entries, self._state)
@@ -118,10 +123,19 @@ class Dataset:
         return self.state.hash_algorithm or BLAKE3
 
     def blocks(self) -> list[BlockEntry]:
-        """Every block, oldest first, each checked against its hash."""
+        """Every block, oldest first, each checked against its hash: reads the whole chain
+        (O(n)); :meth:`log` walks back from the head only as far as asked."""
         return replay.load_chain(self.storage)
 
+    def log(self, limit: int | None = None) -> Iterator[BlockEntry]:
+        """Blocks newest first, each checked against its hash, read one at a time as the
+        caller asks (at most ``limit``): what ``odf-chain log`` streams."""
+        walker = chain.walk_back(self.storage, chain.read_head(self.storage))
+        return walker if limit is None else itertools.islice(walker, max(limit, 0))
+
     def state_at(self, ref: replay.Ref = "head") -> DatasetState:
+        """The state as of ``ref`` (see :mod:`odf_chain.replay`), through the index: a bounded
+        number of blocks, whatever the chain's length."""
         return replay.state_at(self.storage, ref)
 
     def lineage(

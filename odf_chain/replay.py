@@ -1,7 +1,12 @@
-"""Replay: the dataset state at any block, by folding the chain from its Seed.
+"""Replay: the dataset state at any block.
 
 A *ref* names a block: ``"head"``, a block hash (``f1e20…``), a sequence number (``7`` or
 ``"7"``), or an ISO-8601 time, meaning the last block written at or before it.
+
+States, schema history and lineage are answered through the derived index
+(:mod:`odf_chain.index.read`): a checked snapshot plus a bounded number of blocks, folded by
+the one fold; an index that does not check out is rebuilt by one full fold. :func:`load_chain`
+and :func:`fold` remain the full pass (verify, ``Dataset.blocks``).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from odf_chain.chain import BlockEntry, advance, read_head, walk_back
 from odf_chain.errors import FormatError, NotFoundError, OdfChainError, RuleViolation
 from odf_chain.events import AddData, AddFieldLineage, LineageInput, SetDataSchema
 from odf_chain.format.multihash import Multihash
+from odf_chain.index import read as index_read
 from odf_chain.lineage.graph import FieldGraph, FieldRef
 from odf_chain.schema.evolution import SchemaDiff, diff_schemas
 from odf_chain.state import EMPTY, SOURCE_KEY, DatasetState
@@ -99,10 +105,22 @@ def select(entries: list[BlockEntry], ref: Ref) -> int:
     return len(entries) - 1
 
 
+def _state_in(index: index_read.ChainIndex, ref: Ref) -> DatasetState:
+    sel = parse_ref(ref)
+    if sel.block_hash is not None:
+        return index.state_at_seq(index.seq_of_hash(sel.block_hash))
+    if sel.sequence_number is not None:
+        return index.state_at_seq(sel.sequence_number)
+    if sel.time is not None:
+        return index.state_at_seq(index.seq_at_time(sel.time))
+    return index.head
+
+
 def state_at(storage: Storage, ref: Ref = "head") -> DatasetState:
-    """The state as of the block ``ref`` names, validated by every rule on the way."""
-    entries = load_chain(storage)
-    return fold(entries[: select(entries, ref) + 1])
+    """The state as of the block ``ref`` names: a checked index snapshot plus at most a few
+    hundred blocks folded by every rule (see :mod:`odf_chain.index.read`), whatever the
+    chain's length."""
+    return index_read.answer(storage, lambda index: _state_in(index, ref))
 
 
 @dataclass(frozen=True)
@@ -115,17 +133,17 @@ class SchemaChange:
 
 
 def schema_history(storage: Storage) -> list[SchemaChange]:
-    """Every schema the dataset has had, oldest first, each with its diff from the previous."""
+    """Every schema the dataset has had, oldest first, each with its diff from the previous.
+    Reads the SetDataSchema blocks the index lists (each checked), not the whole chain."""
     history: list[SchemaChange] = []
     previous: pa.Schema | None = None
-    state = EMPTY
-    for entry in load_chain(storage):
-        state = advance(state, entry.block, entry.hash)
-        if isinstance(entry.block.event, SetDataSchema):
-            assert state.schema is not None
-            diff = None if previous is None else diff_schemas(previous, state.schema)
-            history.append(SchemaChange(entry, state.schema, diff))
-            previous = state.schema
+    for entry in index_read.answer(storage, lambda index: index.schema_blocks()):
+        event = entry.block.event
+        assert isinstance(event, SetDataSchema)
+        schema = event.arrow_schema
+        diff = None if previous is None else diff_schemas(previous, schema)
+        history.append(SchemaChange(entry, schema, diff))
+        previous = schema
     return history
 
 
@@ -203,10 +221,9 @@ class LineageReplay:
         return FieldRef(key, resolve_name(name, known, where=key))
 
 
-def _lineage_blocks(entries: list[BlockEntry]) -> Iterator[tuple[BlockEntry, AddFieldLineage]]:
-    for entry in entries:
-        if isinstance(entry.block.event, AddFieldLineage):
-            yield entry, entry.block.event
+def _lineage_upto(index: index_read.ChainIndex, ref: Ref) -> tuple[DatasetState, list[BlockEntry]]:
+    state = _state_in(index, ref)
+    return state, index.lineage_blocks(state)
 
 
 def lineage_at(
@@ -222,25 +239,26 @@ def lineage_at(
     each as of the block it was pinned at (the latest pin when several runs read it), and
     theirs in turn, so upstream and downstream queries cross datasets. A dataset input that
     cannot be opened is listed in ``unreachable``, never fatal: lineage is still answered as
-    far as it goes.
+    far as it goes. Each chain is read through its index: the lineage blocks it lists, not
+    the whole chain.
     """
     from odf_chain.storage import open_storage
 
     opener = open_input or open_storage
-    entries = load_chain(storage)
-    upto = entries[: select(entries, ref) + 1]
-    own = fold(upto)
+    own, blocks = index_read.answer(storage, lambda index: _lineage_upto(index, ref))
     if own.dataset_id is None:
         raise NotFoundError(f"{storage.location} has no Seed at that block")
     key = own.dataset_id.to_did()
     graph = FieldGraph()
     unreachable: list[UnreachableInput] = []
-    pending: list[tuple[str, list[BlockEntry]]] = [(key, upto)]
+    pending: list[tuple[str, list[BlockEntry]]] = [(key, blocks)]
     seen: set[str] = {key}
     while pending:
-        dataset, chain_part = pending.pop()
+        dataset, lineage_blocks = pending.pop()
         pins: dict[str, tuple[LineageInput, int]] = {}
-        for entry, event in _lineage_blocks(chain_part):
+        for entry in lineage_blocks:
+            event = entry.block.event
+            assert isinstance(event, AddFieldLineage)
             graph.add_event(dataset, event, (entry.block.sequence_number, str(entry.hash)))
             for pinned in event.inputs:
                 if pinned.dataset_id is None or pinned.block_hash is None:
@@ -255,9 +273,11 @@ def lineage_at(
             try:
                 if pinned.uri is None:
                     raise NotFoundError("the input names no location")
-                other = load_chain(opener(pinned.uri))
-                cut = select(other, pinned.block_hash)
-                other_id = fold(other[:1]).dataset_id
+                pin = pinned.block_hash
+                other_state, other_blocks = index_read.answer(
+                    opener(pinned.uri), lambda index, pin=pin: _lineage_upto(index, pin)
+                )
+                other_id = other_state.dataset_id
                 if other_id is None or other_id.to_did() != upstream:
                     raise NotFoundError(
                         f"{pinned.uri} holds {other_id.to_did() if other_id else 'no dataset'}"
@@ -265,7 +285,7 @@ def lineage_at(
             except OdfChainError as exc:
                 unreachable.append(UnreachableInput(upstream, pinned.uri, str(exc)))
                 continue
-            pending.append((upstream, other[: cut + 1]))
+            pending.append((upstream, other_blocks))
     return LineageReplay(key, graph, unreachable, own.schema)
 
 
@@ -278,17 +298,22 @@ def pinned_schema(pinned: LineageInput, open_input: Callable[[str], Storage] | N
         raise NotFoundError(f"input {pinned.name!r} is not a pinned dataset")
     if pinned.uri is None:
         raise NotFoundError(f"input {pinned.name!r} names no location")
-    entries = load_chain((open_input or open_storage)(pinned.uri))
-    if fold(entries[:1]).dataset_id != pinned.dataset_id:
-        raise NotFoundError(f"input {pinned.name!r}: {pinned.uri} holds another dataset")
-    index = next((i for i, e in enumerate(entries) if e.hash == pinned.block_hash), None)
-    if index is None:
-        raise RuleViolation(
-            "lineage-input-dangling",
-            f"input {pinned.name!r} ({pinned.dataset_id}) is pinned at block "
-            f"{pinned.block_hash}, which its chain at {pinned.uri} does not have",
-        )
-    return fold(entries[: index + 1]).schema
+    pin = pinned.block_hash
+
+    def schema_at_pin(index: index_read.ChainIndex) -> pa.Schema | None:
+        if index.head.dataset_id != pinned.dataset_id:
+            raise NotFoundError(f"input {pinned.name!r}: {pinned.uri} holds another dataset")
+        try:
+            seq = index.seq_of_hash(pin)
+        except NotFoundError:
+            raise RuleViolation(
+                "lineage-input-dangling",
+                f"input {pinned.name!r} ({pinned.dataset_id}) is pinned at block "
+                f"{pinned.block_hash}, which its chain at {pinned.uri} does not have",
+            ) from None
+        return index.state_at_seq(seq).schema
+
+    return index_read.answer((open_input or open_storage)(pinned.uri), schema_at_pin)
 
 
 def _absolute(pinned: LineageInput) -> LineageInput:
@@ -329,3 +354,8 @@ def settle_lineage(event: AddFieldLineage, schema: pa.Schema) -> AddFieldLineage
     if problems:
         raise RuleViolation("lineage-inputs", "; ".join(problems))
     return event
+
+
+def head_state(storage: Storage) -> DatasetState:
+    """The state at the current head, through the index (no fold of the chain)."""
+    return index_read.answer(storage, lambda index: index.head)

@@ -30,6 +30,10 @@ MAX_BLOCK_BYTES = 64 * 1024 * 1024
 # One line per head move (~160 bytes): about 1.6 million head moves, more than any chain whose
 # blocks a verify walk could hold.
 MAX_HEAD_LOG_BYTES = 256 * 1024 * 1024
+# Derived files (``info/``, see :mod:`odf_chain.index`) are caches: every read of one is bounded
+# by its caller, and a name is a plain relative path of these parts (no "..", no absolute path).
+DERIVED_DIR = "info"
+_DERIVED_PART = re.compile(r"[0-9A-Za-z][0-9A-Za-z._-]{0,127}")
 _SHOWN = 24  # characters of an invalid value shown in an error, escaped
 
 
@@ -87,6 +91,15 @@ def parse_head_log(data: bytes, where: str) -> list[HeadMove]:
         old, new, millis = match.groups()
         moves.append(HeadMove(None if old == "-" else old, new, int(millis)))
     return moves
+
+
+def check_derived(relative: str) -> str:
+    """``relative`` (a path below ``info/``) if every part of it is a plain name: a derived file
+    can never be named outside ``info/``."""
+    parts = relative.split("/") if isinstance(relative, str) else [None]
+    if not all(isinstance(p, str) and _DERIVED_PART.fullmatch(p) for p in parts):
+        raise FormatError(f"invalid derived file name {relative!r}: expected parts [0-9A-Za-z._-]")
+    return relative
 
 
 def last_complete_line(tail: bytes) -> bytes | None:
@@ -147,6 +160,25 @@ class Storage(Protocol):
     def entry_info(self, relative: str) -> EntryInfo | None: ...
     def irregular_entries(self) -> list[tuple[str, str]]: ...
     def check_layout(self) -> None: ...
+
+    # derived files below info/ (caches such as the index: no fsync, never trusted blindly)
+    def read_derived(self, relative: str, limit: int) -> bytes | None:
+        """The bytes of ``info/<relative>`` (a regular file, at most ``limit`` bytes, no symlink
+        followed), or None when it is missing."""
+
+    def write_derived(self, relative: str, data: bytes) -> None:
+        """Replace ``info/<relative>`` whole (temporary file, then rename; no fsync)."""
+
+    def patch_derived(self, relative: str, offset: int, data: bytes) -> bool:
+        """Cut ``info/<relative>`` (created if missing) to ``offset`` bytes and write ``data``
+        there: one small write for an append. False, writing nothing, when the file is shorter
+        than ``offset`` (it lacks earlier records)."""
+
+    def remove_derived(self, relative: str) -> None:
+        """Remove the file or folder ``info/<relative>``; missing is fine."""
+
+    def list_derived(self, directory: str) -> list[str]:
+        """The names of the regular files in ``info/<directory>`` ([] when it is missing)."""
 
     # head
     def read_head(self) -> str | None: ...

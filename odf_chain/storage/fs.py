@@ -39,6 +39,7 @@ from odf_chain.errors import (
     StorageError,
 )
 from odf_chain.storage.base import (
+    DERIVED_DIR,
     HEAD_LOG,
     MAX_BLOCK_BYTES,
     MAX_HEAD_BYTES,
@@ -48,6 +49,7 @@ from odf_chain.storage.base import (
     EntryInfo,
     HeadMove,
     arrow_errors,
+    check_derived,
     head_log_line,
     last_complete_line,
     logged_head,
@@ -345,6 +347,43 @@ class FsStorage:
             if i.type == pafs.FileType.Directory and i.mtime is not None
         ]
         return EntryInfo(max(times, default=_seconds(info)), sum(i.size or 0 for i in files))
+
+    # -- derived files (info/): kept simple, an object store gets its own backend later -------
+
+    def read_derived(self, relative: str, limit: int) -> bytes | None:
+        path = f"{DERIVED_DIR}/{check_derived(relative)}"
+        try:
+            return self._read(path, limit, "a derived file")
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise StorageError(f"cannot read {self._join(path)}: {exc}") from exc
+
+    def write_derived(self, relative: str, data: bytes) -> None:
+        self._put(f"{DERIVED_DIR}/{check_derived(relative)}", data)
+
+    def patch_derived(self, relative: str, offset: int, data: bytes) -> bool:
+        """Read, cut and rewrite the whole file: objects cannot be appended to."""
+        existing = self.read_derived(relative, offset + (1 << 20)) or b""
+        if len(existing) < offset:
+            return False
+        self.write_derived(relative, existing[:offset] + data)
+        return True
+
+    def remove_derived(self, relative: str) -> None:
+        path = self._join(f"{DERIVED_DIR}/{check_derived(relative)}")
+        with arrow_errors("remove", path):
+            info = self._fs.get_file_info(path)
+            if info.type == pafs.FileType.Directory:
+                self._fs.delete_dir(path)
+            elif info.type == pafs.FileType.File:
+                self._fs.delete_file(path)
+
+    def list_derived(self, directory: str) -> list[str]:
+        path = self._join(f"{DERIVED_DIR}/{check_derived(directory)}")
+        with arrow_errors("list", path):
+            infos = self._fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
+        return sorted(i.base_name for i in infos if i.type == pafs.FileType.File)
 
     # -- head -----------------------------------------------------------------------------------
 

@@ -38,6 +38,7 @@ from odf_chain.errors import (
     StorageError,
 )
 from odf_chain.storage.base import (
+    DERIVED_DIR,
     HEAD_LOG,
     MAX_BLOCK_BYTES,
     MAX_HEAD_BYTES,
@@ -46,6 +47,7 @@ from odf_chain.storage.base import (
     DataCommit,
     EntryInfo,
     HeadMove,
+    check_derived,
     head_log_line,
     last_complete_line,
     logged_head,
@@ -645,6 +647,78 @@ class LocalStorage:
                     if not stat.S_ISDIR(info.st_mode):
                         total += info.st_size
             return EntryInfo(newest, total)
+
+    # -- derived files (info/) -------------------------------------------------------------------
+
+    def read_derived(self, relative: str, limit: int) -> bytes | None:
+        """See :meth:`Storage.read_derived`: read like a block (no symlink, regular, bounded)."""
+        path = f"{DERIVED_DIR}/{check_derived(relative)}"
+        try:
+            return self._read_bounded(path, limit, "a derived file")
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise _storage_error(exc, "read", self._root / path) from exc
+
+    def write_derived(self, relative: str, data: bytes) -> None:
+        """See :meth:`Storage.write_derived`. A cache needs no fsync: a crash leaves the old
+        file or the new one (rename), and readers check what they use."""
+        parent, _, name = f"{DERIVED_DIR}/{check_derived(relative)}".rpartition("/")
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        with _os_errors("write", self._root / parent / name), self._dir(parent, create=True) as d:
+            tmp = f".{name}.{secrets.token_hex(6)}.tmp"
+            fd = os.open(tmp, flags, 0o666, dir_fd=d)
+            try:
+                try:
+                    _write_all(fd, data)
+                finally:
+                    os.close(fd)
+                os.rename(tmp, name, src_dir_fd=d, dst_dir_fd=d)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp, dir_fd=d)
+                raise
+
+    def patch_derived(self, relative: str, offset: int, data: bytes) -> bool:
+        """See :meth:`Storage.patch_derived`."""
+        parent, _, name = f"{DERIVED_DIR}/{check_derived(relative)}".rpartition("/")
+        path = self._root / parent / name
+        flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        with _os_errors("write", path), self._dir(parent, create=True) as d:
+            fd = os.open(name, flags, 0o666, dir_fd=d)
+            try:
+                info = os.fstat(fd)
+                if not stat.S_ISREG(info.st_mode):
+                    raise StorageError(f"{path} is not a regular file ({file_kind(info.st_mode)})")
+                if info.st_size < offset:
+                    return False
+                if info.st_size > offset:
+                    os.ftruncate(fd, offset)
+                view = memoryview(data)
+                while view:
+                    written = os.pwrite(fd, view, offset)
+                    view, offset = view[written:], offset + written
+            finally:
+                os.close(fd)
+        return True
+
+    def remove_derived(self, relative: str) -> None:
+        parent, _, name = f"{DERIVED_DIR}/{check_derived(relative)}".rpartition("/")
+        with (
+            _os_errors("remove", self._root / parent / name),
+            contextlib.suppress(FileNotFoundError),
+        ):
+            self._remove_entry(parent, name)
+
+    def list_derived(self, directory: str) -> list[str]:
+        relative = f"{DERIVED_DIR}/{check_derived(directory)}"
+        try:
+            with self._dir(relative) as dir_fd, os.scandir(dir_fd) as it:
+                return sorted(e.name for e in it if e.is_file(follow_symlinks=False))
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise _storage_error(exc, "list", self._root / relative) from exc
 
     # -- head -----------------------------------------------------------------------------------
 

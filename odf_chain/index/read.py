@@ -1,0 +1,492 @@
+"""Reading through the index: the state at any block from a checked snapshot plus a bounded
+number of blocks, never believing the index before checking it against the blocks it names.
+
+How a reader gets the head state (:func:`open_index`):
+
+1. The head snapshot names the head (seq + hash): load that block (hash checked), check its
+   sequence number and system time, load every block a pointer names (hash, sequence number
+   at or below the snapshot's, event kind) and take the schema, vocab, info, license, last
+   offset, checkpoint and watermark from them; cross-check what can be (records = last offset
+   + 1, slices only with a data block, the lineage event pending is one). No fold.
+2. Otherwise (a crash or a failed update left it behind, another writer did not update it, an
+   operator rolled the head back): walk back from the head at most :data:`CATCH_UP` blocks to
+   a block a snapshot names (the old head snapshot, or a periodic one whose block the walk
+   reached, so it is on this chain), restore that snapshot as in 1, then fold the walked blocks
+   forward with :func:`odf_chain.chain.advance` (every rule runs), and save the repair.
+3. Otherwise: :func:`rebuild`, one full fold through the existing code, then save.
+
+``state_at(seq k)``: the nearest snapshot ``j <= k`` (restored as in 1), then blocks ``j+1..k``
+by hash from the sequence-number table, each checked against its hash, sequence number, system
+time and ``prev`` link, folded with ``advance``. A lookup by hash loads that block and requires
+the table to name it at its sequence number; by time, a binary search of the table whose answer
+is checked against the block found and the one after it.
+
+What a reader cannot check without a fold: that a block a snapshot names below the head is an
+ancestor of the head (a forged index can name genuine blocks of another branch), and the values
+a snapshot holds as values (record and byte counters, push sources, transactions). ``verify``
+re-derives all of it and warns about an index that lies (:mod:`odf_chain.index.check`). Any
+damage or disagreement found here is never shown: the reader falls back to the full fold.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import TypeVar
+
+from odf_chain.chain import BlockEntry, advance, load_block, read_head, walk_back
+from odf_chain.errors import IntegrityError, NotFoundError, OdfChainError
+from odf_chain.events import (
+    AddData,
+    AddFieldLineage,
+    ExecuteTransform,
+    Seed,
+    SetDataSchema,
+    SetInfo,
+    SetLicense,
+    SetVocab,
+)
+from odf_chain.format.multihash import Multihash
+from odf_chain.index import update
+from odf_chain.index.records import (
+    HEAD_SNAPSHOT,
+    LINEAGE_LIST,
+    MAX_LIST_BYTES,
+    MAX_SNAPSHOT_BYTES,
+    SCHEMA_LIST,
+    SEGMENT_BYTES,
+    SEGMENT_ENTRIES,
+    SNAPSHOT_INTERVAL,
+    IndexDamage,
+    Pointer,
+    Pointers,
+    SeqEntry,
+    Snapshot,
+    decode_list,
+    decode_seq,
+    segment_name,
+    time_us,
+)
+from odf_chain.state import EMPTY, DatasetState, Vocabulary
+from odf_chain.storage import Storage
+
+CATCH_UP = 2 * SNAPSHOT_INTERVAL
+"""Blocks a reader walks back from the head to meet a stale index before rebuilding it."""
+
+T = TypeVar("T")
+
+
+def _checked(action: Callable[[], T]) -> T:
+    """Run a read the index directed: any error it meets (a missing or damaged block, a rule
+    broken) means the index cannot be believed, not that the chain is broken; the full fold
+    then finds out which, and reports it as usual."""
+    try:
+        return action()
+    except OdfChainError as exc:
+        raise IndexDamage(str(exc)) from None
+
+
+def _data(event: object) -> bool:
+    return isinstance(event, AddData | ExecuteTransform)
+
+
+_KINDS: dict[str, Callable[[object], bool]] = {
+    "seed": lambda e: isinstance(e, Seed),
+    "schema": lambda e: isinstance(e, SetDataSchema),
+    "vocab": lambda e: isinstance(e, SetVocab),
+    "info": lambda e: isinstance(e, SetInfo),
+    "license": lambda e: isinstance(e, SetLicense),
+    "data": lambda e: _data(e) and e.new_data is not None,
+    "checkpoint": lambda e: _data(e) and e.new_checkpoint is not None,
+    "watermark": lambda e: _data(e) and e.new_watermark is not None,
+}
+
+
+@dataclass
+class ChainIndex:
+    """A checked view of the index for one head. Built by :func:`open_index`; ``rebuilt``
+    when it was derived by a full fold (then everything is in memory and authoritative)."""
+
+    storage: Storage
+    head: DatasetState
+    pointers: Pointers
+    rebuilt: bool = False
+    _entries: dict[int, SeqEntry] = field(default_factory=dict)  # checked or derived
+    _segments: dict[int, list[SeqEntry]] = field(default_factory=dict)
+    _states: dict[int, DatasetState] = field(default_factory=dict)  # checked or derived
+    _lists: dict[str, list[Pointer]] = field(default_factory=dict)
+    block_reads: int = 0
+
+    # -- the sequence-number table -------------------------------------------------------------
+
+    @property
+    def length(self) -> int:
+        return self.head.sequence_number + 1
+
+    def entry(self, seq: int) -> SeqEntry:
+        """The table's entry for block ``seq`` (not yet checked against the block)."""
+        known = self._entries.get(seq)
+        if known is not None:
+            return known
+        if self.rebuilt:
+            raise IndexDamage(f"block {seq} is not in the rebuilt index")
+        number = seq // SEGMENT_ENTRIES
+        segment = self._segments.get(number)
+        if segment is None:
+            name = segment_name(seq)
+            raw = _checked(lambda: self.storage.read_derived(name, SEGMENT_BYTES))
+            if raw is None:
+                raise IndexDamage(f"{name} is missing")
+            segment = decode_seq(raw, number * SEGMENT_ENTRIES, name)
+            self._segments[number] = segment
+        position = seq - number * SEGMENT_ENTRIES
+        if position >= len(segment):
+            raise IndexDamage(f"{segment_name(seq)} ends before block {seq}")
+        return segment[position]
+
+    def _load(self, block_hash: Multihash) -> BlockEntry:
+        self.block_reads += 1
+        return _checked(lambda: load_block(self.storage, block_hash))
+
+    # -- states ----------------------------------------------------------------------------------
+
+    def state_at_seq(self, seq: int) -> DatasetState:
+        if not 0 <= seq < self.length:
+            raise NotFoundError(
+                f"no block with sequence number {seq} "
+                f"(the chain has {self.length} blocks, 0..{self.length - 1})"
+            )
+        if seq == self.head.sequence_number:
+            return self.head
+        if seq in self._states:
+            return self._states[seq]
+        base = seq - seq % SNAPSHOT_INTERVAL
+        state = self._states.get(base)
+        if state is None:
+            state = self._periodic(base)
+        for s in range(base + 1, seq + 1):
+            state = self._fold_one(state, s)
+        return state
+
+    def _periodic(self, seq: int) -> DatasetState:
+        """The periodic snapshot at block ``seq``, restored and checked."""
+        name = update.snapshot_name(seq)
+        raw = _checked(lambda: self.storage.read_derived(name, MAX_SNAPSHOT_BYTES))
+        if raw is None:
+            raise IndexDamage(f"{name} is missing")
+        snapshot = Snapshot.decode(raw, name)
+        if snapshot.sequence_number != seq or snapshot.block_hash != self.entry(seq).block_hash:
+            raise IndexDamage(f"{name} does not name block {seq} of the table")
+        state, _ = restore(self, snapshot)
+        self._states[seq] = state
+        return state
+
+    def _fold_one(self, state: DatasetState, seq: int) -> DatasetState:
+        """``state`` (at ``seq - 1``) advanced by block ``seq``, found through the table."""
+        entry = self.entry(seq)
+        loaded = self._load(entry.block_hash)
+        block = loaded.block
+        if (
+            block.sequence_number != seq
+            or block.prev_block_hash != state.head
+            or time_us(block.system_time) != entry.time_us
+        ):
+            raise IndexDamage(f"the table's block {seq} ({entry.block_hash}) does not fit there")
+        return _checked(lambda: advance(state, block, loaded.hash))
+
+    def seq_of_hash(self, block_hash: Multihash) -> int:
+        """The sequence number of ``block_hash`` in this chain."""
+        try:
+            loaded = load_block(self.storage, block_hash)
+        except NotFoundError:
+            raise NotFoundError(f"block {block_hash} is not in this chain") from None
+        self.block_reads += 1
+        seq = loaded.block.sequence_number
+        if seq < self.length and self.entry(seq).block_hash == block_hash:
+            return seq
+        if self.rebuilt:
+            raise NotFoundError(f"block {block_hash} is not in this chain")
+        raise IndexDamage(f"block {block_hash} is not where the table says")
+
+    def seq_at_time(self, moment: datetime) -> int:
+        """The last block written at or before ``moment``: a binary search of the table, then
+        the block found and the one after it are checked."""
+        wanted = time_us(moment)
+        times = _LazyTimes(self)
+        found = bisect.bisect_right(times, wanted) - 1
+        for seq in (found, found + 1):
+            if 0 <= seq < self.length:
+                entry = self.entry(seq)
+                block = self._load(entry.block_hash).block
+                if block.sequence_number != seq or time_us(block.system_time) != entry.time_us:
+                    raise IndexDamage(f"the table's block {seq} does not match its time")
+        if found < 0:
+            raise NotFoundError(f"no block was written at or before {moment.isoformat()}")
+        return found
+
+    # -- lists -----------------------------------------------------------------------------------
+
+    def listed(self, name: str, upto: int) -> list[BlockEntry]:
+        """The blocks list ``name`` (schemas or lineage) names up to block ``upto``, loaded and
+        checked (kind, sequence number, the table's hash there)."""
+        pointers = self._lists.get(name)
+        if pointers is None:
+            raw = _checked(lambda: self.storage.read_derived(name, MAX_LIST_BYTES))
+            # missing: none yet (the callers check the last one against the state)
+            pointers = [] if raw is None else decode_list(raw, name)
+            self._lists[name] = pointers
+        kind = SetDataSchema if name == SCHEMA_LIST else AddFieldLineage
+        out = []
+        for pointer in pointers:
+            if pointer.sequence_number > upto:
+                break
+            if self.entry(pointer.sequence_number).block_hash != pointer.block_hash:
+                raise IndexDamage(f"{name}: block {pointer.sequence_number} is not the table's")
+            loaded = self._load(pointer.block_hash)
+            if loaded.block.sequence_number != pointer.sequence_number or not isinstance(
+                loaded.block.event, kind
+            ):
+                raise IndexDamage(f"{name}: block {pointer.sequence_number} is not a {kind}")
+            out.append(loaded)
+        return out
+
+    def schema_blocks(self) -> list[BlockEntry]:
+        """Every SetDataSchema, oldest first; the last must be the head snapshot's schema."""
+        found = self.listed(SCHEMA_LIST, self.head.sequence_number)
+        last = found[-1].block.sequence_number if found else None
+        if last != self.head.schema_sequence_number:
+            raise IndexDamage(f"{SCHEMA_LIST} does not end at the schema in force")
+        return found
+
+    def lineage_blocks(self, state: DatasetState) -> list[BlockEntry]:
+        """Every AddFieldLineage up to ``state``'s block (a state of this chain), oldest first."""
+        found = self.listed(LINEAGE_LIST, state.sequence_number)
+        last = found[-1].block.sequence_number if found else None
+        if last != state.last_lineage_sequence_number:
+            raise IndexDamage(f"{LINEAGE_LIST} does not end at the last lineage event")
+        return found
+
+
+class _LazyTimes:
+    """The table's times as a sequence, read segment by segment as a binary search asks."""
+
+    def __init__(self, index: ChainIndex) -> None:
+        self._index = index
+
+    def __len__(self) -> int:
+        return self._index.length
+
+    def __getitem__(self, seq: int) -> int:
+        return self._index.entry(seq).time_us
+
+
+def restore(index: ChainIndex, snapshot: Snapshot) -> tuple[DatasetState, Pointers]:
+    """The state a snapshot describes, from the genuine blocks it names (see the module)."""
+    seq = snapshot.sequence_number
+    named = index._load(snapshot.block_hash)
+    if named.block.sequence_number != seq or time_us(named.block.system_time) != snapshot.time_us:
+        raise IndexDamage(f"snapshot of block {seq}: the block it names does not match")
+    events = {}
+    for kind, pointer in snapshot.pointers.named():
+        if pointer.sequence_number > seq:
+            raise IndexDamage(f"snapshot of block {seq}: {kind} points past it")
+        loaded = named if pointer.block_hash == named.hash else index._load(pointer.block_hash)
+        event = loaded.block.event
+        if loaded.block.sequence_number != pointer.sequence_number or not _KINDS[kind](event):
+            raise IndexDamage(f"snapshot of block {seq}: {kind} names the wrong block")
+        events[kind] = event
+    seed = events.get("seed")
+    if seed is None or snapshot.pointers.seed.sequence_number != 0:
+        raise IndexDamage(f"snapshot of block {seq}: no Seed at block 0")
+    data, checkpoint = events.get("data"), events.get("checkpoint")
+    watermark = events.get("watermark")
+    schema_pointer = snapshot.pointers.schema
+    state = DatasetState(
+        head=named.hash,
+        sequence_number=seq,
+        system_time=named.block.system_time,
+        dataset_id=seed.dataset_id,
+        dataset_kind=seed.dataset_kind,
+        schema=None if "schema" not in events else events["schema"].arrow_schema,
+        schema_sequence_number=None if schema_pointer is None else schema_pointer.sequence_number,
+        vocab=Vocabulary.from_event(events["vocab"]) if "vocab" in events else Vocabulary(),
+        info=events.get("info"),
+        license=events.get("license"),
+        last_offset=None if data is None else data.new_data.offset_interval.end,
+        last_checkpoint=None if checkpoint is None else checkpoint.new_checkpoint.physical_hash,
+        watermark=None if watermark is None else watermark.new_watermark,
+        **snapshot.values(),
+    )
+    _cross_check(index, snapshot, state)
+    return state, snapshot.pointers
+
+
+def _cross_check(index: ChainIndex, snapshot: Snapshot, state: DatasetState) -> None:
+    """What a snapshot's values must agree with, by the rules, without a fold."""
+    where = f"snapshot of block {snapshot.sequence_number}"
+    if state.num_records != state.next_offset:
+        raise IndexDamage(
+            f"{where}: {state.num_records} records, but offsets end at {state.last_offset}"
+        )
+    if (state.num_slices == 0) != (state.last_offset is None) or state.data_size < 0:
+        raise IndexDamage(f"{where}: slice count and last offset disagree")
+    last = state.last_lineage_sequence_number
+    if last is not None and last > snapshot.sequence_number:
+        raise IndexDamage(f"{where}: the last lineage event is past it")
+    pending = state.lineage_pending
+    if pending is not None:
+        if pending.sequence_number != last:
+            raise IndexDamage(f"{where}: pending lineage is not the last lineage event")
+        event = index._load(pending.block_hash).block
+        if (
+            event.sequence_number != pending.sequence_number
+            or not isinstance(event.event, AddFieldLineage)
+            or event.event.run.offsets is None
+            or event.event.run.offsets.end != pending.uncovered.end
+        ):
+            raise IndexDamage(f"{where}: pending lineage names the wrong block")
+
+
+# -- opening ------------------------------------------------------------------------------------
+
+
+def open_index(storage: Storage, head: Multihash | None = None) -> ChainIndex:
+    """A checked index for the current head (or ``head``): from the files when they check out
+    (reading a bounded number of blocks), else rebuilt by one full fold and saved."""
+    head = read_head(storage) if head is None else head
+    try:
+        return _from_files(storage, head)
+    except IndexDamage:
+        return rebuild(storage, head)
+
+
+def _read_snapshot(storage: Storage, name: str) -> Snapshot | None:
+    raw = _checked(lambda: storage.read_derived(name, MAX_SNAPSHOT_BYTES))
+    return None if raw is None else Snapshot.decode(raw, name)
+
+
+def _from_files(storage: Storage, head: Multihash) -> ChainIndex:
+    head_snapshot = _read_snapshot(storage, HEAD_SNAPSHOT)
+    probe = ChainIndex(storage, EMPTY, Pointers())
+    if head_snapshot is not None and head_snapshot.block_hash == head:
+        state, pointers = restore(probe, head_snapshot)
+        return replace(probe, head=state, pointers=pointers)
+    # Catch up: walk back to a block a snapshot names, then fold forward.
+    walked: list[BlockEntry] = []
+    base: tuple[DatasetState, Pointers] | None = None
+    walker = walk_back(storage, head)
+    while base is None and len(walked) < CATCH_UP:
+        entry = _checked(lambda: next(walker, None))
+        probe.block_reads += 1
+        if entry is None:  # reached the Seed: the walk holds the whole chain
+            base = (EMPTY, Pointers())
+            break
+        seq = entry.block.sequence_number
+        if head_snapshot is not None and head_snapshot.block_hash == entry.hash:
+            base = restore(probe, head_snapshot)
+        elif seq % SNAPSHOT_INTERVAL == 0 and seq > 0:
+            snapshot = _read_snapshot(storage, update.snapshot_name(seq))
+            if snapshot is not None and snapshot.block_hash == entry.hash:
+                base = restore(probe, snapshot)
+        if base is None:
+            walked.append(entry)
+    if base is None:
+        raise IndexDamage(f"no snapshot within {CATCH_UP} blocks of the head")
+    state, pointers = base
+    walked.reverse()
+    catch_up = _Derived(state, pointers)
+    for entry in walked:
+        _checked(lambda entry=entry: catch_up.add(entry))
+    index = replace(probe, head=catch_up.state, pointers=catch_up.pointers)
+    index._entries.update({e.sequence_number: e for e in catch_up.entries})
+    index._states.update(catch_up.states)
+    if state.head is None:  # the whole chain was walked: authoritative, like a rebuild
+        index.rebuilt = True
+        index._lists.update({SCHEMA_LIST: catch_up.schemas, LINEAGE_LIST: catch_up.lineage})
+        catch_up.save_all(storage)
+    else:
+        catch_up.save_catch_up(storage, state.sequence_number)
+    return index
+
+
+@dataclass
+class _Derived:
+    """What a fold over blocks derives for the index (a rebuild's, or a catch-up's)."""
+
+    state: DatasetState
+    pointers: Pointers
+    entries: list[SeqEntry] = field(default_factory=list)
+    states: dict[int, DatasetState] = field(default_factory=dict)
+    snapshots: dict[int, Snapshot] = field(default_factory=dict)
+    schemas: list[Pointer] = field(default_factory=list)
+    lineage: list[Pointer] = field(default_factory=list)
+
+    def add(self, entry: BlockEntry) -> None:
+        """Fold ``entry`` (by the one fold: every rule runs) and note what the index keeps."""
+        block = entry.block
+        self.state = advance(self.state, block, entry.hash)
+        self.pointers = self.pointers.after(block, entry.hash)
+        seq = block.sequence_number
+        self.entries.append(update.seq_entry(entry))
+        if isinstance(block.event, SetDataSchema):
+            self.schemas.append(Pointer(seq, entry.hash))
+        elif isinstance(block.event, AddFieldLineage):
+            self.lineage.append(Pointer(seq, entry.hash))
+        if seq % SNAPSHOT_INTERVAL == 0:
+            self.states[seq] = self.state
+            self.snapshots[seq] = Snapshot.of_state(self.state, self.pointers)
+
+    def head_snapshot(self) -> Snapshot:
+        return Snapshot.of_state(self.state, self.pointers)
+
+    def save_all(self, storage: Storage) -> None:
+        update.save_all(
+            storage, self.entries, self.snapshots, self.head_snapshot(), self.schemas, self.lineage
+        )
+
+    def save_catch_up(self, storage: Storage, base: int) -> None:
+        update.save_catch_up(
+            storage,
+            base,
+            self.entries,
+            self.snapshots,
+            self.head_snapshot(),
+            self.schemas,
+            self.lineage,
+        )
+
+
+def rebuild(storage: Storage, head: Multihash | None = None) -> ChainIndex:
+    """Derive the whole index by one full fold (the chain's own errors propagate: a missing
+    or altered block, a broken rule), save it when the dataset can be written, and return it."""
+    head = read_head(storage) if head is None else head
+    entries = list(walk_back(storage, head))
+    entries.reverse()
+    derived = _Derived(EMPTY, Pointers())
+    for entry in entries:  # errors here are the chain's: shown as they are
+        derived.add(entry)
+    derived.save_all(storage)
+    index = ChainIndex(storage, derived.state, derived.pointers, rebuilt=True)
+    index.block_reads = len(entries)
+    index._entries.update({e.sequence_number: e for e in derived.entries})
+    index._states.update(derived.states)
+    index._lists.update({SCHEMA_LIST: derived.schemas, LINEAGE_LIST: derived.lineage})
+    return index
+
+
+def answer(storage: Storage, question: Callable[[ChainIndex], T]) -> T:
+    """``question`` asked of the checked index; if the index turns out not to be believable on
+    the way (a table entry that does not fit its block, a damaged segment), asked again of a
+    rebuilt one: the answer is always the full fold's."""
+    index = open_index(storage)
+    if not index.rebuilt:
+        try:
+            return question(index)
+        except IndexDamage:
+            index = rebuild(storage, index.head.head)
+    try:
+        return question(index)
+    except IndexDamage as exc:  # derived just now: only a chain changing under us gets here
+        raise IntegrityError(f"{storage.location}: the chain changed while read ({exc})") from None

@@ -1,0 +1,356 @@
+"""The index's bytes: fixed-width records and snapshots, each carrying its own checksum. No I/O.
+
+Files below ``info/odf-chain-index/``:
+
+- ``seq-<n>``: the blocks ``n*1024 .. n*1024+1023``, one 54-byte record each (sequence number,
+  system time in microseconds, block multihash, CRC-32 of the rest), at offset
+  ``(seq % 1024) * 54``: a lookup by sequence number is one read, by time a binary search, and
+  an append touches one small file.
+- ``schemas`` and ``lineage``: a 46-byte record (sequence number, block hash, CRC-32) for every
+  SetDataSchema and every AddFieldLineage, oldest first.
+- ``head`` and ``snap-<seq>`` (every 256th block): a :class:`Snapshot` of the state.
+
+The checksums catch damage (a torn write, a flipped bit), not forgery: a reader trusts nothing
+here before checking it against the blocks it names (see :mod:`odf_chain.index.read`).
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import zlib
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+
+from odf_chain.errors import FormatError
+from odf_chain.events import (
+    AddData,
+    ExecuteTransform,
+    MetadataBlock,
+    OffsetInterval,
+    Seed,
+    SetDataSchema,
+    SetInfo,
+    SetLicense,
+    SetVocab,
+)
+from odf_chain.format.multihash import Multihash
+from odf_chain.state import DatasetState, PendingLineage, TransactionVersions
+
+INDEX_DIR = "odf-chain-index"
+HEAD_SNAPSHOT = f"{INDEX_DIR}/head"
+SCHEMA_LIST = f"{INDEX_DIR}/schemas"
+LINEAGE_LIST = f"{INDEX_DIR}/lineage"
+SEGMENT_ENTRIES = 1024
+SNAPSHOT_INTERVAL = 256
+HASH_BYTES = 34  # varint code, varint length 32, digest: both algorithms a chain may use
+MAX_SNAPSHOT_BYTES = 16 * 1024 * 1024  # transactions grow with the number of app ids only
+MAX_LIST_BYTES = 256 * 1024 * 1024
+
+_SEQ = struct.Struct("<Qq34sI")
+_LIST = struct.Struct("<Q34sI")
+SEQ_RECORD_BYTES = _SEQ.size
+LIST_RECORD_BYTES = _LIST.size
+SEGMENT_BYTES = SEGMENT_ENTRIES * SEQ_RECORD_BYTES
+_MAGIC = b"odf-chain-index-snapshot 1 "
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICRO = timedelta(microseconds=1)
+
+
+class IndexDamage(Exception):
+    """The index is missing, damaged or disagrees with the chain: never shown to users, the
+    reader rebuilds instead (so this is deliberately not an OdfChainError)."""
+
+
+def time_us(moment: datetime) -> int:
+    """A block's system time as whole microseconds since the Unix epoch (what Python keeps)."""
+    return (moment - _EPOCH) // _MICRO
+
+
+def from_time_us(value: int) -> datetime:
+    return _EPOCH + value * _MICRO
+
+
+def _hash_bytes(block_hash: Multihash) -> bytes:
+    raw = bytes(block_hash)
+    if len(raw) != HASH_BYTES:
+        raise FormatError(f"block hash {block_hash} does not fit the index ({len(raw)} bytes)")
+    return raw
+
+
+def _checked_hash(raw: bytes, where: str) -> Multihash:
+    try:
+        return Multihash.from_bytes(raw)
+    except FormatError as exc:
+        raise IndexDamage(f"{where}: {exc}") from None
+
+
+# -- the sequence-number table ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SeqEntry:
+    """Block ``sequence_number`` of the chain, as the index recorded it."""
+
+    sequence_number: int
+    block_hash: Multihash
+    time_us: int
+
+
+def segment_name(sequence_number: int) -> str:
+    return f"{INDEX_DIR}/seq-{sequence_number // SEGMENT_ENTRIES:08d}"
+
+
+def segment_offset(sequence_number: int) -> int:
+    return sequence_number % SEGMENT_ENTRIES * SEQ_RECORD_BYTES
+
+
+def encode_seq(entries: list[SeqEntry]) -> bytes:
+    out = bytearray()
+    for e in entries:
+        body = _SEQ.pack(e.sequence_number, e.time_us, _hash_bytes(e.block_hash), 0)[:-4]
+        out += body + struct.pack("<I", zlib.crc32(body))
+    return bytes(out)
+
+
+def decode_seq(data: bytes, first: int, where: str) -> list[SeqEntry]:
+    """The records of a segment whose first record is block ``first``; any damage raises."""
+    if len(data) % SEQ_RECORD_BYTES:
+        raise IndexDamage(f"{where}: {len(data)} bytes, not whole records (torn or cut)")
+    entries = []
+    for i in range(len(data) // SEQ_RECORD_BYTES):
+        chunk = data[i * SEQ_RECORD_BYTES : (i + 1) * SEQ_RECORD_BYTES]
+        seq, moment, raw, crc = _SEQ.unpack(chunk)
+        if zlib.crc32(chunk[:-4]) != crc:
+            raise IndexDamage(f"{where}: record {i} fails its checksum")
+        if seq != first + i:
+            raise IndexDamage(f"{where}: record {i} is block {seq}, expected {first + i}")
+        entries.append(SeqEntry(seq, _checked_hash(raw, f"{where} record {i}"), moment))
+    return entries
+
+
+# -- the lists of SetDataSchema and AddFieldLineage blocks --------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Pointer:
+    """A block the index names: where to find it and what it must hash to."""
+
+    sequence_number: int
+    block_hash: Multihash
+
+
+def encode_list(pointers: list[Pointer]) -> bytes:
+    out = bytearray()
+    for p in pointers:
+        body = _LIST.pack(p.sequence_number, _hash_bytes(p.block_hash), 0)[:-4]
+        out += body + struct.pack("<I", zlib.crc32(body))
+    return bytes(out)
+
+
+def decode_list(data: bytes, where: str) -> list[Pointer]:
+    if len(data) % LIST_RECORD_BYTES:
+        raise IndexDamage(f"{where}: {len(data)} bytes, not whole records (torn or cut)")
+    pointers: list[Pointer] = []
+    for i in range(len(data) // LIST_RECORD_BYTES):
+        chunk = data[i * LIST_RECORD_BYTES : (i + 1) * LIST_RECORD_BYTES]
+        seq, raw, crc = _LIST.unpack(chunk)
+        if zlib.crc32(chunk[:-4]) != crc:
+            raise IndexDamage(f"{where}: record {i} fails its checksum")
+        if pointers and seq <= pointers[-1].sequence_number:
+            raise IndexDamage(f"{where}: record {i} (block {seq}) is out of order")
+        pointers.append(Pointer(seq, _checked_hash(raw, f"{where} record {i}")))
+    return pointers
+
+
+# -- snapshots ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Pointers:
+    """The last block that set each value which comes from one event. A snapshot keeps these
+    instead of the values, so a reader takes the schema, vocab, info, license, last offset,
+    checkpoint and watermark from genuine blocks it checks against their hashes."""
+
+    seed: Pointer | None = None
+    schema: Pointer | None = None
+    vocab: Pointer | None = None
+    info: Pointer | None = None
+    license: Pointer | None = None
+    data: Pointer | None = None  # the last block with new_data: last_offset
+    checkpoint: Pointer | None = None  # the last block with new_checkpoint
+    watermark: Pointer | None = None  # the last block with new_watermark
+
+    def after(self, block: MetadataBlock, block_hash: Multihash) -> Pointers:
+        """The pointers once ``block`` is in the chain (which block last set what; the rules
+        and the fold are elsewhere)."""
+        here = Pointer(block.sequence_number, block_hash)
+        event = block.event
+        match event:
+            case Seed():
+                return replace(self, seed=here)
+            case SetDataSchema():
+                return replace(self, schema=here)
+            case SetVocab():
+                return replace(self, vocab=here)
+            case SetInfo():
+                return replace(self, info=here)
+            case SetLicense():
+                return replace(self, license=here)
+            case AddData() | ExecuteTransform():
+                changes = {}
+                if event.new_data is not None:
+                    changes["data"] = here
+                if event.new_checkpoint is not None:
+                    changes["checkpoint"] = here
+                if event.new_watermark is not None:
+                    changes["watermark"] = here
+                return replace(self, **changes) if changes else self
+        return self
+
+    def named(self) -> list[tuple[str, Pointer]]:
+        return [(k, getattr(self, k)) for k in self.__slots__ if getattr(self, k) is not None]
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything :class:`DatasetState` holds at one block: pointers for what one event sets,
+    values for what accumulates (counters, push sources, transactions, lineage bookkeeping)."""
+
+    sequence_number: int
+    block_hash: Multihash
+    time_us: int
+    pointers: Pointers
+    push_sources: tuple[str, ...] = ()
+    polling_source: bool = False
+    num_records: int = 0
+    data_size: int = 0
+    num_slices: int = 0
+    lineage_pending: tuple[int, Multihash, int, int] | None = None  # seq, hash, start, end
+    last_lineage_sequence_number: int | None = None
+    transactions: tuple[tuple[str, int], ...] = field(default=())
+
+    @classmethod
+    def of_state(cls, state: DatasetState, pointers: Pointers) -> Snapshot:
+        assert state.head is not None and state.system_time is not None
+        pending = state.lineage_pending
+        return cls(
+            state.sequence_number,
+            state.head,
+            time_us(state.system_time),
+            pointers,
+            tuple(sorted(state.push_sources)),
+            state.polling_source,
+            state.num_records,
+            state.data_size,
+            state.num_slices,
+            None
+            if pending is None
+            else (
+                pending.sequence_number,
+                pending.block_hash,
+                pending.uncovered.start,
+                pending.uncovered.end,
+            ),
+            state.last_lineage_sequence_number,
+            tuple(state.transactions.items()),
+        )
+
+    def encode(self) -> bytes:
+        pending = self.lineage_pending
+        body = json.dumps(
+            {
+                "seq": self.sequence_number,
+                "hash": str(self.block_hash),
+                "time_us": self.time_us,
+                "pointers": {
+                    k: [p.sequence_number, str(p.block_hash)] for k, p in self.pointers.named()
+                },
+                "push_sources": list(self.push_sources),
+                "polling_source": self.polling_source,
+                "num_records": self.num_records,
+                "data_size": self.data_size,
+                "num_slices": self.num_slices,
+                "lineage_pending": None
+                if pending is None
+                else [pending[0], str(pending[1]), pending[2], pending[3]],
+                "last_lineage_seq": self.last_lineage_sequence_number,
+                "transactions": [list(t) for t in self.transactions],
+            },
+            separators=(",", ":"),
+        ).encode("utf-8")
+        return _MAGIC + b"%08x\n" % zlib.crc32(body) + body
+
+    @classmethod
+    def decode(cls, data: bytes, where: str) -> Snapshot:
+        """A snapshot from its bytes; damage or a shape other than :meth:`encode`'s raises."""
+        header, _, body = data.partition(b"\n")
+        if not header.startswith(_MAGIC) or header[len(_MAGIC) :] != b"%08x" % zlib.crc32(body):
+            raise IndexDamage(f"{where}: not a snapshot, or it fails its checksum")
+        try:
+            doc = json.loads(body)
+            pointers = Pointers(
+                **{
+                    k: Pointer(_int(s), Multihash.from_multibase(h))
+                    for k, (s, h) in doc["pointers"].items()
+                }
+            )
+            pending = doc["lineage_pending"]
+            return cls(
+                _int(doc["seq"]),
+                Multihash.from_multibase(doc["hash"]),
+                _int(doc["time_us"], signed=True),
+                pointers,
+                tuple(_str(s) for s in doc["push_sources"]),
+                _bool(doc["polling_source"]),
+                _int(doc["num_records"]),
+                _int(doc["data_size"]),
+                _int(doc["num_slices"]),
+                None
+                if pending is None
+                else (
+                    _int(pending[0]),
+                    Multihash.from_multibase(pending[1]),
+                    _int(pending[2]),
+                    _int(pending[3]),
+                ),
+                None if doc["last_lineage_seq"] is None else _int(doc["last_lineage_seq"]),
+                tuple((_str(a), _int(v, signed=True)) for a, v in doc["transactions"]),
+            )
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError, FormatError) as exc:
+            problem = f"{type(exc).__name__}: {exc}"
+            raise IndexDamage(f"{where}: malformed snapshot ({problem})") from None
+
+    def values(self) -> dict:
+        """The state's fields that the snapshot holds as values."""
+        pending = self.lineage_pending
+        return {
+            "push_sources": frozenset(self.push_sources),
+            "polling_source": self.polling_source,
+            "num_records": self.num_records,
+            "data_size": self.data_size,
+            "num_slices": self.num_slices,
+            "lineage_pending": None
+            if pending is None
+            else PendingLineage(pending[0], pending[1], OffsetInterval(pending[2], pending[3])),
+            "last_lineage_sequence_number": self.last_lineage_sequence_number,
+            "transactions": TransactionVersions(self.transactions),
+        }
+
+
+def _int(value: object, *, signed: bool = False) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or (value < 0 and not signed):
+        raise ValueError(f"expected a{'n' if signed else ' non-negative'} integer, got {value!r}")
+    return value
+
+
+def _str(value: object) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"expected a string, got {value!r}")
+    return value
+
+
+def _bool(value: object) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"expected true or false, got {value!r}")
+    return value

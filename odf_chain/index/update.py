@@ -1,0 +1,199 @@
+"""Writing the index: after a head move, after a reader's catch-up, after a rebuild.
+
+Everything here is best effort. The index is a cache: a write that fails, or a crash between
+the head move and the index update, leaves it stale, and readers detect a stale index (its head
+snapshot does not name the head) and repair it. Order makes a crash harmless: records first,
+the head snapshot last, so a head snapshot that names the head comes after everything it needs.
+
+A commit touches one segment record per block (an append at a known offset) and rewrites the
+head snapshot (~1 KB, temporary file then rename); every 256th block adds a periodic snapshot,
+a SetDataSchema or AddFieldLineage rewrites its small list. No fsync: a cache need not survive
+a power loss, and appends must not slow down.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+from odf_chain.errors import OdfChainError
+from odf_chain.events import AddFieldLineage, SetDataSchema
+from odf_chain.index.records import (
+    HEAD_SNAPSHOT,
+    INDEX_DIR,
+    LINEAGE_LIST,
+    MAX_LIST_BYTES,
+    MAX_SNAPSHOT_BYTES,
+    SCHEMA_LIST,
+    SEGMENT_ENTRIES,
+    SNAPSHOT_INTERVAL,
+    IndexDamage,
+    Pointer,
+    Pointers,
+    SeqEntry,
+    Snapshot,
+    decode_list,
+    encode_list,
+    encode_seq,
+    segment_name,
+    segment_offset,
+    time_us,
+)
+from odf_chain.state import DatasetState
+from odf_chain.storage import Storage
+
+if TYPE_CHECKING:
+    from odf_chain.chain import BlockEntry
+
+
+def snapshot_name(sequence_number: int) -> str:
+    return f"{INDEX_DIR}/snap-{sequence_number:012d}"
+
+
+def seq_entry(entry: BlockEntry) -> SeqEntry:
+    return SeqEntry(entry.block.sequence_number, entry.hash, time_us(entry.block.system_time))
+
+
+def record_commit(
+    storage: Storage, before: DatasetState, steps: Sequence[tuple[BlockEntry, DatasetState]]
+) -> None:
+    """Add the blocks a head move just committed (each with the state after it), on top of
+    ``before``. Never raises: a failure leaves a stale index for readers to repair."""
+    with contextlib.suppress(OdfChainError, OSError, IndexDamage, ValueError):
+        _record_commit(storage, before, steps)
+
+
+def _record_commit(
+    storage: Storage, before: DatasetState, steps: Sequence[tuple[BlockEntry, DatasetState]]
+) -> None:
+    first = steps[0][0].block.sequence_number
+    if before.head is None:
+        pointers = Pointers()
+        storage.remove_derived(INDEX_DIR)  # a new chain: nothing earlier can be its
+    else:
+        raw = storage.read_derived(HEAD_SNAPSHOT, MAX_SNAPSHOT_BYTES)
+        head = None if raw is None else Snapshot.decode(raw, HEAD_SNAPSHOT)
+        if head is None:  # deleted, or dropped as stale before: readers rebuild or repair
+            return
+        if (head.sequence_number, head.block_hash) != (before.sequence_number, before.head):
+            # Stale (a crash, a failed update) or from a rolled-back branch: drop what is at or
+            # past this append's position, so nothing there can lie; readers repair the rest.
+            drop_from(storage, first)
+            return
+        pointers = head.pointers
+    if not write_entries(storage, [seq_entry(entry) for entry, _ in steps]):
+        drop_from(storage, first)
+        return
+    schemas, lineage = [], []
+    for entry, after in steps:
+        pointers = pointers.after(entry.block, entry.hash)
+        here = Pointer(entry.block.sequence_number, entry.hash)
+        if isinstance(entry.block.event, SetDataSchema):
+            schemas.append(here)
+        elif isinstance(entry.block.event, AddFieldLineage):
+            lineage.append(here)
+        if entry.block.sequence_number % SNAPSHOT_INTERVAL == 0:
+            write_snapshot(storage, snapshot_name(entry.block.sequence_number), after, pointers)
+    for name, added in ((SCHEMA_LIST, schemas), (LINEAGE_LIST, lineage)):
+        if added:
+            extend_list(storage, name, first, added)
+    write_snapshot(storage, HEAD_SNAPSHOT, steps[-1][1], pointers)
+
+
+def write_entries(storage: Storage, entries: Iterable[SeqEntry]) -> bool:
+    """Write consecutive entries into their segments, cutting each segment after them (an
+    append at block ``s`` drops entries ``>= s``); False when a segment lacks earlier entries."""
+    group: list[SeqEntry] = []
+    for entry in entries:
+        if group and entry.sequence_number % SEGMENT_ENTRIES == 0:
+            if not _write_group(storage, group):
+                return False
+            group = []
+        group.append(entry)
+    return not group or _write_group(storage, group)
+
+
+def _write_group(storage: Storage, group: list[SeqEntry]) -> bool:
+    first = group[0].sequence_number
+    return storage.patch_derived(segment_name(first), segment_offset(first), encode_seq(group))
+
+
+def write_snapshot(storage: Storage, name: str, state: DatasetState, pointers: Pointers) -> None:
+    storage.write_derived(name, Snapshot.of_state(state, pointers).encode())
+
+
+def extend_list(storage: Storage, name: str, first: int, added: list[Pointer]) -> None:
+    """``name`` with its records from block ``first`` on replaced by ``added``."""
+    raw = storage.read_derived(name, MAX_LIST_BYTES) or b""
+    kept = [p for p in decode_list(raw, name) if p.sequence_number < first]
+    storage.write_derived(name, encode_list(kept + added))
+
+
+def drop_from(storage: Storage, first: int) -> None:
+    """Remove everything the index holds about blocks ``>= first``: the head snapshot, later
+    segment records and files, later periodic snapshots, later list records."""
+    storage.remove_derived(HEAD_SNAPSHOT)
+    storage.patch_derived(segment_name(first), segment_offset(first), b"")
+    own_segment = segment_name(first).rpartition("/")[2]
+    for name in storage.list_derived(INDEX_DIR):
+        number = name.partition("-")[2]
+        if not number.isdigit():
+            continue
+        if (name.startswith("seq-") and name > own_segment) or (
+            name.startswith("snap-") and int(number) >= first
+        ):
+            storage.remove_derived(f"{INDEX_DIR}/{name}")
+    for name in (SCHEMA_LIST, LINEAGE_LIST):
+        raw = storage.read_derived(name, MAX_LIST_BYTES)
+        if raw is not None:
+            try:
+                kept = [p for p in decode_list(raw, name) if p.sequence_number < first]
+            except IndexDamage:
+                storage.remove_derived(name)
+                continue
+            storage.write_derived(name, encode_list(kept))
+
+
+def save_all(
+    storage: Storage,
+    entries: Sequence[SeqEntry],
+    snapshots: dict[int, Snapshot],
+    head: Snapshot,
+    schemas: list[Pointer],
+    lineage: list[Pointer],
+) -> None:
+    """Write a whole index (after a rebuild), replacing whatever was there. Never raises."""
+    with contextlib.suppress(OdfChainError, OSError, ValueError):
+        storage.remove_derived(INDEX_DIR)
+        for start in range(0, len(entries), SEGMENT_ENTRIES):
+            chunk = entries[start : start + SEGMENT_ENTRIES]
+            storage.write_derived(segment_name(start), encode_seq(list(chunk)))
+        for seq, snapshot in snapshots.items():
+            storage.write_derived(snapshot_name(seq), snapshot.encode())
+        storage.write_derived(SCHEMA_LIST, encode_list(schemas))
+        storage.write_derived(LINEAGE_LIST, encode_list(lineage))
+        storage.write_derived(HEAD_SNAPSHOT, head.encode())
+
+
+def save_catch_up(
+    storage: Storage,
+    base: int,
+    entries: Sequence[SeqEntry],
+    snapshots: dict[int, Snapshot],
+    head: Snapshot,
+    schemas: list[Pointer],
+    lineage: list[Pointer],
+) -> None:
+    """After a reader folded blocks ``base+1..head`` onto a checked snapshot at ``base``: write
+    them (dropping anything past them first). Never raises."""
+    with contextlib.suppress(OdfChainError, OSError, ValueError, IndexDamage):
+        drop_from(storage, base + 1)
+        if not write_entries(storage, entries):
+            return
+        for seq, snapshot in snapshots.items():
+            storage.write_derived(snapshot_name(seq), snapshot.encode())
+        for name, added in ((SCHEMA_LIST, schemas), (LINEAGE_LIST, lineage)):
+            if added:
+                extend_list(storage, name, base + 1, added)
+        storage.write_derived(HEAD_SNAPSHOT, head.encode())
