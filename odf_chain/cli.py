@@ -21,6 +21,7 @@ from odf_chain.dataset import Dataset
 from odf_chain.errors import OdfChainError, SchemaError
 from odf_chain.format.multihash import BLAKE3, SHA3_256
 from odf_chain.gc import DEFAULT_MIN_AGE, collect_garbage_path
+from odf_chain.index.read import check_index
 from odf_chain.receipt import write_receipt
 from odf_chain.render import block_to_jsonable, log_line, schema_to_jsonable, state_to_jsonable
 from odf_chain.schema.evolution import check_evolution, diff_schemas
@@ -50,13 +51,18 @@ def _print_json(value: object) -> None:
 
 
 def cmd_log(args: argparse.Namespace) -> int:
-    entries = Dataset.open(args.dir).blocks()
-    entries.reverse()  # newest first, like git log
+    entries = Dataset.open(args.dir).log(args.max_count)  # newest first, read as printed
     if args.json:
         _print_json([block_to_jsonable(e) for e in entries])
     else:
         for entry in entries:
             print(log_line(entry))
+    return EXIT_OK
+
+
+def cmd_index(args: argparse.Namespace) -> int:
+    report = check_index(args.dir, from_scratch=args.rebuild)
+    print(report.line())
     return EXIT_OK
 
 
@@ -507,7 +513,25 @@ def build_parser() -> argparse.ArgumentParser:
         "dir", help="dataset directory or pyarrow.fs URI (s3://..., gs://..., hdfs://...)"
     )
     log.add_argument("--json", action="store_true", help="full blocks as JSON")
+    log.add_argument(
+        "-n",
+        "--max-count",
+        type=int,
+        metavar="N",
+        help="show only the N newest blocks (reads only those)",
+    )
     log.set_defaults(run=cmd_log)
+
+    index = commands.add_parser(
+        "index", help="check the derived index (info/odf-chain-index/), repairing it if needed"
+    )
+    index.add_argument(
+        "dir", help="dataset directory or pyarrow.fs URI (s3://..., gs://..., hdfs://...)"
+    )
+    index.add_argument(
+        "--rebuild", action="store_true", help="rebuild it from the chain (one full fold)"
+    )
+    index.set_defaults(run=cmd_index)
 
     schema = commands.add_parser(
         "schema",

@@ -113,6 +113,7 @@ class ChainIndex:
     head: DatasetState
     pointers: Pointers
     rebuilt: bool = False
+    how: str = "checked"  # or "caught up" (from a stale index), "rebuilt" (one full fold)
     _entries: dict[int, SeqEntry] = field(default_factory=dict)  # checked or derived
     _segments: dict[int, list[SeqEntry]] = field(default_factory=dict)
     _states: dict[int, DatasetState] = field(default_factory=dict)  # checked or derived
@@ -399,11 +400,11 @@ def _from_files(storage: Storage, head: Multihash) -> ChainIndex:
     catch_up = _Derived(state, pointers)
     for entry in walked:
         _checked(lambda entry=entry: catch_up.add(entry))
-    index = replace(probe, head=catch_up.state, pointers=catch_up.pointers)
+    index = replace(probe, head=catch_up.state, pointers=catch_up.pointers, how="caught up")
     index._entries.update({e.sequence_number: e for e in catch_up.entries})
     index._states.update(catch_up.states)
     if state.head is None:  # the whole chain was walked: authoritative, like a rebuild
-        index.rebuilt = True
+        index.rebuilt, index.how = True, "rebuilt"
         index._lists.update({SCHEMA_LIST: catch_up.schemas, LINEAGE_LIST: catch_up.lineage})
         catch_up.save_all(storage)
     else:
@@ -468,7 +469,7 @@ def rebuild(storage: Storage, head: Multihash | None = None) -> ChainIndex:
     for entry in entries:  # errors here are the chain's: shown as they are
         derived.add(entry)
     derived.save_all(storage)
-    index = ChainIndex(storage, derived.state, derived.pointers, rebuilt=True)
+    index = ChainIndex(storage, derived.state, derived.pointers, rebuilt=True, how="rebuilt")
     index.block_reads = len(entries)
     index._entries.update({e.sequence_number: e for e in derived.entries})
     index._states.update(derived.states)
@@ -490,3 +491,36 @@ def answer(storage: Storage, question: Callable[[ChainIndex], T]) -> T:
         return question(index)
     except IndexDamage as exc:  # derived just now: only a chain changing under us gets here
         raise IntegrityError(f"{storage.location}: the chain changed while read ({exc})") from None
+
+
+@dataclass(frozen=True, slots=True)
+class IndexStatus:
+    """What ``odf-chain index`` found: how the head state was obtained, and whether the index
+    on disk now names the head (False: the dataset could not be written)."""
+
+    location: str
+    blocks: int
+    head: Multihash
+    how: str
+    saved: bool
+
+    def line(self) -> str:
+        saved = "saved" if self.saved else "NOT saved (the dataset's info/ cannot be written)"
+        return f"{self.location}: index of {self.blocks} blocks at {self.head}: {self.how}, {saved}"
+
+
+def check_index(location: str, *, from_scratch: bool = False) -> IndexStatus:
+    """Check the index of the dataset at ``location`` as a reader would (repairing it), or
+    rebuild it ``from_scratch`` (one full fold of the chain)."""
+    from odf_chain.storage import open_storage
+
+    storage = open_storage(location)
+    index = rebuild(storage) if from_scratch else open_index(storage)
+    head = index.head.head
+    assert head is not None
+    try:
+        on_disk = _read_snapshot(storage, HEAD_SNAPSHOT)
+    except IndexDamage:
+        on_disk = None
+    saved = on_disk is not None and on_disk.block_hash == head
+    return IndexStatus(storage.location, index.length, head, index.how, saved)
