@@ -229,17 +229,32 @@ class ChainIndex:
 
     # -- lists -----------------------------------------------------------------------------------
 
-    def listed(self, name: str, upto: int) -> list[BlockEntry]:
-        """The blocks list ``name`` (schemas or lineage) names up to block ``upto``, loaded and
-        checked (kind, sequence number, the table's hash there)."""
+    def _list(self, name: str) -> list[Pointer]:
         pointers = self._lists.get(name)
         if pointers is None:
             raw = _checked(lambda: self.storage.read_derived(name, MAX_LIST_BYTES))
             # missing: none yet (the callers check the last one against the state)
             pointers = [] if raw is None else decode_list(raw, name)
             self._lists[name] = pointers
+        return pointers
+
+    def check_list_tails(self) -> None:
+        """The head snapshot's schema and last lineage event must be the last the lists name:
+        a snapshot pointing at an older (genuine) schema block is caught here."""
+        upto = self.head.sequence_number
+        schemas = [p for p in self._list(SCHEMA_LIST) if p.sequence_number <= upto]
+        if (schemas[-1] if schemas else None) != self.pointers.schema:
+            raise IndexDamage(f"{SCHEMA_LIST} does not end at the head snapshot's schema")
+        lineage = [p.sequence_number for p in self._list(LINEAGE_LIST) if p.sequence_number <= upto]
+        if (lineage[-1] if lineage else None) != self.head.last_lineage_sequence_number:
+            raise IndexDamage(f"{LINEAGE_LIST} does not end at the last lineage event")
+
+    def listed(self, name: str, upto: int) -> list[BlockEntry]:
+        """The blocks list ``name`` (schemas or lineage) names up to block ``upto``, loaded and
+        checked (kind, sequence number, the table's hash there)."""
+        pointers = self._list(name)
         kind = SetDataSchema if name == SCHEMA_LIST else AddFieldLineage
-        out = []
+        out: list[BlockEntry] = []
         for pointer in pointers:
             if pointer.sequence_number > upto:
                 break
@@ -373,7 +388,9 @@ def _from_files(storage: Storage, head: Multihash) -> ChainIndex:
     probe = ChainIndex(storage, EMPTY, Pointers())
     if head_snapshot is not None and head_snapshot.block_hash == head:
         state, pointers = restore(probe, head_snapshot)
-        return replace(probe, head=state, pointers=pointers)
+        index = replace(probe, head=state, pointers=pointers)
+        index.check_list_tails()
+        return index
     # Catch up: walk back to a block a snapshot names, then fold forward.
     walked: list[BlockEntry] = []
     base: tuple[DatasetState, Pointers] | None = None
