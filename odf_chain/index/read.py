@@ -379,8 +379,12 @@ def open_index(storage: Storage, head: Multihash | None = None) -> ChainIndex:
 
 
 def _read_snapshot(storage: Storage, name: str) -> Snapshot | None:
-    raw = _checked(lambda: storage.read_derived(name, MAX_SNAPSHOT_BYTES))
-    return None if raw is None else Snapshot.decode(raw, name)
+    """The snapshot ``name``, or None when it is missing or damaged (another may serve)."""
+    try:
+        raw = _checked(lambda: storage.read_derived(name, MAX_SNAPSHOT_BYTES))
+        return None if raw is None else Snapshot.decode(raw, name)
+    except IndexDamage:
+        return None
 
 
 def _from_files(storage: Storage, head: Multihash) -> ChainIndex:
@@ -535,9 +539,6 @@ def check_index(location: str, *, from_scratch: bool = False) -> IndexStatus:
     index = rebuild(storage) if from_scratch else open_index(storage)
     head = index.head.head
     assert head is not None
-    try:
-        on_disk = _read_snapshot(storage, HEAD_SNAPSHOT)
-    except IndexDamage:
-        on_disk = None
+    on_disk = _read_snapshot(storage, HEAD_SNAPSHOT)
     saved = on_disk is not None and on_disk.block_hash == head
     return IndexStatus(storage.location, index.length, head, index.how, saved)

@@ -71,6 +71,7 @@ class FsStorage:
         self._root = root.rstrip("/")
         self._uri = uri or self._root
         self._staging_ready = False
+        self._derived_dirs: set[str] = set()
 
     @classmethod
     def create(cls, filesystem: pafs.FileSystem, root: str, uri: str | None = None) -> FsStorage:
@@ -360,7 +361,13 @@ class FsStorage:
             raise StorageError(f"cannot read {self._join(path)}: {exc}") from exc
 
     def write_derived(self, relative: str, data: bytes) -> None:
-        self._put(f"{DERIVED_DIR}/{check_derived(relative)}", data)
+        path = f"{DERIVED_DIR}/{check_derived(relative)}"
+        parent = path.rpartition("/")[0]
+        if parent not in self._derived_dirs:  # local and HDFS filesystems need the folder
+            with arrow_errors("create", self._join(parent)):
+                self._fs.create_dir(self._join(parent), recursive=True)
+            self._derived_dirs.add(parent)
+        self._put(path, data)
 
     def patch_derived(self, relative: str, offset: int, data: bytes) -> bool:
         """Read, cut and rewrite the whole file: objects cannot be appended to."""
