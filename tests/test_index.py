@@ -25,7 +25,6 @@ from odf_chain.errors import NotFoundError
 from odf_chain.events import AddData, SetInfo, SetLicense, SetVocab, SourceState
 from odf_chain.index import read as index_read
 from odf_chain.index.records import (
-    HEAD_SNAPSHOT,
     SNAPSHOT_INTERVAL,
     Snapshot,
 )
@@ -299,7 +298,7 @@ def test_forged_head_snapshots_naming_the_genuine_head_are_not_believed(copy: Pa
 
 
 def test_forged_periodic_snapshot_is_not_believed(copy: Path) -> None:
-    entries, states = fold_states(copy)
+    _, states = fold_states(copy)
     path = copy / INDEX / "snap-000000000256"
     genuine = Snapshot.decode(path.read_bytes(), "snap")
     write_snapshot(path, _forge(genuine, num_records=genuine.num_records + 5))
@@ -311,7 +310,7 @@ def test_forged_periodic_snapshot_is_not_believed(copy: Path) -> None:
 def test_snapshots_of_another_dataset_are_not_believed(copy: Path, tmp_path: Path) -> None:
     other = tmp_path / "other"
     fast_chain(other, 600)
-    Dataset.open(other).state  # builds the other's index
+    assert Dataset.open(other).state.sequence_number == 599  # builds the other's index
     for name in ("head", "snap-000000000256", "seq-00000000"):
         shutil.copy(other / INDEX / name, copy / INDEX / name)
     assert_truth(copy)
@@ -325,7 +324,7 @@ def test_entries_past_a_rolled_back_head_are_dropped(copy: Path) -> None:
     index = index_read.open_index(storage)
     assert index.how == "caught up"  # walked back to snap-256, folded 257..300
     same_state(index.head, states[300], "rolled back")
-    with pytest.raises(NotFoundError, match="0..300"):
+    with pytest.raises(NotFoundError, match=r"0\.\.300"):
         replay.state_at(storage, 400)
     names = sorted(p.name for p in (copy / INDEX).iterdir())
     assert "snap-000000000512" not in names
@@ -509,7 +508,9 @@ def test_log_streams_newest_first_and_reads_only_what_it_shows(copy: Path) -> No
     assert p.returncode == 0, p.stderr
     lines = p.stdout.splitlines()
     assert len(lines) == 3
-    assert [str(e.hash) in line for e, line in zip(reversed(entries[-3:]), lines)] == [True] * 3
+    assert [str(e.hash) in line for e, line in zip(reversed(entries[-3:]), lines, strict=True)] == [
+        True
+    ] * 3
     # a damaged block further back is never read by -n 3, and a full log prints what comes
     # before it (streaming), then one error line
     damaged = entries[-10]
@@ -534,8 +535,8 @@ def test_index_command(copy: Path) -> None:
 
 
 def test_snapshot_checksum_covers_every_byte() -> None:
-    from odf_chain.index.records import IndexDamage, Pointer, Pointers
     from odf_chain.format.multihash import Multihash
+    from odf_chain.index.records import IndexDamage, Pointer, Pointers
 
     h = Multihash.digest("blake3", b"x")
     snap = Snapshot(5, h, 7, Pointers(seed=Pointer(0, h)), transactions=(("a", 1),))
@@ -547,3 +548,55 @@ def test_snapshot_checksum_covers_every_byte() -> None:
         with pytest.raises(IndexDamage):
             Snapshot.decode(bytes(bad), "s")
     assert zlib.crc32(b"") == 0  # the records' checksum is CRC-32 (zlib)
+
+
+# -- verify reports an index that lies ------------------------------------------------------------
+
+
+def index_warnings(root: Path) -> list:
+    from odf_chain.verify import verify_path
+
+    report = verify_path(root, check_data=False)
+    assert report.ok, [p.line() for p in report.errors]
+    return [p for p in report.warnings if p.rule.startswith("index-")]
+
+
+def test_verify_is_silent_about_a_true_index_and_never_writes_it(copy: Path) -> None:
+    before = {p.name: p.read_bytes() for p in (copy / INDEX).iterdir()}
+    assert index_warnings(copy) == []
+    shutil.rmtree(copy / INDEX)
+    assert index_warnings(copy) == []  # no index is no finding
+    assert not (copy / INDEX).exists()
+    assert before  # there was an index to compare
+
+
+def test_verify_warns_about_an_index_that_lies(copy: Path) -> None:
+    genuine = head_snapshot(copy)
+    # values a reader cannot check without a fold
+    write_snapshot(copy / INDEX / "head", _forge(genuine, data_size=genuine.data_size + 1))
+    path = copy / INDEX / "snap-000000000256"
+    periodic = Snapshot.decode(path.read_bytes(), "snap")
+    write_snapshot(path, _forge(periodic, transactions=(("job", 99),)))
+    segment = copy / INDEX / "seq-00000000"
+    data = bytearray(segment.read_bytes())
+    # block 7's system time, with a valid checksum: a well-formed entry that lies
+    from odf_chain.index.records import SeqEntry, decode_seq, encode_seq
+
+    entries = decode_seq(bytes(data), 0, "seq")
+    lie = SeqEntry(7, entries[7].block_hash, entries[7].time_us + 1)
+    data[7 * 54 : 8 * 54] = encode_seq([lie])
+    segment.write_bytes(bytes(data))
+    found = {(w.rule, w.sequence_number) for w in index_warnings(copy)}
+    lines = " | ".join(w.line() for w in index_warnings(copy))
+    assert ("index-mismatch", genuine.sequence_number) in found, lines
+    assert ("index-mismatch", 256) in found, lines
+    assert ("index-mismatch", 7) in found, lines
+    assert "data_size" in lines and "transactions" in lines and "system time" in lines
+
+
+def test_verify_warns_about_a_stale_index(copy: Path) -> None:
+    entries, _ = fold_states(copy)
+    (copy / "refs" / "head").write_text(str(entries[300].hash))  # rolled back, index not told
+    (copy / "logs" / "head").unlink()  # else verify reports the rollback itself, an error
+    rules = {w.rule for w in index_warnings(copy)}
+    assert rules == {"index-stale"}, rules

@@ -1,0 +1,191 @@
+"""Verify's view of the index: compare it with what verify derived itself, and warn where it lies.
+
+Verify never trusts or writes the index: after its own walk and fold it calls
+:func:`report_index` with the blocks it read, and every entry and snapshot of the index is
+compared with them. A lying index is a warning (readers would detect most of it and rebuild; a
+forgery naming genuine blocks of another branch, or wrong counters, they cannot): rules
+``index-stale`` (it describes another head or more blocks than the chain has) and
+``index-mismatch`` (an entry or snapshot field differs from the chain, or a file is damaged).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import fields
+
+from odf_chain.chain import BlockEntry
+from odf_chain.errors import OdfChainError
+from odf_chain.events import AddFieldLineage, SetDataSchema
+from odf_chain.index.records import (
+    HEAD_SNAPSHOT,
+    INDEX_DIR,
+    LINEAGE_LIST,
+    MAX_LIST_BYTES,
+    MAX_SNAPSHOT_BYTES,
+    SCHEMA_LIST,
+    SEGMENT_BYTES,
+    SEGMENT_ENTRIES,
+    IndexDamage,
+    Pointer,
+    Pointers,
+    Snapshot,
+    decode_list,
+    decode_seq,
+    time_us,
+)
+from odf_chain.state import EMPTY, apply
+from odf_chain.storage import Storage
+
+Add = Callable[..., None]  # VerifyReport.add(severity, rule, message, **where)
+_SHOWN = 5  # findings of one kind shown before they are counted
+
+
+def report_index(storage: Storage, entries: Sequence[BlockEntry], add: Add) -> None:
+    """Warn about every way the index disagrees with ``entries`` (the whole chain, oldest
+    first, as verify read it). A missing index is no finding: it is a cache."""
+    try:
+        names = storage.list_derived(INDEX_DIR)
+    except OdfChainError as exc:
+        add("warning", "index-mismatch", f"the index cannot be listed: {exc}", path=INDEX_DIR)
+        return
+    if not names:
+        return
+    _check_table(storage, entries, names, add)
+    wanted = {
+        int(n[5:]): n for n in names if n.startswith("snap-") and n[5:].isdigit()
+    }  # periodic snapshots by block
+    snapshots: dict[str, Snapshot] = {}
+    for name in [*(f"{INDEX_DIR}/{n}" for n in wanted.values()), HEAD_SNAPSHOT]:
+        try:
+            raw = storage.read_derived(name, MAX_SNAPSHOT_BYTES)
+            if raw is not None:
+                snapshots[name] = Snapshot.decode(raw, name)
+        except (OdfChainError, IndexDamage) as exc:
+            add("warning", "index-mismatch", f"{exc}", path=f"info/{name}")
+    # one pass of the fold's apply (the rules already ran in verify's own fold)
+    by_seq: dict[int, list[str]] = {}
+    for name, snapshot in snapshots.items():
+        by_seq.setdefault(snapshot.sequence_number, []).append(name)
+    state, pointers = EMPTY, Pointers()
+    schemas: list[Pointer] = []
+    lineage: list[Pointer] = []
+    for entry in entries:
+        block = entry.block
+        state = apply(state, block, entry.hash)
+        pointers = pointers.after(block, entry.hash)
+        if isinstance(block.event, SetDataSchema):
+            schemas.append(Pointer(block.sequence_number, entry.hash))
+        elif isinstance(block.event, AddFieldLineage):
+            lineage.append(Pointer(block.sequence_number, entry.hash))
+        for name in by_seq.get(block.sequence_number, ()):
+            _compare_snapshot(name, snapshots[name], Snapshot.of_state(state, pointers), add)
+    for name, snapshot in snapshots.items():
+        if snapshot.sequence_number >= len(entries):
+            add(
+                "warning",
+                "index-stale",
+                f"{name} describes block {snapshot.sequence_number}, past the head "
+                f"(block {len(entries) - 1}): a rolled-back head, or another chain",
+                path=f"info/{name}",
+            )
+    head = snapshots.get(HEAD_SNAPSHOT)
+    if head is not None and entries and head.block_hash != entries[-1].hash:
+        add(
+            "warning",
+            "index-stale",
+            f"{HEAD_SNAPSHOT} names block {head.sequence_number} ({head.block_hash}), not the "
+            "head: readers catch up or rebuild",
+            path=f"info/{HEAD_SNAPSHOT}",
+        )
+    for name, derived in ((SCHEMA_LIST, schemas), (LINEAGE_LIST, lineage)):
+        _check_list(storage, name, derived, len(entries), add)
+
+
+def _compare_snapshot(name: str, stored: Snapshot, derived: Snapshot, add: Add) -> None:
+    differ = [
+        f.name for f in fields(Snapshot) if getattr(stored, f.name) != getattr(derived, f.name)
+    ]
+    if differ:
+        add(
+            "warning",
+            "index-mismatch",
+            f"{name} (block {derived.sequence_number}) differs from the chain in "
+            f"{', '.join(differ)}",
+            sequence_number=derived.sequence_number,
+            block_hash=str(derived.block_hash),
+            path=f"info/{name}",
+        )
+
+
+def _check_table(
+    storage: Storage, entries: Sequence[BlockEntry], names: list[str], add: Add
+) -> None:
+    shown = 0
+    for name in sorted(n for n in names if n.startswith("seq-") and n[4:].isdigit()):
+        path = f"{INDEX_DIR}/{name}"
+        first = int(name[4:]) * SEGMENT_ENTRIES
+        try:
+            raw = storage.read_derived(path, SEGMENT_BYTES) or b""
+            table = decode_seq(raw, first, path)
+        except (OdfChainError, IndexDamage) as exc:
+            add("warning", "index-mismatch", str(exc), path=f"info/{path}")
+            continue
+        for recorded in table:
+            seq = recorded.sequence_number
+            if seq >= len(entries):
+                add(
+                    "warning",
+                    "index-stale",
+                    f"{path} has entries from block {seq} on, past the head "
+                    f"(block {len(entries) - 1})",
+                    path=f"info/{path}",
+                )
+                break
+            block = entries[seq]
+            wrong = [
+                what
+                for what, ok in (
+                    ("block hash", recorded.block_hash == block.hash),
+                    ("system time", recorded.time_us == time_us(block.block.system_time)),
+                )
+                if not ok
+            ]
+            if wrong and shown < _SHOWN:
+                shown += 1
+                add(
+                    "warning",
+                    "index-mismatch",
+                    f"{path}: the entry of block {seq} has the wrong {' and '.join(wrong)}",
+                    sequence_number=seq,
+                    block_hash=str(block.hash),
+                    path=f"info/{path}",
+                )
+
+
+def _check_list(storage: Storage, name: str, derived: list[Pointer], length: int, add: Add) -> None:
+    try:
+        raw = storage.read_derived(name, MAX_LIST_BYTES)
+        if raw is None:
+            return
+        stored = decode_list(raw, name)
+    except (OdfChainError, IndexDamage) as exc:
+        add("warning", "index-mismatch", str(exc), path=f"info/{name}")
+        return
+    past = [p.sequence_number for p in stored if p.sequence_number >= length]
+    if past:
+        add(
+            "warning",
+            "index-stale",
+            f"{name} names blocks past the head (block {length - 1}): {past[:_SHOWN]}",
+            path=f"info/{name}",
+        )
+        stored = [p for p in stored if p.sequence_number < length]
+    if stored != derived:
+        extra = sorted({p.sequence_number for p in stored} ^ {p.sequence_number for p in derived})
+        add(
+            "warning",
+            "index-mismatch",
+            f"{name} does not list exactly the chain's blocks of its kind"
+            + (f" (differs at blocks {extra[:_SHOWN]})" if extra else ""),
+            path=f"info/{name}",
+        )
