@@ -708,6 +708,10 @@ class LocalStorage:
             _os_errors("remove", self._root / parent / name),
             contextlib.suppress(FileNotFoundError),
         ):
+            with self._dir(parent) as dir_fd:
+                if stat.S_ISLNK(_lstat(name, dir_fd).st_mode):  # the link, never its target
+                    os.unlink(name, dir_fd=dir_fd)
+                    return
             self._remove_entry(parent, name)
 
     def list_derived(self, directory: str) -> list[str]:
