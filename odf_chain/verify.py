@@ -845,9 +845,9 @@ def verify(
     entries = walk.entries
     with_data: list[tuple[BlockEntry, DatasetState]] = []
     if walk.complete:
-        with_data, _ = _fold(entries, report)
+        with_data, head_state = _fold(entries, report)
         _check_lineage_inputs(entries, report)
-        report_index(storage, entries, report.add)  # warns about a derived index that lies
+        report_index(storage, entries, head_state, report.add)  # warns if the index lies
     else:
         report.add(
             "error", "chain-incomplete", "rules not re-run: the chain could not be read to the Seed"

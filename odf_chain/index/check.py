@@ -16,6 +16,7 @@ from dataclasses import fields
 from odf_chain.chain import BlockEntry
 from odf_chain.errors import OdfChainError
 from odf_chain.events import AddFieldLineage, SetDataSchema
+from odf_chain.index.read import ChainIndex, restore
 from odf_chain.index.records import (
     HEAD_SNAPSHOT,
     INDEX_DIR,
@@ -33,16 +34,24 @@ from odf_chain.index.records import (
     decode_seq,
     time_us,
 )
-from odf_chain.state import EMPTY, apply
+from odf_chain.state import EMPTY, DatasetState
 from odf_chain.storage import Storage
 
 Add = Callable[..., None]  # VerifyReport.add(severity, rule, message, **where)
 _SHOWN = 5  # findings of one kind shown before they are counted
 
 
-def report_index(storage: Storage, entries: Sequence[BlockEntry], add: Add) -> None:
+def report_index(
+    storage: Storage, entries: Sequence[BlockEntry], head: DatasetState, add: Add
+) -> None:
     """Warn about every way the index disagrees with ``entries`` (the whole chain, oldest
-    first, as verify read it). A missing index is no finding: it is a cache."""
+    first, as verify read it) and ``head`` (the state verify's fold derived there). A missing
+    index is no finding: it is a cache.
+
+    Exact for the table, the lists and the head snapshot (field by field). A periodic snapshot
+    gets the reader's checks against the chain's own blocks (the block it names, its pointers'
+    blocks, kinds and cross-checks), not a second fold: re-deriving the state at every 256th
+    block would double verify's time. ``odf-chain index --rebuild`` rewrites them all."""
     try:
         names = storage.list_derived(INDEX_DIR)
     except OdfChainError as exc:
@@ -62,24 +71,53 @@ def report_index(storage: Storage, entries: Sequence[BlockEntry], add: Add) -> N
                 snapshots[name] = Snapshot.decode(raw, name)
         except (OdfChainError, IndexDamage) as exc:
             add("warning", "index-mismatch", f"{exc}", path=f"info/{name}")
-    # one pass of the fold's apply (the rules already ran in verify's own fold)
-    by_seq: dict[int, list[str]] = {}
+    known = _Known(storage, EMPTY, Pointers())
+    known.blocks = {e.hash: e for e in entries}
     for name, snapshot in snapshots.items():
-        by_seq.setdefault(snapshot.sequence_number, []).append(name)
-    state, pointers = EMPTY, Pointers()
-    schemas: list[Pointer] = []
-    lineage: list[Pointer] = []
-    for entry in entries:
-        block = entry.block
-        state = apply(state, block, entry.hash)
-        pointers = pointers.after(block, entry.hash)
-        if isinstance(block.event, SetDataSchema):
-            schemas.append(Pointer(block.sequence_number, entry.hash))
-        elif isinstance(block.event, AddFieldLineage):
-            lineage.append(Pointer(block.sequence_number, entry.hash))
-        for name in by_seq.get(block.sequence_number, ()):
-            _compare_snapshot(name, snapshots[name], Snapshot.of_state(state, pointers), add)
+        seq = snapshot.sequence_number
+        if seq >= len(entries):
+            continue  # reported as stale below
+        if name == HEAD_SNAPSHOT and seq == len(entries) - 1:
+            # the head: compared field by field with the state verify's own fold derived
+            _compare_snapshot(name, snapshot, Snapshot.of_state(head, _pointers(entries)), add)
+            continue
+        if snapshot.block_hash != entries[seq].hash:
+            continue  # names another block: reported as stale below (head) or here
+        try:
+            restore(known, snapshot)
+        except IndexDamage as exc:
+            add(
+                "warning",
+                "index-mismatch",
+                str(exc),
+                sequence_number=seq,
+                block_hash=str(entries[seq].hash),
+                path=f"info/{name}",
+            )
+    schemas = [
+        Pointer(e.block.sequence_number, e.hash)
+        for e in entries
+        if isinstance(e.block.event, SetDataSchema)
+    ]
+    lineage = [
+        Pointer(e.block.sequence_number, e.hash)
+        for e in entries
+        if isinstance(e.block.event, AddFieldLineage)
+    ]
     for name, snapshot in snapshots.items():
+        seq = snapshot.sequence_number
+        if (
+            seq < len(entries)
+            and name != HEAD_SNAPSHOT
+            and snapshot.block_hash != entries[seq].hash
+        ):
+            add(
+                "warning",
+                "index-mismatch",
+                f"{name} names {snapshot.block_hash}, not block {snapshot.sequence_number}",
+                sequence_number=snapshot.sequence_number,
+                path=f"info/{name}",
+            )
         if snapshot.sequence_number >= len(entries):
             add(
                 "warning",
@@ -189,3 +227,33 @@ def _check_list(storage: Storage, name: str, derived: list[Pointer], length: int
             + (f" (differs at blocks {extra[:_SHOWN]})" if extra else ""),
             path=f"info/{name}",
         )
+
+
+def _pointers(entries: Sequence[BlockEntry]) -> Pointers:
+    """The head's pointers: for each kind, the last block of that kind, found newest first
+    with cheap type tests only (a second fold would double verify's time)."""
+    from odf_chain.index.read import _KINDS
+
+    found: dict[str, Pointer] = {}
+    for entry in reversed(entries):
+        event = entry.block.event
+        for kind, test in _KINDS.items():
+            if kind not in found and test(event):
+                found[kind] = Pointer(entry.block.sequence_number, entry.hash)
+        if len(found) == len(_KINDS) - 1 and "seed" not in found:
+            break
+    if entries and "seed" not in found:
+        found["seed"] = Pointer(0, entries[0].hash)
+    return Pointers(**found)
+
+
+class _Known(ChainIndex):
+    """A view whose blocks are those verify already read and checked (no second read)."""
+
+    blocks: dict
+
+    def _load(self, block_hash):  # type: ignore[override]
+        found = self.blocks.get(block_hash)
+        if found is None:
+            raise IndexDamage(f"block {block_hash} is not in the chain")
+        return found
