@@ -31,7 +31,7 @@ from odf_chain.index.records import (
     Pointers,
     Snapshot,
     decode_list,
-    decode_seq,
+    raw_seq,
     time_us,
 )
 from odf_chain.state import EMPTY, DatasetState
@@ -164,12 +164,11 @@ def _check_table(
         first = int(name[4:]) * SEGMENT_ENTRIES
         try:
             raw = storage.read_derived(path, SEGMENT_BYTES) or b""
-            table = decode_seq(raw, first, path)
+            table = raw_seq(raw, first, path)
         except (OdfChainError, IndexDamage) as exc:
             add("warning", "index-mismatch", str(exc), path=f"info/{path}")
             continue
-        for recorded in table:
-            seq = recorded.sequence_number
+        for seq, moment, hash_bytes in table:
             if seq >= len(entries):
                 add(
                     "warning",
@@ -183,8 +182,8 @@ def _check_table(
             wrong = [
                 what
                 for what, ok in (
-                    ("block hash", recorded.block_hash == block.hash),
-                    ("system time", recorded.time_us == time_us(block.block.system_time)),
+                    ("block hash", hash_bytes == bytes(block.hash)),
+                    ("system time", moment == time_us(block.block.system_time)),
                 )
                 if not ok
             ]

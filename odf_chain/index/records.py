@@ -105,6 +105,21 @@ def segment_offset(sequence_number: int) -> int:
     return sequence_number % SEGMENT_ENTRIES * SEQ_RECORD_BYTES
 
 
+def raw_seq(data: bytes, first: int, where: str) -> list[tuple[int, int, bytes]]:
+    """A segment's records as (sequence number, time, hash bytes), checked like
+    :func:`decode_seq` but without building a Multihash each: for verify's bulk compare."""
+    if len(data) % SEQ_RECORD_BYTES:
+        raise IndexDamage(f"{where}: {len(data)} bytes, not whole records (torn or cut)")
+    out = []
+    for i, (seq, moment, raw, crc) in enumerate(_SEQ.iter_unpack(data)):
+        if zlib.crc32(data[i * SEQ_RECORD_BYTES : (i + 1) * SEQ_RECORD_BYTES - 4]) != crc:
+            raise IndexDamage(f"{where}: record {i} fails its checksum")
+        if seq != first + i:
+            raise IndexDamage(f"{where}: record {i} is block {seq}, expected {first + i}")
+        out.append((seq, moment, raw))
+    return out
+
+
 def encode_seq(entries: list[SeqEntry]) -> bytes:
     out = bytearray()
     for e in entries:
