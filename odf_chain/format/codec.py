@@ -633,18 +633,22 @@ class _Reader:
     __slots__ = ("_fields", "_offsets", "buf", "pos")
 
     def __init__(self, buf: bytes, pos: int) -> None:
-        if not 0 <= pos <= len(buf) - 4:
-            raise FormatError(f"table offset {pos} outside the {len(buf)}-byte buffer")
+        size = len(buf)
+        if not 0 <= pos <= size - 4:
+            raise FormatError(f"table offset {pos} outside the {size}-byte buffer")
         vtable = pos - _I32.unpack_from(buf, pos)[0]
-        if not 0 <= vtable <= len(buf) - 4:
+        if not 0 <= vtable <= size - 4:
             raise FormatError(f"vtable offset {vtable} outside the buffer")
         self.buf = buf
         self.pos = pos
         # Every field's offset at once (one struct call, not one per field). A slot exists when
         # its entry starts inside the vtable's declared size, as ``Table.Offset`` has it; the
         # entries that fit in the buffer are read, one that does not fails when asked for.
-        self._fields = max(0, (_VTABLE_SIZE.unpack_from(buf, vtable)[0] - 3) // 2)
-        fit = min(self._fields, (len(buf) - vtable - 4) // 2)
+        fields = (_VTABLE_SIZE.unpack_from(buf, vtable)[0] - 3) >> 1
+        fit = (size - vtable - 4) >> 1
+        if fit > fields:
+            fit = fields
+        self._fields = fields
         self._offsets = _vtable_struct(fit).unpack_from(buf, vtable + 4) if fit > 0 else ()
 
     def _field(self, slot: int) -> int:

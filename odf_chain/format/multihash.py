@@ -169,7 +169,8 @@ class Multihash:
         return cls.from_bytes(raw)
 
     def __bytes__(self) -> bytes:
-        return encode_varint(self.code) + encode_varint(len(self.digest_bytes)) + self.digest_bytes
+        # both codes and the digest length are below 0x80: each varint is that one byte
+        return bytes((_CODES[self.algorithm], _DIGEST_SIZE)) + self.digest_bytes
 
     def to_multibase(self) -> str:
         return "f" + bytes(self).hex()

@@ -328,6 +328,9 @@ class LocalStorage:
             try:
                 with self._dir(directory) as dir_fd, os.scandir(dir_fd) as it:
                     for entry in it:
+                        # the directory listing's own type first: no stat per regular file
+                        if entry.is_file(follow_symlinks=False):
+                            continue
                         mode = entry.stat(follow_symlinks=False).st_mode
                         if stat.S_ISREG(mode) or (directory == STAGING and stat.S_ISDIR(mode)):
                             continue
