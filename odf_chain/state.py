@@ -248,7 +248,7 @@ class DatasetState:
 EMPTY = DatasetState()
 
 
-def _apply_data(state: DatasetState, event: AddData | ExecuteTransform) -> DatasetState:
+def _data_changes(state: DatasetState, event: AddData | ExecuteTransform) -> dict:
     changes: dict = {}
     if event.new_data is not None:
         interval = event.new_data.offset_interval
@@ -270,30 +270,65 @@ def _apply_data(state: DatasetState, event: AddData | ExecuteTransform) -> Datas
             if covered_to >= pending.uncovered.end
             else replace(pending, uncovered=OffsetInterval(covered_to + 1, pending.uncovered.end))
         )
-    return replace(state, **changes)
+    return changes
 
 
-def _apply_lineage(
-    state: DatasetState, event: AddFieldLineage, sequence_number: int, block_hash: Multihash
-) -> DatasetState:
+def _lineage_changes(event: AddFieldLineage, sequence_number: int, block_hash: Multihash) -> dict:
     offsets = event.run.offsets
-    return replace(
-        state,
-        last_lineage_sequence_number=sequence_number,
-        lineage_pending=None
+    return {
+        "last_lineage_sequence_number": sequence_number,
+        "lineage_pending": None
         if offsets is None
         else PendingLineage(sequence_number, block_hash, offsets),
-    )
+    }
 
 
 def _covers_pending(event: object) -> bool:
     return isinstance(event, AddData | ExecuteTransform) and event.new_data is not None
 
 
-def apply(state: DatasetState, block: MetadataBlock, block_hash: Multihash) -> DatasetState:
-    """The state after ``block`` (already validated), stored under ``block_hash``."""
+def _event_changes(state: DatasetState, block: MetadataBlock, block_hash: Multihash) -> dict:
+    """What ``block``'s event changes, read from the state before the block."""
     event = block.event
-    changes: dict = {}
+    match event:
+        case Seed():
+            return {"dataset_id": event.dataset_id, "dataset_kind": event.dataset_kind}
+        case SetDataSchema():
+            return {"schema": event.arrow_schema, "schema_sequence_number": block.sequence_number}
+        case AddData() | ExecuteTransform():
+            return _data_changes(state, event)
+        case AddFieldLineage():
+            return _lineage_changes(event, block.sequence_number, block_hash)
+        case SetVocab():
+            return {"vocab": Vocabulary.from_event(event)}
+        case AddPushSource():
+            return {"push_sources": state.push_sources | {event.source_name or ""}}
+        case DisablePushSource():
+            return {"push_sources": state.push_sources - {event.source_name}}
+        case SetPollingSource():
+            return {"polling_source": True}
+        case DisablePollingSource():
+            return {"polling_source": False}
+        case SetInfo():
+            return {"info": event}
+        case SetLicense():
+            return {"license": event}
+        case _:
+            return {}
+
+
+def apply(state: DatasetState, block: MetadataBlock, block_hash: Multihash) -> DatasetState:
+    """The state after ``block`` (already validated), stored under ``block_hash``.
+
+    One ``replace`` per block (copying the state is most of what a fold step costs): the
+    event's own changes are applied after, so they win over the general ones below.
+    """
+    event = block.event
+    changes: dict = {
+        "head": block_hash,
+        "sequence_number": block.sequence_number,
+        "system_time": block.system_time,
+    }
     recorded = _well_formed(transaction_of(event))
     if recorded is not None:  # the version as recorded (verify folds on past violations too)
         changes["transactions"] = state.transactions.recorded(*recorded)
@@ -301,37 +336,5 @@ def apply(state: DatasetState, block: MetadataBlock, block_hash: Multihash) -> D
         # Only in a chain that broke rule lineage-data (verify folds on past violations):
         # report the uncovered offsets once, not again at every later block.
         changes["lineage_pending"] = None
-    state = replace(
-        state,
-        head=block_hash,
-        sequence_number=block.sequence_number,
-        system_time=block.system_time,
-        **changes,
-    )
-    match event:
-        case Seed():
-            return replace(state, dataset_id=event.dataset_id, dataset_kind=event.dataset_kind)
-        case SetDataSchema():
-            return replace(
-                state, schema=event.arrow_schema, schema_sequence_number=block.sequence_number
-            )
-        case AddData() | ExecuteTransform():
-            return _apply_data(state, event)
-        case AddFieldLineage():
-            return _apply_lineage(state, event, block.sequence_number, block_hash)
-        case SetVocab():
-            return replace(state, vocab=Vocabulary.from_event(event))
-        case AddPushSource():
-            return replace(state, push_sources=state.push_sources | {event.source_name or ""})
-        case DisablePushSource():
-            return replace(state, push_sources=state.push_sources - {event.source_name})
-        case SetPollingSource():
-            return replace(state, polling_source=True)
-        case DisablePollingSource():
-            return replace(state, polling_source=False)
-        case SetInfo():
-            return replace(state, info=event)
-        case SetLicense():
-            return replace(state, license=event)
-        case _:
-            return state
+    changes.update(_event_changes(state, block, block_hash))
+    return replace(state, **changes)

@@ -24,7 +24,7 @@ Problems are collected, not raised, so one run reports everything it can see.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -171,6 +171,15 @@ def _walk(storage: Storage, report: VerifyReport) -> _Walk:
     except FormatError as exc:
         report.add("error", "head", str(exc), path="refs/head")
         return walk
+    with storage.block_reader() as read_block:
+        _walk_from(current, read_block, walk, report)
+    walk.entries.reverse()
+    return walk
+
+
+def _walk_from(
+    current: Multihash | None, read_block: Callable[[str], bytes], walk: _Walk, report: VerifyReport
+) -> None:
     entries = walk.entries  # newest first while walking
     expected_seq: int | None = None
     while current is not None:
@@ -182,7 +191,7 @@ def _walk(storage: Storage, report: VerifyReport) -> _Walk:
         # Name the head as such when its sequence number cannot be known.
         head_note = "head block: " if not entries else ""
         try:
-            data = storage.read_block(name)
+            data = read_block(name)
         except NotFoundError:
             referrer = "refs/head" if not entries else f"block {entries[-1].block.sequence_number}"
             report.add(
@@ -235,8 +244,6 @@ def _walk(storage: Storage, report: VerifyReport) -> _Walk:
         current = block.prev_block_hash
     else:
         walk.complete = True
-    entries.reverse()
-    return walk
 
 
 def _fold(

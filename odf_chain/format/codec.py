@@ -25,7 +25,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import flatbuffers
-from flatbuffers.table import Table
 
 from odf_chain.errors import FormatError
 from odf_chain.events import (
@@ -121,19 +120,29 @@ def _prepend_timestamp(builder: flatbuffers.Builder, moment: datetime, alignment
     return builder.Offset()
 
 
-def _read_timestamp(buf: bytes, pos: int) -> datetime:
-    year, ordinal, _, seconds, nanos = struct.unpack_from("<iHHII", buf, pos)
-    if not 1 <= ordinal <= 366 or seconds >= 86400 or nanos >= 1_000_000_000:
-        raise FormatError(
-            f"invalid timestamp (year {year}, day {ordinal}, second {seconds}, ns {nanos})"
-        )
+_TIMESTAMP = struct.Struct("<iHHII")
+
+
+@functools.lru_cache(maxsize=1024)
+def _day(year: int, ordinal: int) -> datetime:
+    """Midnight UTC of day ``ordinal`` of ``year``; cached, since a chain's blocks fall on few
+    days (an invalid day raises every time: exceptions are not cached)."""
     try:
         day = datetime(year, 1, 1, tzinfo=UTC) + timedelta(days=ordinal - 1)
     except (ValueError, OverflowError):
         raise FormatError(f"invalid timestamp year {year}") from None
     if day.year != year:
         raise FormatError(f"invalid timestamp: day {ordinal} of {year}")
-    return day + timedelta(seconds=seconds, microseconds=nanos // 1000)
+    return day
+
+
+def _read_timestamp(buf: bytes, pos: int) -> datetime:
+    year, ordinal, _, seconds, nanos = _TIMESTAMP.unpack_from(buf, pos)
+    if not 1 <= ordinal <= 366 or seconds >= 86400 or nanos >= 1_000_000_000:
+        raise FormatError(
+            f"invalid timestamp (year {year}, day {ordinal}, second {seconds}, ns {nanos})"
+        )
+    return _day(year, ordinal) + timedelta(seconds=seconds, microseconds=nanos // 1000)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -593,41 +602,89 @@ def _encode_legacy_v2(block: MetadataBlock) -> bytes:
 # Decoding
 
 
-class _Reader:
-    """Field access on one table of a buffer, with bounds checks the generated code lacks."""
+_I32 = struct.Struct("<i")
+_U32 = struct.Struct("<I")
+_VTABLE_SIZE = struct.Struct("<H")
+_SCALARS: dict[str, struct.Struct] = {}
 
-    __slots__ = ("buf", "tab")
+
+def _scalar_struct(fmt: str) -> struct.Struct:
+    found = _SCALARS.get(fmt)
+    if found is None:
+        found = _SCALARS[fmt] = struct.Struct("<" + fmt)
+    return found
+
+
+@functools.cache
+def _vtable_struct(count: int) -> struct.Struct:
+    return struct.Struct(f"<{count}H")
+
+
+class _Reader:
+    """Field access on one table of a buffer, with bounds checks the generated code lacks.
+
+    The vtable is located once per table and read with precompiled structs: the generated
+    ``flatbuffers.Table`` re-reads it, and re-checks every number's range in Python, on every
+    field access, which made decoding most of what verifying a long chain cost. Every offset
+    here is non-negative (a struct never counts from the end of the buffer), and a read past
+    the end raises ``struct.error``, which :func:`decode_block` reports as a corrupt block.
+    """
+
+    __slots__ = ("_fields", "_offsets", "buf", "pos")
 
     def __init__(self, buf: bytes, pos: int) -> None:
-        if not 0 <= pos <= len(buf) - 4:
-            raise FormatError(f"table offset {pos} outside the {len(buf)}-byte buffer")
-        self.buf = buf
-        self.tab = Table(buf, pos)
-        vtable = pos - struct.unpack_from("<i", buf, pos)[0]
-        if not 0 <= vtable <= len(buf) - 4:
+        size = len(buf)
+        if not 0 <= pos <= size - 4:
+            raise FormatError(f"table offset {pos} outside the {size}-byte buffer")
+        vtable = pos - _I32.unpack_from(buf, pos)[0]
+        if not 0 <= vtable <= size - 4:
             raise FormatError(f"vtable offset {vtable} outside the buffer")
+        self.buf = buf
+        self.pos = pos
+        # Every field's offset at once (one struct call, not one per field). A slot exists when
+        # its entry starts inside the vtable's declared size, as ``Table.Offset`` has it; the
+        # entries that fit in the buffer are read, one that does not fails when asked for.
+        fields = (_VTABLE_SIZE.unpack_from(buf, vtable)[0] - 3) >> 1
+        fit = (size - vtable - 4) >> 1
+        if fit > fields:
+            fit = fields
+        self._fields = fields
+        self._offsets = _vtable_struct(fit).unpack_from(buf, vtable + 4) if fit > 0 else ()
 
     def _field(self, slot: int) -> int:
-        return self.tab.Offset(4 + 2 * slot)
+        """The field's offset from the table's start, 0 when absent (as ``Table.Offset``)."""
+        offsets = self._offsets
+        if slot < len(offsets):
+            return offsets[slot]
+        if slot < self._fields:
+            raise FormatError(f"vtable entry {slot} runs past the end of the buffer")
+        return 0
+
+    def _indirect(self, at: int) -> int:
+        return at + _U32.unpack_from(self.buf, at)[0]
+
+    def _vector(self, o: int) -> tuple[int, int]:
+        """(start, length) of the vector whose offset is at field offset ``o``."""
+        at = self._indirect(self.pos + o)
+        return at + 4, _U32.unpack_from(self.buf, at)[0]
 
     def scalar(self, slot: int, fmt: str, default: Any = None) -> Any:
         o = self._field(slot)
         if not o:
             return default
-        return struct.unpack_from("<" + fmt, self.buf, self.tab.Pos + o)[0]
+        return _scalar_struct(fmt).unpack_from(self.buf, self.pos + o)[0]
 
     def table(self, slot: int) -> _Reader | None:
         o = self._field(slot)
         if not o:
             return None
-        return _Reader(self.buf, self.tab.Indirect(self.tab.Pos + o))
+        return _Reader(self.buf, self._indirect(self.pos + o))
 
     def ubytes(self, slot: int) -> bytes | None:
         o = self._field(slot)
         if not o:
             return None
-        start = self.tab.Vector(o)
-        length = self.tab.VectorLen(o)
+        start, length = self._vector(o)
         if start + length > len(self.buf):
             raise FormatError(f"byte vector of {length} bytes runs past the end of the buffer")
         return bytes(self.buf[start : start + length])
@@ -645,22 +702,22 @@ class _Reader:
         o = self._field(slot)
         if not o:
             return None
-        start, length = self.tab.Vector(o), self.tab.VectorLen(o)
+        start, length = self._vector(o)
         if start + 4 * length > len(self.buf):
             raise FormatError(f"vector of {length} tables runs past the end of the buffer")
-        return [_Reader(self.buf, self.tab.Indirect(start + 4 * i)) for i in range(length)]
+        return [_Reader(self.buf, self._indirect(start + 4 * i)) for i in range(length)]
 
     def strings(self, slot: int) -> tuple[str, ...] | None:
         o = self._field(slot)
         if not o:
             return None
-        start, length = self.tab.Vector(o), self.tab.VectorLen(o)
+        start, length = self._vector(o)
         if start + 4 * length > len(self.buf):
             raise FormatError(f"vector of {length} strings runs past the end of the buffer")
         out = []
         for i in range(length):
-            pos = self.tab.Indirect(start + 4 * i)
-            (n,) = struct.unpack_from("<I", self.buf, pos)
+            pos = self._indirect(start + 4 * i)
+            (n,) = _U32.unpack_from(self.buf, pos)
             if pos + 4 + n > len(self.buf):
                 raise FormatError("string runs past the end of the buffer")
             out.append(bytes(self.buf[pos + 4 : pos + 4 + n]).decode("utf-8"))
@@ -670,7 +727,7 @@ class _Reader:
         o = self._field(slot)
         if not o:
             return None
-        return _read_timestamp(self.buf, self.tab.Pos + o)
+        return _read_timestamp(self.buf, self.pos + o)
 
 
 def _hash(raw: bytes | None) -> Multihash | None:
@@ -896,7 +953,7 @@ def _plain_object(r: _Reader, slot: int | None, cls: Any) -> dict[str, Any]:
     """Decode a (sub)table with the generated object API and flatten it to plain data."""
     target = r if slot is None else r.table(slot)
     assert target is not None
-    obj = cls.InitFromBuf(target.buf, target.tab.Pos)
+    obj = cls.InitFromBuf(target.buf, target.pos)
     return _plain(obj)
 
 

@@ -23,6 +23,7 @@ SHA3_256 = "sha3-256"
 _CODES: dict[str, int] = {BLAKE3: 0x1E, SHA3_256: 0x16}
 _NAMES: dict[int, str] = {code: name for name, code in _CODES.items()}
 _DIGEST_SIZE = 32
+_SHORT_FORM_SIZE = 2 + _DIGEST_SIZE
 _CHUNK = 1 << 20
 
 
@@ -137,6 +138,10 @@ class Multihash:
     def from_bytes(cls, data: bytes) -> Multihash:
         """Parse the binary multihash form, refusing unknown codes and wrong lengths."""
         data = bytes(data)
+        if len(data) == _SHORT_FORM_SIZE and data[1] == _DIGEST_SIZE and data[0] in _NAMES:
+            # both varints are one byte (codes and length below 0x80): the common case,
+            # parsed without the general varint loop (every block carries several hashes)
+            return cls(_NAMES[data[0]], data[2:])
         code, pos = decode_varint(data)
         if code not in _NAMES:
             raise FormatError(
@@ -164,7 +169,8 @@ class Multihash:
         return cls.from_bytes(raw)
 
     def __bytes__(self) -> bytes:
-        return encode_varint(self.code) + encode_varint(len(self.digest_bytes)) + self.digest_bytes
+        # both codes and the digest length are below 0x80: each varint is that one byte
+        return bytes((_CODES[self.algorithm], _DIGEST_SIZE)) + self.digest_bytes
 
     def to_multibase(self) -> str:
         return "f" + bytes(self).hex()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from typing import BinaryIO, NamedTuple, Protocol
 
@@ -139,6 +139,9 @@ class Storage(Protocol):
     # blocks
     def write_block(self, name: str, data: bytes) -> bool: ...
     def read_block(self, name: str) -> bytes: ...
+    def block_reader(self) -> AbstractContextManager[Callable[[str], bytes]]:
+        """``read_block`` for a walk over many blocks (one directory descriptor, say)."""
+
     def has_block(self, name: str) -> bool: ...
     def block_names(self) -> list[str]: ...
     def remove_block(self, name: str) -> bool: ...

@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import secrets
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from typing import BinaryIO
 from urllib.parse import urlsplit
@@ -206,6 +206,12 @@ class FsStorage:
             raise NotFoundError(f"block {name} not found in {self.location}") from None
         except (OSError, StorageError) as exc:
             raise IntegrityError(f"block {name} cannot be read: {exc}") from None
+
+    @contextlib.contextmanager
+    def block_reader(self) -> Iterator[Callable[[str], bytes]]:
+        """:meth:`read_block` for many blocks in a row; an object store has no directory
+        descriptor to keep open, so each read is one :meth:`read_block`."""
+        yield self.read_block
 
     def has_block(self, name: str) -> bool:
         return self._exists(f"blocks/{check_name(name, 'block name')}")

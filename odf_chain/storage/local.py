@@ -23,7 +23,7 @@ import secrets
 import shutil
 import stat
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -91,6 +91,37 @@ def _os_errors(action: str, path: Path | str) -> Iterator[None]:
 
 def _lstat(name: str, dir_fd: int) -> os.stat_result:
     return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+
+
+def _open_regular_at(dir_fd: int, name: str, path: Path | str) -> tuple[int, os.stat_result]:
+    """A read descriptor of the regular file ``name`` in the directory ``dir_fd`` (``path``
+    names it in errors), and its status: never a symlink, FIFO or device (checked before
+    opening and again on the opened file)."""
+    before = _lstat(name, dir_fd)
+    if not stat.S_ISREG(before.st_mode):
+        raise StorageError(f"{path} is not a regular file ({file_kind(before.st_mode)}): not read")
+    fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
+    opened = os.fstat(fd)
+    if (opened.st_dev, opened.st_ino) != (before.st_dev, before.st_ino):
+        os.close(fd)
+        raise StorageError(f"{path} was replaced while being opened: not read")
+    return fd, opened
+
+
+def _read_regular_at(dir_fd: int, name: str, path: Path | str, limit: int, what: str) -> bytes:
+    """The bytes of the regular file ``name`` in ``dir_fd``, at most ``limit`` of them: a larger
+    file is refused before reading, one that grows while read at ``limit + 1`` bytes."""
+    fd, opened = _open_regular_at(dir_fd, name, path)
+    try:
+        too_large = f"{path} is larger than the {limit:,}-byte limit for {what}: not read"
+        if opened.st_size > limit:
+            raise StorageError(f"{too_large} ({opened.st_size:,} bytes)")
+        data = read_at_most(fd, limit)
+        if len(data) > limit:
+            raise StorageError(f"{too_large} (it grew while being read)")
+        return data
+    finally:
+        os.close(fd)
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -257,36 +288,15 @@ class LocalStorage:
         """A read descriptor of the regular file ``relative``: never through a symlink, never a
         FIFO or a device (checked before opening and again on the opened file)."""
         parent, _, name = relative.rpartition("/")
-        path = self._root / relative
         with self._dir(parent) as dir_fd:
-            before = _lstat(name, dir_fd)
-            if not stat.S_ISREG(before.st_mode):
-                raise StorageError(
-                    f"{path} is not a regular file ({file_kind(before.st_mode)}): not read"
-                )
-            fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
-        opened = os.fstat(fd)
-        if (opened.st_dev, opened.st_ino) != (before.st_dev, before.st_ino):
-            os.close(fd)
-            raise StorageError(f"{path} was replaced while being opened: not read")
-        return fd
+            return _open_regular_at(dir_fd, name, self._root / relative)[0]
 
     def _read_bounded(self, relative: str, limit: int, what: str) -> bytes:
         """The bytes of a regular file of at most ``limit`` bytes: a larger one is refused
         before reading, and one that grows while read is refused at ``limit + 1`` bytes."""
-        path = self._root / relative
-        fd = self._open_regular(relative)
-        try:
-            size = os.fstat(fd).st_size
-            too_large = f"{path} is larger than the {limit:,}-byte limit for {what}: not read"
-            if size > limit:
-                raise StorageError(f"{too_large} ({size:,} bytes)")
-            data = read_at_most(fd, limit)
-            if len(data) > limit:
-                raise StorageError(f"{too_large} (it grew while being read)")
-            return data
-        finally:
-            os.close(fd)
+        parent, _, name = relative.rpartition("/")
+        with self._dir(parent) as dir_fd:
+            return _read_regular_at(dir_fd, name, self._root / relative, limit, what)
 
     def _entry_mode(self, relative: str) -> int | None:
         """The type bits of ``relative`` itself (a symlink is not followed); None if missing."""
@@ -320,6 +330,9 @@ class LocalStorage:
             try:
                 with self._dir(directory) as dir_fd, os.scandir(dir_fd) as it:
                     for entry in it:
+                        # the directory listing's own type first: no stat per regular file
+                        if entry.is_file(follow_symlinks=False):
+                            continue
                         mode = entry.stat(follow_symlinks=False).st_mode
                         if stat.S_ISREG(mode) or (directory == STAGING and stat.S_ISDIR(mode)):
                             continue
@@ -413,14 +426,42 @@ class LocalStorage:
 
     def read_block(self, name: str) -> bytes:
         relative = f"blocks/{check_name(name, 'block name')}"
-        try:
+        with self._block_errors(name):
             return self._read_bounded(relative, MAX_BLOCK_BYTES, "a block")
+
+    @contextlib.contextmanager
+    def _block_errors(self, name: str) -> Iterator[None]:
+        try:
+            yield
         except FileNotFoundError:
             raise NotFoundError(f"block {name} not found in {self._root}") from None
         except StorageError as exc:  # a symlink, FIFO, directory or oversized file
             raise IntegrityError(f"block {name} cannot be read: {exc}") from None
         except OSError as exc:  # an unreadable file
             raise IntegrityError(f"block {name} cannot be read: {exc.strerror}") from None
+
+    @contextlib.contextmanager
+    def block_reader(self) -> Iterator[Callable[[str], bytes]]:
+        """:meth:`read_block` for many blocks in a row (a walk down the chain): ``blocks/`` is
+        opened once and every block read through that descriptor, with the same checks (no
+        symlink, regular files only, bounded) and the same errors. When ``blocks/`` cannot be
+        opened, each read is left to :meth:`read_block`, which reports that per block."""
+        with contextlib.ExitStack() as stack:
+            try:
+                dir_fd = stack.enter_context(self._dir("blocks"))
+            except (OSError, OdfChainError):
+                yield self.read_block
+                return
+            blocks = f"{self._root}/blocks"
+
+            def read(name: str) -> bytes:
+                check_name(name, "block name")
+                with self._block_errors(name):
+                    return _read_regular_at(
+                        dir_fd, name, f"{blocks}/{name}", MAX_BLOCK_BYTES, "a block"
+                    )
+
+            yield read
 
     def has_block(self, name: str) -> bool:
         """True if ``blocks/<name>`` exists, as whatever kind of entry (reading it says more)."""
