@@ -229,14 +229,16 @@ def log_has_limit() -> bool:
     return re.search(r"(^|[\s\[,])-n\b", done.stdout) is not None
 
 
-def time_process(argv: Sequence[str], *, expect: str) -> float:
-    """Seconds from start to exit of a fresh process; its output must contain ``expect``."""
+def time_process(argv: Sequence[str], *, expect: str, lines: int | None = None) -> float:
+    """Seconds from start to exit of a fresh process; its output must contain ``expect``
+    (and be ``lines`` lines long, when given)."""
     start = time.perf_counter()
     done = subprocess.run(
         argv, capture_output=True, text=True, env=_env(), timeout=PROBE_TIMEOUT, check=False
     )
     seconds = time.perf_counter() - start
-    if done.returncode != 0 or expect not in done.stdout:
+    count = len(done.stdout.splitlines())
+    if done.returncode != 0 or expect not in done.stdout or lines not in (None, count):
         raise SystemExit(f"{' '.join(argv)} failed ({done.returncode}):\n{done.stderr[-2000:]}")
     return seconds
 
@@ -295,13 +297,17 @@ def measures(n: int, odf: Path, delta: Path | None, log_n: bool) -> list[tuple[M
 
         return Measure("delta", run)
 
-    def process(system: str, row: str, argv: list[str], expect: str) -> Measure:
-        return Measure(system, lambda: {row: time_process(argv, expect=expect)})
+    def process(
+        system: str, row: str, argv: list[str], expect: str, lines: int | None = None
+    ) -> Measure:
+        return Measure(system, lambda: {row: time_process(argv, expect=expect, lines=lines)})
 
     if log_n:
-        log = process("odf", "log", _odf_cli("log", str(odf), "-n", str(LOG_LINES)), " ")
+        argv = _odf_cli("log", str(odf), "-n", str(LOG_LINES))
+        log = process("odf", "log", argv, f"{last}", LOG_LINES)
     else:
-        log = Measure("odf", lambda: {"log": time_first_lines(_odf_cli("log", str(odf)), 10)})
+        argv = _odf_cli("log", str(odf))
+        log = Measure("odf", lambda: {"log": time_first_lines(argv, LOG_LINES)})
     pairs: list[tuple[Measure, ...]] = [
         (odf_probe("open", last),),
         (odf_probe("state_at", first, "state_at first"),),
@@ -319,7 +325,7 @@ def measures(n: int, odf: Path, delta: Path | None, log_n: bool) -> list[tuple[M
             delta_probe("state_at", first, "state_at first"),
             delta_probe("state_at", middle, "state_at middle"),
             delta_probe("state_at", last, "state_at last"),
-            process("delta", "log", [py, "-c", _DELTA_HISTORY, str(delta)], "WRITE"),
+            process("delta", "log", [py, "-c", _DELTA_HISTORY, str(delta)], "WRITE", LOG_LINES),
             process("delta", "schema", [py, "-c", _DELTA_SCHEMA, str(delta)], "Schema"),
             process("delta", "import", [py, "-c", "import deltalake"], ""),
         ]
