@@ -356,6 +356,7 @@ def fmt_seconds(seconds: float | None) -> str:
 
 def table(sizes: list[int], results: dict, log_label: str) -> str:
     base = sizes[0]
+    peer = any(key[0] == "delta" for key in results)
     lines = [
         f"| operation | N | odf_chain | vs N={label(base)} | delta-rs | odf_chain / delta-rs |",
         "|---|---|---|---|---|---|",
@@ -363,7 +364,7 @@ def table(sizes: list[int], results: dict, log_label: str) -> str:
     for row, odf_name, delta_name in ROWS:
         if row == "log":
             odf_name = log_label
-        name = odf_name if not delta_name else f"{odf_name} / {delta_name}"
+        name = f"{odf_name} / {delta_name}" if delta_name and peer else odf_name
         for n in sizes:
             mine = results.get(("odf", n, row))
             theirs = results.get(("delta", n, row))
