@@ -442,6 +442,11 @@ def main() -> int:
     if args.build_only:
         print("\n".join(f"- {line}" for line in builds))
         return 0
+    log_label = (
+        "`odf-chain log DIR -n 10` (process)"
+        if log_n
+        else "`odf-chain log DIR` until its 10th line (no `-n` yet)"
+    )
     samples: dict[tuple[str, int, str], list[float]] = {}
     for round_no in range(args.rounds):
         started = time.perf_counter()
@@ -453,13 +458,11 @@ def main() -> int:
                         samples.setdefault((measure.system, n, row), []).append(seconds)
         elapsed = time.perf_counter() - started
         print(f"round {round_no + 1}/{args.rounds}: {elapsed:.0f} s", file=sys.stderr, flush=True)
+        if round_no + 1 < args.rounds:  # what an interrupted run would have shown
+            partial = {key: statistics.median(values) for key, values in samples.items()}
+            print(table(sizes, partial, log_label), file=sys.stderr, flush=True)
 
     results = {key: statistics.median(values) for key, values in samples.items()}
-    log_label = (
-        "`odf-chain log DIR -n 10` (process)"
-        if log_n
-        else "`odf-chain log DIR` until its 10th line (no `-n` yet)"
-    )
     peer = "delta-rs not run"
     if not args.no_delta:
         import deltalake
