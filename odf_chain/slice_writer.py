@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Collection, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, BinaryIO
@@ -35,7 +36,6 @@ from odf_chain.slices import (
     LogicalHasher,
     event_time_moment,
     own_metadata,
-    parquet_round_trip,
     with_system_fields,
 )
 from odf_chain.state import Vocabulary
@@ -269,31 +269,73 @@ def _row_groups(data: pa.Table | Iterable[pa.RecordBatch], rows: int) -> Iterato
 # -- one slice -----------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class _FileLayout:
+    """What the Parquet file of a slice schema looks like to a reader: the Arrow schema it reads
+    back (a list's item is called ``element`` in a file) and the paths of its leaf columns."""
+
+    read_back: pa.Schema
+    leaf_paths: tuple[str, ...]
+
+    @classmethod
+    def of(cls, schema: pa.Schema) -> _FileLayout:
+        sink = pa.BufferOutputStream()
+        pq.write_table(schema.empty_table(), sink)
+        parquet = pq.ParquetFile(pa.BufferReader(sink.getvalue()))
+        paths = tuple(parquet.schema.column(i).path for i in range(len(parquet.schema)))
+        return cls(parquet.schema_arrow, paths)
+
+
 class _OpenSlice:
-    """A slice being written: the Parquet writer over the hashing sink, the logical hasher
-    beside it, and the counts."""
+    """A slice being written: the Parquet writer over the hashing sink in this thread, the
+    logical hasher beside it in ``hashing`` (one worker: row group after row group, at most one
+    behind the writer, so memory holds two row groups at most), and the counts."""
 
     def __init__(
-        self, sink: BinaryIO, spec: SliceSpec, first_offset: int, read_back: pa.Schema
+        self,
+        sink: BinaryIO,
+        spec: SliceSpec,
+        first_offset: int,
+        layout: _FileLayout,
+        hashing: ThreadPoolExecutor,
     ) -> None:
         self._spec = spec
         self._hashing = _HashingWriter(sink, spec.algorithm)
         self._stream = pa.BufferedOutputStream(
             pa.PythonFile(self._hashing, mode="w"), buffer_size=_SINK_BUFFER
         )
-        self._writer = pq.ParquetWriter(self._stream, spec.schema, compression=spec.compression)
-        self._logical = LogicalHasher(read_back, spec.algorithm)
-        # the logical hash is of the rows as a reader gets them: cast to the types it gives
-        # (a list's item is called "element" in a file)
-        self._read_back = None if read_back.equals(spec.schema) else read_back
+        offset = spec.vocab.offset_column
+        # Offsets are contiguous: delta encoding stores them in almost nothing, where the
+        # dictionary the writer tries first (and gives up on) cost more than any user column.
+        self._writer = pq.ParquetWriter(
+            self._stream,
+            spec.schema,
+            compression=spec.compression,
+            use_dictionary=[p for p in layout.leaf_paths if p != offset],
+            column_encoding={offset: "DELTA_BINARY_PACKED"},
+        )
+        self._logical = LogicalHasher(layout.read_back, spec.algorithm)
+        # the logical hash is of the rows as a reader gets them, of the types it gives
+        self._read_back = None if layout.read_back.equals(spec.schema) else layout.read_back
+        self._pool = hashing
+        self._behind: Future[None] | None = None
         self.first_offset = first_offset
         self.num_rows = 0
         self._latest: pa.Scalar | None = None
 
-    def add(self, table: pa.Table, event_index: int) -> None:
-        self._writer.write_table(table, row_group_size=self._spec.row_group_rows)
+    def _hash(self, table: pa.Table) -> None:
         for batch in table.to_batches():
             self._logical.update(batch if self._read_back is None else batch.cast(self._read_back))
+
+    def _catch_up(self) -> None:
+        if self._behind is not None:
+            behind, self._behind = self._behind, None
+            behind.result()
+
+    def add(self, table: pa.Table, event_index: int) -> None:
+        self._catch_up()
+        self._behind = self._pool.submit(self._hash, table)
+        self._writer.write_table(table, row_group_size=self._spec.row_group_rows)
         self.num_rows += table.num_rows
         column = table.column(event_index)
         if pa.types.is_timestamp(column.type) or pa.types.is_date(column.type):
@@ -311,6 +353,7 @@ class _OpenSlice:
         self._writer.close()
         self._stream.close()
         self._hashing.flush()
+        self._catch_up()
         latest = self._latest
         moment = None
         if latest is not None:
@@ -326,8 +369,8 @@ class _OpenSlice:
 
     def abandon(self) -> None:
         """Stop writing after a failure (the sink's owner discards what it holds)."""
-        for close in (self._writer.close, self._stream.close):
-            with contextlib.suppress(OSError, pa.ArrowException):
+        for close in (self._writer.close, self._stream.close, self._catch_up):
+            with contextlib.suppress(Exception):
                 close()
 
 
@@ -349,7 +392,8 @@ def write_slices(
     cast, nulls in a required column), and whatever the sink raises (``OSError``).
     """
     plan: _Plan | None = None
-    read_back = parquet_round_trip(spec.schema)
+    layout = _FileLayout.of(spec.schema)
+    hashing = ThreadPoolExecutor(1, thread_name_prefix="odf-chain-logical-hash")
     facts: list[SliceFacts] = []
     current: _OpenSlice | None = None
     offset = spec.first_offset
@@ -359,7 +403,7 @@ def write_slices(
                 plan = _Plan(group.schema, spec)
             conformed = plan.apply(group, offset)
             if current is None:
-                current = _OpenSlice(open_sink(len(facts)), spec, offset, read_back)
+                current = _OpenSlice(open_sink(len(facts)), spec, offset, layout, hashing)
             current.add(conformed, plan.event_index)
             offset += group.num_rows
             target = spec.target_slice_bytes
@@ -372,4 +416,5 @@ def write_slices(
     finally:
         if current is not None:
             current.abandon()
+        hashing.shutdown()
     return facts
