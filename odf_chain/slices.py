@@ -214,28 +214,21 @@ def _nulls_pushed_down(array: pa.Array) -> pa.Array:
     t = array.type
     if not _holds_struct(t):
         return array
-    mask = array.is_null() if array.null_count else None
     if pa.types.is_struct(t):
+        mask = array.is_null() if array.null_count else None
         children = array.flatten() if mask is not None else [array.field(i) for i in range(len(t))]
         return pa.StructArray.from_arrays(
             [_nulls_pushed_down(c) for c in children], fields=list(t), mask=mask
         )
-    if pa.types.is_map(t):
-        return pa.MapArray.from_arrays(
-            array.offsets,
-            _nulls_pushed_down(array.keys),
-            _nulls_pushed_down(array.items),
-            type=t,
-            mask=mask,
-        )
-    if pa.types.is_fixed_size_list(t):
-        size = t.list_size
-        values = array.values.slice(array.offset * size, len(array) * size)
-        return pa.FixedSizeListArray.from_arrays(_nulls_pushed_down(values), type=t, mask=mask)
-    if pa.types.is_list(t) or pa.types.is_large_list(t):
-        cls = pa.LargeListArray if pa.types.is_large_list(t) else pa.ListArray
-        return cls.from_arrays(array.offsets, _nulls_pushed_down(array.values), type=t, mask=mask)
-    return array
+    # lists, large lists, maps, fixed-size lists: the same offsets and validity over the
+    # whole child (their ``values``, which ignore the slicing) with its nulls pushed down
+    return pa.Array.from_buffers(
+        t,
+        len(array),
+        array.buffers()[: 1 if pa.types.is_fixed_size_list(t) else 2],
+        offset=array.offset,
+        children=[_nulls_pushed_down(array.values)],
+    )
 
 
 class LogicalHasher:
