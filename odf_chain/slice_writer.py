@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Collection, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, BinaryIO
@@ -43,6 +43,9 @@ from odf_chain.state import Vocabulary
 ROW_GROUP_ROWS = 1 << 20
 """Rows per Parquet row group: pyarrow's own default, so a slice is laid out as
 ``pq.write_table`` would lay it out; also how far past ``target_slice_bytes`` a slice can go."""
+
+_CONSTANT_ROWS = 1 << 16
+"""Rows in the one chunk of ``op`` and ``system_time`` values a row group repeats."""
 
 _SINK_BUFFER = 1 << 20
 """Bytes gathered before they cross into Python to be hashed and written: the Parquet writer
@@ -193,18 +196,21 @@ class _Plan:
         self.schema = spec.schema
         self.event_index = spec.schema.get_field_index(vocab.event_time_column)
         self._time = pa.scalar(spec.system_time, type=TIME_TYPE).value
-        self._constants: dict[int, tuple[pa.Array, pa.Array]] = {}
+        self._constants: tuple[pa.Array, pa.Array] | None = None
 
-    def _op_and_time(self, n: int) -> tuple[pa.Array, pa.Array]:
-        """The ``op`` and ``system_time`` columns of ``n`` rows, shared by row groups of the
-        same length (a full row group's are built once per slice)."""
-        if n not in self._constants:
-            if len(self._constants) > 2:
-                self._constants.clear()
-            op = pa.array(np.full(n, OP_APPEND, dtype=np.int32), OPERATION_TYPE)
-            time = pa.array(np.full(n, self._time, dtype=np.int64)).view(TIME_TYPE)
-            self._constants[n] = (op, time)
-        return self._constants[n]
+    def _op_and_time(self, n: int) -> tuple[pa.ChunkedArray, pa.ChunkedArray]:
+        """The ``op`` and ``system_time`` columns of ``n`` rows: one chunk of constants,
+        repeated (a row group of 1 Mi rows holds 768 KiB of them, not 12 MiB)."""
+        if self._constants is None:
+            op = pa.array(np.full(_CONSTANT_ROWS, OP_APPEND, dtype=np.int32), OPERATION_TYPE)
+            time = pa.array(np.full(_CONSTANT_ROWS, self._time, dtype=np.int64)).view(TIME_TYPE)
+            self._constants = (op, time)
+        op, time = self._constants
+        whole, rest = divmod(n, _CONSTANT_ROWS)
+        return (
+            pa.chunked_array([op] * whole + [op.slice(0, rest)] * bool(rest), OPERATION_TYPE),
+            pa.chunked_array([time] * whole + [time.slice(0, rest)] * bool(rest), TIME_TYPE),
+        )
 
     def apply(self, table: pa.Table, first_offset: int) -> pa.Table:
         n = table.num_rows
@@ -288,8 +294,7 @@ class _FileLayout:
 
 class _OpenSlice:
     """A slice being written: the Parquet writer over the hashing sink in this thread, the
-    logical hasher beside it in ``hashing`` (one worker: row group after row group, at most one
-    behind the writer, so memory holds two row groups at most), and the counts."""
+    logical hasher beside it in ``hashing`` (one worker), and the counts."""
 
     def __init__(
         self,
@@ -318,7 +323,6 @@ class _OpenSlice:
         # the logical hash is of the rows as a reader gets them, of the types it gives
         self._read_back = None if layout.read_back.equals(spec.schema) else layout.read_back
         self._pool = hashing
-        self._behind: Future[None] | None = None
         self.first_offset = first_offset
         self.num_rows = 0
         self._latest: pa.Scalar | None = None
@@ -327,15 +331,14 @@ class _OpenSlice:
         for batch in table.to_batches():
             self._logical.update(batch if self._read_back is None else batch.cast(self._read_back))
 
-    def _catch_up(self) -> None:
-        if self._behind is not None:
-            behind, self._behind = self._behind, None
-            behind.result()
-
     def add(self, table: pa.Table, event_index: int) -> None:
-        self._catch_up()
-        self._behind = self._pool.submit(self._hash, table)
-        self._writer.write_table(table, row_group_size=self._spec.row_group_rows)
+        """Write and hash one row group: the hash runs beside the write and is done when this
+        returns, so memory never holds more than one row group."""
+        hashed = self._pool.submit(self._hash, table)
+        try:
+            self._writer.write_table(table, row_group_size=self._spec.row_group_rows)
+        finally:
+            hashed.result()
         self.num_rows += table.num_rows
         column = table.column(event_index)
         if pa.types.is_timestamp(column.type) or pa.types.is_date(column.type):
@@ -353,7 +356,6 @@ class _OpenSlice:
         self._writer.close()
         self._stream.close()
         self._hashing.flush()
-        self._catch_up()
         latest = self._latest
         moment = None
         if latest is not None:
@@ -369,7 +371,7 @@ class _OpenSlice:
 
     def abandon(self) -> None:
         """Stop writing after a failure (the sink's owner discards what it holds)."""
-        for close in (self._writer.close, self._stream.close, self._catch_up):
+        for close in (self._writer.close, self._stream.close):
             with contextlib.suppress(Exception):
                 close()
 
@@ -405,6 +407,7 @@ def write_slices(
             if current is None:
                 current = _OpenSlice(open_sink(len(facts)), spec, offset, layout, hashing)
             current.add(conformed, plan.event_index)
+            del conformed  # before the next row group is built
             offset += group.num_rows
             target = spec.target_slice_bytes
             if target is not None and current.written() >= target:
