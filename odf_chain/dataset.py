@@ -275,6 +275,8 @@ class Dataset:
         created: list[str] = []
 
         def open_sink(_: int) -> BinaryIO:
+            if sinks:  # the slice before is complete: one open file at a time
+                sinks[-1].close()
             staged.append(str(self.storage.stage_file(".parquet")))
             sinks.append(filesystem.open_output_stream(staged[-1], compression=None))
             return sinks[-1]
@@ -286,7 +288,8 @@ class Dataset:
                     sink.close()
             except OSError as exc:
                 raise StorageError(
-                    f"dataset {self.location}: cannot write the data slice {staged[-1]}: "
+                    f"dataset {self.location}: cannot write the data slice "
+                    f"{staged[-1] if staged else 'in staging'}: "
                     f"{slices.os_reason(exc)}"
                 ) from exc
             except pa.ArrowException as exc:

@@ -309,15 +309,16 @@ class _OpenSlice:
         self._stream = pa.BufferedOutputStream(
             pa.PythonFile(self._hashing, mode="w"), buffer_size=_SINK_BUFFER
         )
-        offset = spec.vocab.offset_column
-        # Offsets are contiguous: delta encoding stores them in almost nothing, where the
-        # dictionary the writer tries first (and gives up on) cost more than any user column.
+        # The system columns are contiguous (offset) or constant (op, system time): delta
+        # encoding stores them in almost nothing, at a fraction of the dictionary's cost (the
+        # writer builds one first, and gives up on it for offsets)
+        built = set(spec.vocab.system_columns)
         self._writer = pq.ParquetWriter(
             self._stream,
             spec.schema,
             compression=spec.compression,
-            use_dictionary=[p for p in layout.leaf_paths if p != offset],
-            column_encoding={offset: "DELTA_BINARY_PACKED"},
+            use_dictionary=[p for p in layout.leaf_paths if p not in built],
+            column_encoding=dict.fromkeys(spec.vocab.system_columns, "DELTA_BINARY_PACKED"),
         )
         self._logical = LogicalHasher(layout.read_back, spec.algorithm)
         # the logical hash is of the rows as a reader gets them, of the types it gives
