@@ -7,13 +7,14 @@ import itertools
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import BinaryIO
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from odf_chain import chain, replay, rules, slices
+from odf_chain import chain, replay, rules, slice_writer, slices
 from odf_chain.chain import BlockEntry
-from odf_chain.errors import NotFoundError
+from odf_chain.errors import NotFoundError, SchemaError, StorageError
 from odf_chain.events import (
     MetadataEvent,
     OffsetInterval,
@@ -208,16 +209,18 @@ class Dataset:
         lineage: LineageRecorder | None = None,
         evolve: bool = False,
         transaction: tuple[str, int] | None = None,
+        target_slice_bytes: int | None = None,
     ) -> list[BlockEntry]:
-        """Append ``table`` as one Parquet slice; return the blocks appended.
+        """Append ``table`` as one Parquet slice (or several, see ``target_slice_bytes``);
+        return the blocks appended.
 
         ``evolve``: allow columns (or struct fields) the schema in force lacks; without it such
         a write raises :class:`NewColumnsError` naming them, before any file is written (a
         misspelt column would otherwise be added for good). Missing nullable columns become
         nulls either way; the first write to a dataset without a schema sets it.
 
-        ``transaction=(app_id, version)``: the pair is recorded on the AddData, and a write
-        whose version is not above the last one the chain records for ``app_id`` appends
+        ``transaction=(app_id, version)``: the pair is recorded on the (first) AddData, and a
+        write whose version is not above the last one the chain records for ``app_id`` appends
         nothing and returns ``[]`` (a retried job whose first attempt did commit), before any
         file is written.
 
@@ -225,13 +228,18 @@ class Dataset:
         appended as an AddFieldLineage just before the AddData, in the same transaction, and
         its input fields are checked against the datasets they name when those are reachable.
 
+        ``target_slice_bytes``: by default the table becomes one slice, however large; with a
+        target, a new slice begins at the first row group (1 Mi rows) at or past it, each slice
+        with its own AddData, offsets contiguous, all in the same move of the head.
+
         Adds the system columns; when the slice's schema differs from the one in force,
         prepares a SetDataSchema and checks it by the evolution rules *before* writing any
-        file; writes ``data/<physical hash>``; then appends the SetDataSchema (if any) and the
-        AddData together, with one move of the head: both become visible, or neither. If another
-        writer appended meanwhile, raises :class:`ConflictError`; the files this call wrote stay
-        as leftovers (content-addressed, so an identical file may be the winner's), reported by
-        verify and removed by gc. An empty table appends nothing.
+        file; writes the slice in one pass (:mod:`odf_chain.slice_writer`: hashed as written,
+        never read back) and stores it as ``data/<physical hash>``; then appends the
+        SetDataSchema (if any) and the AddData together, with one move of the head: both
+        become visible, or neither. If another writer appended meanwhile, raises
+        :class:`ConflictError` and removes the slices this call created. An empty table appends
+        nothing.
         """
         started_at = chain.now()
         if transaction is not None:
@@ -242,18 +250,19 @@ class Dataset:
         if transaction is not None and rules.transaction_recorded(state, *transaction):
             return []
         system_time = chain.now(state.system_time)
-        data = slices.add_system_columns(
-            table.replace_schema_metadata(slices.own_metadata(table.schema)),
+        source = table.replace_schema_metadata(slices.own_metadata(table.schema))
+        columns = zip(source.schema.names, source.columns, strict=True)
+        schema = slice_writer.slice_schema(
+            source.schema,
+            state.schema,
             state.vocab,
-            state.next_offset,
-            system_time,
+            with_nulls={name for name, column in columns if column.null_count},
         )
-        data = slices.conform(data, state.schema)
-        check_new_columns(state.schema, data.schema, evolve=evolve, dataset=self.location)
+        check_new_columns(state.schema, schema, evolve=evolve, dataset=self.location)
         schema_block = None
-        if state.schema is None or not data.schema.equals(state.schema, check_metadata=True):
+        if state.schema is None or not schema.equals(state.schema, check_metadata=True):
             schema_block = chain.prepare(
-                state, SetDataSchema.from_arrow(data.schema), system_time=system_time
+                state, SetDataSchema.from_arrow(schema), system_time=system_time
             )
             state = schema_block.after
         lineage_block = None
@@ -261,37 +270,72 @@ class Dataset:
             event = lineage.event(
                 started_at=started_at,
                 ended_at=system_time,
-                offsets=OffsetInterval(state.next_offset, state.next_offset + data.num_rows - 1),
+                offsets=OffsetInterval(state.next_offset, state.next_offset + table.num_rows - 1),
             )
             event = replay.settle_lineage(event, state.schema)
             lineage_block = chain.prepare(state, event, system_time=system_time)
             state = lineage_block.after
-        staged = self.storage.stage_file(".parquet")
+        spec = slice_writer.SliceSpec(
+            schema,
+            state.vocab,
+            state.next_offset,
+            system_time,
+            self.hash_algorithm,
+            target_slice_bytes=target_slice_bytes,
+        )
+        filesystem = self.storage.filesystem
+        staged: list[str] = []
+        sinks: list[BinaryIO] = []
+        created: list[str] = []
+
+        def open_sink(_: int) -> BinaryIO:
+            if sinks:  # the slice before is complete: one open file at a time
+                sinks[-1].close()
+            staged.append(str(self.storage.stage_file(".parquet")))
+            sinks.append(filesystem.open_output_stream(staged[-1], compression=None))
+            return sinks[-1]
+
         try:
-            written = slices.write_parquet(
-                data,
-                str(staged),
-                self.hash_algorithm,
-                self.storage.filesystem,
-                dataset=self.location,
-            )
-            add_block = chain.prepare(
-                state,
-                slices.add_data_for(
+            try:
+                written = slice_writer.write_slices(source, spec, open_sink)
+                for sink in sinks:
+                    sink.close()
+            except OSError as exc:
+                raise StorageError(
+                    f"dataset {self.location}: cannot write the data slice "
+                    f"{staged[-1] if staged else 'in staging'}: "
+                    f"{slices.os_reason(exc)}"
+                ) from exc
+            except pa.ArrowException as exc:
+                raise SchemaError(f"cannot write the slice as Parquet: {exc}") from None
+            blocks = [b for b in (schema_block, lineage_block) if b is not None]
+            for n, facts in enumerate(written):
+                extra = transaction_extra(*transaction) if transaction and n == 0 else None
+                add_block = chain.prepare(
                     state,
-                    physical_hash=written.physical_hash,
-                    logical_hash=written.logical_hash,
-                    size=written.size,
-                    num_rows=written.num_rows,
-                    watermark=slices.max_event_time(data, state.vocab),
-                    extra=None if transaction is None else transaction_extra(*transaction),
-                ),
-                system_time=system_time,
-            )
-            stored = self.storage.commit_data(staged, str(written.physical_hash))
+                    slices.add_data_for(
+                        state,
+                        physical_hash=facts.physical_hash,
+                        logical_hash=facts.logical_hash,
+                        size=facts.size,
+                        num_rows=facts.num_rows,
+                        watermark=facts.max_event_time,
+                        extra=extra,
+                    ),
+                    system_time=system_time,
+                )
+                blocks.append(add_block)
+                state = add_block.after
+            for path, facts in zip(staged, written, strict=True):
+                if self.storage.commit_data(path, str(facts.physical_hash)).created:
+                    created.append(str(facts.physical_hash))
         except BaseException:
-            self.storage.discard(staged)
+            for sink in sinks:
+                with contextlib.suppress(OSError):
+                    sink.close()
+            for path in staged:
+                self.storage.discard(path)
+            for name in created:
+                self.storage.remove_data(name)
             raise
-        blocks = [b for b in (schema_block, lineage_block, add_block) if b is not None]
-        created = [str(written.physical_hash)] if stored.created else []
         return self._commit(*blocks, created_data=created)

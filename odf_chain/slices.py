@@ -1,23 +1,22 @@
-"""Data slices: system columns, conforming a table to the schema in force, Parquet files.
+"""Data slices: system columns, stored types, the AddData of a slice, its logical hash.
 
-Used by :meth:`Dataset.write` (small data, no Spark); the Spark ingest produces the same
-columns and the same content-addressed files at scale.
+:mod:`odf_chain.slice_writer` writes slices with them (:meth:`Dataset.write`); the Spark ingest
+produces the same columns and the same content-addressed files at scale, and ``verify --deep``
+recomputes the logical hash from the files.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from odf_chain.errors import SchemaError, StorageError
+from odf_chain.errors import SchemaError
 from odf_chain.events import AddData, DataSlice, OffsetInterval
 from odf_chain.format.arrow_schema import check_schema
 from odf_chain.format.multihash import HashingSink, Multihash
@@ -86,11 +85,11 @@ def storable_schema(schema: pa.Schema) -> pa.Schema:
     before it can become the schema in force.
     """
     try:
-        stored = _parquet_round_trip(schema)
+        stored = parquet_round_trip(schema)
     except pa.ArrowException as whole:
         for field in schema:
             try:
-                _parquet_round_trip(pa.schema([field]))
+                parquet_round_trip(pa.schema([field]))
             except pa.ArrowException as exc:
                 raise SchemaError(
                     f"column {field.name!r} has type {field.type}, which Parquet cannot store "
@@ -104,99 +103,37 @@ def storable_schema(schema: pa.Schema) -> pa.Schema:
     return pa.schema(fields, metadata=schema.metadata)
 
 
-def _parquet_round_trip(schema: pa.Schema) -> pa.Schema:
+def parquet_round_trip(schema: pa.Schema) -> pa.Schema:
+    """The schema a Parquet reader gives for a file written with ``schema``."""
     sink = pa.BufferOutputStream()
     pq.write_table(schema.empty_table(), sink)
     return pq.read_schema(pa.BufferReader(sink.getvalue()))
 
 
-def add_system_columns(
-    table: pa.Table, vocab: Vocabulary, first_offset: int, system_time: datetime
-) -> pa.Table:
-    """Offsets ``first_offset…``, op = append, the transaction's system time, event time."""
-    n = table.num_rows
-    schema = with_system_fields(table.schema, vocab)
-    time_value = pa.scalar(system_time, type=TIME_TYPE)
-    columns: dict[str, pa.Array | pa.ChunkedArray] = {
-        vocab.offset_column: pa.array(range(first_offset, first_offset + n), type=OFFSET_TYPE),
-        vocab.operation_type_column: pa.array([OP_APPEND] * n, type=OPERATION_TYPE),
-        vocab.system_time_column: pa.repeat(time_value, n),
-    }
-    if vocab.event_time_column in table.schema.names:
-        columns[vocab.event_time_column] = table.column(vocab.event_time_column)
-    else:
-        columns[vocab.event_time_column] = pa.repeat(time_value, n)
-    for name in table.schema.names:
-        columns.setdefault(name, table.column(name))
-    arrays = [columns[f.name] for f in schema]
-    # where the stored type differs (seconds -> ms, date64 -> date32), store what Parquet would
-    return pa.Table.from_arrays(
-        [_as_stored(a, f) for a, f in zip(arrays, schema, strict=True)], schema=schema
-    )
-
-
-def _as_stored(column: pa.Array | pa.ChunkedArray, field: pa.Field) -> pa.Array | pa.ChunkedArray:
-    """Cast to the type Parquet stores, refusing any value the cast would change."""
-    if column.type.equals(field.type):
-        return column
-    try:
-        return column.cast(field.type, safe=True)
-    except pa.ArrowInvalid as exc:
-        raise SchemaError(
-            f"column {field.name!r}: values of type {column.type} cannot be stored as "
-            f"{field.type} without changing them ({exc})"
-        ) from None
-
-
-def conform(table: pa.Table, schema: pa.Schema | None) -> pa.Table:
-    """Lay ``table`` out like the schema in force, so that writing the same shape of data twice
-    does not look like a schema change.
-
-    Columns are put in the schema's order, missing nullable columns are filled with nulls and
-    new columns go after the known ones. A column without nulls keeps a required field required.
-    Type differences are left alone: the evolution rules judge them.
-    """
-    if schema is None:
-        return table
-    columns: list[pa.ChunkedArray | pa.Array] = []
-    fields: list[pa.Field] = []
-    for field in schema:
-        if field.name in table.schema.names:
-            column = table.column(field.name)
-            if column.type.equals(field.type):
-                nullable = field.nullable or column.null_count > 0
-                fields.append(field.with_nullable(nullable))
-            else:
-                fields.append(table.schema.field(field.name))
-            columns.append(column)
-        elif field.nullable:
-            fields.append(field)
-            columns.append(pa.nulls(table.num_rows, type=field.type))
-    for field in table.schema:
-        if field.name not in schema.names:
-            fields.append(field)
-            columns.append(table.column(field.name))
-    metadata = own_metadata(table.schema) or schema.metadata
-    return pa.Table.from_arrays(columns, schema=pa.schema(fields, metadata=metadata))
-
-
 def max_event_time(table: pa.Table, vocab: Vocabulary) -> datetime | None:
+    """The latest event time in ``table``, as a block records it (None when there is none)."""
     column = table.column(vocab.event_time_column)
     if not pa.types.is_timestamp(column.type) and not pa.types.is_date(column.type):
         return None
     value = pc.max(column)
     if not value.is_valid:
         return None
-    if pa.types.is_timestamp(column.type) and column.type.unit == "ns":
+    return event_time_moment(value, vocab.event_time_column)
+
+
+def event_time_moment(value: pa.Scalar, column: str) -> datetime:
+    """A valid timestamp or date scalar of the event time ``column`` as a block records it:
+    an aware datetime, to the microsecond; a value outside that range is a SchemaError."""
+    if pa.types.is_timestamp(value.type) and value.type.unit == "ns":
         # a datetime holds microseconds (as blocks do); as_py() refuses to drop nanoseconds
-        value = pc.cast(value, pa.timestamp("us", tz=column.type.tz), safe=False)
+        value = pc.cast(value, pa.timestamp("us", tz=value.type.tz), safe=False)
     try:
         moment = (
-            pc.cast(value, TIME_TYPE).as_py() if pa.types.is_date(column.type) else value.as_py()
+            pc.cast(value, TIME_TYPE).as_py() if pa.types.is_date(value.type) else value.as_py()
         )
     except (OverflowError, ValueError, pa.ArrowException) as exc:
         raise SchemaError(
-            f"column {vocab.event_time_column!r}: latest event time {value} is outside the "
+            f"column {column!r}: latest event time {value} is outside the "
             f"range blocks can record ({exc})"
         ) from None
     if moment.tzinfo is None:
@@ -233,17 +170,6 @@ def add_data_for(
     )
 
 
-@dataclass(frozen=True, slots=True)
-class WrittenFile:
-    """A Parquet file in staging, hashed and counted, ready to be committed under its hash."""
-
-    path: str
-    physical_hash: Multihash
-    logical_hash: Multihash
-    size: int
-    num_rows: int
-
-
 LOGICAL_BATCH_ROWS = 65_536
 """Rows per record batch in the stream that the logical hash digests."""
 
@@ -274,6 +200,37 @@ def _plain_type(t: pa.DataType) -> pa.DataType:
     return t
 
 
+def _holds_struct(t: pa.DataType) -> bool:
+    if pa.types.is_struct(t):
+        return True
+    return any(_holds_struct(t.field(i).type) for i in range(t.num_fields))
+
+
+def _nulls_pushed_down(array: pa.Array) -> pa.Array:
+    """``array`` with every struct's nulls made nulls of its fields too, as a Parquet reader
+    gives them (a file has no value for a field of a null struct); in memory the fields keep
+    whatever they held, which would make the hash of the rows written differ from the hash of
+    the rows read back."""
+    t = array.type
+    if not _holds_struct(t):
+        return array
+    if pa.types.is_struct(t):
+        mask = array.is_null() if array.null_count else None
+        children = array.flatten() if mask is not None else [array.field(i) for i in range(len(t))]
+        return pa.StructArray.from_arrays(
+            [_nulls_pushed_down(c) for c in children], fields=list(t), mask=mask
+        )
+    # lists, large lists, maps, fixed-size lists: the same offsets and validity over the
+    # whole child (their ``values``, which ignore the slicing) with its nulls pushed down
+    return pa.Array.from_buffers(
+        t,
+        len(array),
+        array.buffers()[: 1 if pa.types.is_fixed_size_list(t) else 2],
+        offset=array.offset,
+        children=[_nulls_pushed_down(array.values)],
+    )
+
+
 class LogicalHasher:
     """odf_chain's logical hash of a slice, fed record batch by record batch.
 
@@ -284,6 +241,8 @@ class LogicalHasher:
     depends only on the rows: not on how a Parquet file splits them into row groups, pages or
     read batches, not on its encoding or compression, and not on what a reader leaves under a
     null (a reader reuses its buffers, so those bytes can be the previous batch's values).
+    A struct's nulls are pushed down into its fields first, as a Parquet reader does, so that
+    the rows hash alike in memory and read back from a file.
     Memory stays bounded by one batch; the IPC bytes are never held (ODF's own arrow-digest
     algorithm is not implemented; this is not interchangeable with it).
     """
@@ -292,6 +251,7 @@ class LogicalHasher:
         plain = pa.schema([f.with_type(_plain_type(f.type)) for f in schema])
         self._schema = plain
         self._cast = not plain.equals(schema.remove_metadata())
+        self._structs = [i for i, f in enumerate(plain) if _holds_struct(f.type)]
         self._sink = HashingSink(algorithm)
         self._file = pa.PythonFile(self._sink, mode="w")
         self._writer = pa.ipc.new_stream(self._file, plain)
@@ -303,6 +263,8 @@ class LogicalHasher:
         batch = batch.replace_schema_metadata(None)
         if self._cast:
             batch = batch.cast(self._schema)
+        for i in self._structs:
+            batch = batch.set_column(i, self._schema.field(i), _nulls_pushed_down(batch.column(i)))
         self._pending.append(batch)
         self._count += batch.num_rows
         while self._count >= LOGICAL_BATCH_ROWS:
@@ -357,32 +319,7 @@ def parquet_logical_hash(parquet: pq.ParquetFile, algorithm: str) -> Multihash:
     return logical_hash(read_batches(parquet), algorithm, parquet.schema_arrow)
 
 
-def _reason(exc: OSError) -> str:
+def os_reason(exc: OSError) -> str:
     """What the OS said, without pyarrow's wrapping ("[Errno 28] Error writing bytes to file.
     Detail: [errno 28] No space left on device")."""
     return os.strerror(exc.errno) if exc.errno else str(exc)
-
-
-def write_parquet(
-    table: pa.Table, path: str, algorithm: str, filesystem: pafs.FileSystem, *, dataset: str
-) -> WrittenFile:
-    """Write ``table`` as one Parquet file at ``path`` of ``filesystem``, and hash it as
-    stored: the physical hash of its bytes, the logical hash of the rows read back from it (so
-    that both are the hashes ``verify --deep`` recomputes from the file).
-
-    A filesystem that refuses (full, read-only, no permission) is a :class:`StorageError`
-    naming ``dataset`` and ``path``.
-    """
-    try:
-        pq.write_table(table, path, compression="zstd", filesystem=filesystem)
-        with filesystem.open_input_stream(path) as fh:
-            physical, size = Multihash.digest_stream(algorithm, fh)
-        with filesystem.open_input_file(path) as fh:
-            logical = parquet_logical_hash(pq.ParquetFile(fh), algorithm)
-    except OSError as exc:
-        raise StorageError(
-            f"dataset {dataset}: cannot write the data slice {path}: {_reason(exc)}"
-        ) from exc
-    except pa.ArrowException as exc:
-        raise SchemaError(f"cannot write the slice as Parquet: {exc}") from None
-    return WrittenFile(path, physical, logical, size, table.num_rows)
