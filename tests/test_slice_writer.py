@@ -11,7 +11,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 from datetime import UTC, date, datetime
 from pathlib import Path
 
@@ -272,18 +271,13 @@ def test_dataset_write_with_a_target_appends_one_add_data_per_slice(tmp_path: Pa
 # -- wide tables -------------------------------------------------------------------------------
 
 
-def test_second_write_of_a_wide_table_is_not_quadratic(tmp_path: Path) -> None:
-    """Before: 65 s for the second write of 20k columns (the first took about 3 s); laying the
-    table out like the schema in force looked each column up in a list of all names."""
-    table = pa.table({f"c{i}": pa.array([i], pa.int64()) for i in range(20_000)})
+def test_second_write_of_a_wide_table_is_laid_out_like_the_first(tmp_path: Path) -> None:
+    """The second write of a wide table in another column order is laid out like the schema in
+    force (its cost, once quadratic in the column count, is measured by tools/bench_write.py)."""
+    table = pa.table({f"c{i}": pa.array([i], pa.int64()) for i in range(5_000)})
     ds = Dataset.create(tmp_path / "ds")
-    start = time.perf_counter()
     ds.write(table)
-    first = time.perf_counter() - start
-    start = time.perf_counter()
     ds.write(table.select(table.column_names[::-1]))  # another order: laid out like the first
-    second = time.perf_counter() - start
-    assert second < 2 * first + 5, (first, second)
     assert ds.state.num_slices == 2 and ds.state.schema.names[4:6] == ["c0", "c1"]
 
 
