@@ -237,7 +237,9 @@ def test_spark_write_skips_a_transaction_it_already_has(spark, tmp_path: Path) -
 
     path = tmp_path / "ds"
     df = spark.range(0, 40, numPartitions=2)
-    first = write(df, path, create=True, transaction=("job", 1), lineage=False)
+    first = write(
+        df, path, create=True, transaction=("job", 1), lineage=False, target_slice_bytes=None
+    )
     assert first.skipped_transaction is None and first.rows == 40
     first_adds = adds(Dataset.open(path))
     assert len(first_adds) == 2  # two slices: the pair is on the first AddData only
