@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -28,9 +29,11 @@ from odf_chain.spark.sizing import (
     merge_to,
     planned_slices,
     records_per_file,
+    sample_rows,
     target_slice_bytes,
 )
 from odf_chain.spark.sources import ingest_files
+from odf_chain.spark.writer import _merged_counts
 from tests.conftest import snapshot_tree
 from tests.test_spark_write import check_clean, check_transaction, partition_sizes
 
@@ -114,6 +117,16 @@ def test_merge_and_cut_decisions():
     assert records_per_file({0: 3}, 5e6, 1_000_000) == 1
 
 
+def test_the_sample_stays_in_the_partitions_spark_scans_first():
+    assert sample_rows({0: 625_000, 1: 625_000}) == 1000  # one task, the first partition
+    assert sample_rows({0: 300, 1: 500}) == 300  # a tenth of the sample is enough
+    assert sample_rows({0: 30, 1: 500}) == 530  # less: the next round too
+    assert sample_rows({0: 3, 4: 500, 7: 9}) == 503  # two rounds: partitions 0..4
+    assert sample_rows({p: 1 for p in range(1, 200, 2)}) == 12  # rounds of 1, 5, 25 partitions
+    assert sample_rows({0: 0, 3: 2, 199: 98}) == 100  # all of a small result
+    assert sample_rows({9: 1}) == 1
+
+
 # -- real Spark ----------------------------------------------------------------------------------
 
 
@@ -131,14 +144,20 @@ def test_an_aggregate_of_100_rows_after_a_join_is_one_slice(spark, tmp_path):
         )
         df = facts.join(names, "key").groupBy("key", "n").agg(F.sum("amount").alias("total"))
 
-        # as the writer did before: one slice per non-empty partition, many of them
-        before = write(df, tmp_path / "per_partition", create=True, target_slice_bytes=None)
-        assert before.rows == 100 and before.slices > 10
+        # the writer caches a shuffled input and used to write a slice per non-empty
+        # partition of the cache: many
+        cached = df.persist()
+        try:
+            assert len([n for n in partition_sizes(cached) if n]) > 10
+        finally:
+            cached.unpersist()
 
+        clock = time.perf_counter()
         result = write(df, tmp_path / "sized", create=True)
+        took = time.perf_counter() - clock
     finally:
         spark.conf.set("spark.sql.shuffle.partitions", previous)
-    assert (result.rows, result.slices) == (100, 1)
+    assert (result.rows, result.slices) == (100, 1), took
     files = check_transaction(tmp_path / "sized", result, 0, 100, BLAKE3)
     assert len(files) == 1
     adds = [
@@ -175,6 +194,26 @@ def test_a_few_megabytes_give_about_bytes_over_target_slices(spark, tmp_path, sh
     assert result.slices < 40
     assert all(TARGET / 4 <= s <= TARGET * 2 for s in sizes[:-1]), sizes
     check_clean(tmp_path / "ds")
+
+
+@pytest.mark.parametrize("shuffled", [False, True], ids=["narrow", "shuffled"])
+def test_merged_partition_rows_are_read_from_the_plan(spark, shuffled):
+    """The rows of coalesced partitions, summed from the coalescer's groups in the JVM plan
+    (no job), are what a count of the coalesced frame finds; for a cached input the groups
+    follow block locations, so only such a count or the plan can say which rows go where."""
+    from pyspark import StorageLevel
+
+    df = payload_frame(spark, 6000, 40)
+    if shuffled:  # as the writer does: persisted, then cached by the first count
+        df = df.repartition(40, "id").persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        counts = dict(enumerate(partition_sizes(df)))
+        merged = df.coalesce(7)
+        summed = _merged_counts(merged, counts)
+        assert summed is not None and len(summed) == 7
+        assert summed == dict(enumerate(partition_sizes(merged)))
+    finally:
+        df.unpersist()
 
 
 def test_one_huge_partition_is_cut_into_several_files(spark, tmp_path):

@@ -138,14 +138,11 @@ def bytes_per_row(df, counts: Mapping[int, int]) -> float:
     """Parquet bytes per row of ``df`` (plus an int64 offset column), from a sample of its
     first rows written to Parquet (zstd, as the writer's files) in memory.
 
-    ``limit(n).collect()`` scans partitions one after another from the first, so the sample
-    asks for no more rows than the first partition holds (one task) unless it is empty. The
-    difference between the sample and its first row discounts per-column-chunk overhead, which
-    a small sample would otherwise spread over few rows. A frame whose rows cannot be sampled
-    (types without an Arrow form) falls back on Spark's own default sizes per type.
+    The difference between the sample and its first row discounts per-column-chunk overhead,
+    which a small sample would otherwise spread over few rows. A frame whose rows cannot be
+    sampled (types without an Arrow form) falls back on Spark's own default sizes per type.
     """
-    first = counts.get(0, 0)
-    wanted = min(SAMPLE_ROWS, first or sum(counts.values()))
+    wanted = sample_rows(counts)
     try:
         from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -162,6 +159,24 @@ def bytes_per_row(df, counts: Mapping[int, int]) -> float:
         return max(whole, 1.0)
     one = _parquet_data_bytes(table.slice(0, 1))
     return max((whole - one) / (table.num_rows - 1), 0.1)
+
+
+def sample_rows(counts: Mapping[int, int]) -> int:
+    """How many rows to sample: ``limit(n).collect()`` scans partitions in rounds from the
+    first (1, then 4 more, then 20 more: Spark's default scale-up), one job each, until it has
+    ``n`` rows, and a shuffle leaves many partitions small or empty. So the sample asks for no
+    more rows than the first rounds' partitions hold (the counts say how many), stopping at
+    the first round that holds a tenth of the wanted sample: one task when the first
+    partition is big enough, a few small jobs at most otherwise."""
+    total = sum(counts.values())
+    enough = max(1, min(SAMPLE_ROWS, total) // 10)
+    last = max(counts, default=0)
+    scanned = 1
+    while True:
+        rows = sum(n for p, n in counts.items() if p < scanned)
+        if rows >= enough or scanned > last:
+            return max(1, min(SAMPLE_ROWS, rows))
+        scanned *= 5
 
 
 def _parquet_data_bytes(table: pa.Table) -> float:

@@ -19,10 +19,11 @@ columns the schema in force lacks is refused, before Spark runs any job, unless 
    ``sizeInBytes`` is no help after joins and aggregates, and absent under Spark Connect.
    Partitions much smaller than the target are merged with ``coalesce`` (no shuffle); since
    Spark's coalescer groups partitions by locality, not by index, the offsets are assigned
-   after it, from a count of the merged partitions (a merge into one partition needs no
-   count). A partition larger than the target is cut into files of a fixed number of rows
-   (Spark's ``maxRecordsPerFile``). The plan is a list of slices, each a contiguous group of
-   rows of one partition with its offset range; a writer other than Spark's can follow it.
+   after it, from the rows of the merged partitions (summed from the groups the JVM plan
+   shows, or counted again under Spark Connect). A partition larger than the target is cut
+   into files of a fixed number of rows (Spark's ``maxRecordsPerFile``). The plan is a list
+   of slices, each a contiguous group of rows of one partition with its offset range; a
+   writer other than Spark's can follow it.
    Spark then writes Parquet into a staging folder inside the dataset, one file per planned
    slice, with ODF's system columns (``offset`` Int64, ``op`` Int32 = 0, ``system_time``
    timestamp(ms, UTC) of the transaction, ``event_time``).
@@ -390,13 +391,40 @@ def _assign_offsets(df, counts: Mapping[int, int], vocab: Vocabulary, first_offs
     return with_offsets
 
 
+def _merged_counts(merged, counts: Mapping[int, int]) -> dict[int, int] | None:
+    """Rows per partition of ``merged`` (a coalesced frame) from the groups Spark's coalescer
+    makes of the counted partitions, read from the JVM plan without running a job; None when
+    there is no plan to read (Spark Connect) or it has another shape.
+
+    The groups follow the partitions' locations, not their numbers (cached partitions are
+    spread over all groups), and are computed again, the same way, for the write: the input is
+    persisted and already cached, or has no shuffle, so the locations do not move between."""
+    try:
+        node = merged._jdf.queryExecution().executedPlan()
+        while node.nodeName() != "Coalesce":
+            if node.nodeName() == "AdaptiveSparkPlan":
+                node = node.executedPlan()
+            elif node.children().size() == 1:
+                node = node.children().apply(0)
+            else:
+                return None
+        groups = {p.index(): list(p.parentsIndices()) for p in node.execute().partitions()}
+    except Exception:  # Spark Connect (no _jdf), or a plan of another shape: count instead
+        return None
+    merged_counts = {i: sum(counts.get(j, 0) for j in parents) for i, parents in groups.items()}
+    if sum(merged_counts.values()) != sum(counts.values()):
+        return None  # the groups do not cover the counted partitions: count instead
+    return {i: n for i, n in merged_counts.items() if n}
+
+
 def _size_slices(df, counts: dict[int, int], vocab: Vocabulary, target: int | None):
     """Step 2's plan: (the frame to write, its rows per partition, rows per file).
 
     Merging uses ``coalesce``, whose groups of partitions follow their locations (cached
-    blocks, file splits), not their numbers, so the merged frame is counted anew (both the
-    count and the write see a persisted or shuffle-free input whose locations no longer move);
-    a merge into one partition holds every row and needs no count."""
+    blocks, file splits), not their numbers, so the merged partitions' rows are summed from
+    the groups the JVM plan shows, or counted anew where there is no plan to read (both ways
+    see a persisted or shuffle-free input whose locations no longer move, as the write does;
+    step 3 checks that it did). A merge into one partition holds every row."""
     if target is None:
         return df, counts, 0
     per_row = bytes_per_row(df, counts)
@@ -405,6 +433,8 @@ def _size_slices(df, counts: dict[int, int], vocab: Vocabulary, target: int | No
         df = df.coalesce(merged)
         if merged == 1:
             counts = {0: sum(counts.values())}
+        elif (summed := _merged_counts(df, counts)) is not None:
+            counts = summed
         else:
             try:
                 counts = _count_partitions(df, vocab, check_timestamps=False)
