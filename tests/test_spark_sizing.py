@@ -33,7 +33,7 @@ from odf_chain.spark.sizing import (
     target_slice_bytes,
 )
 from odf_chain.spark.sources import ingest_files
-from odf_chain.spark.writer import _merged_counts
+from odf_chain.spark.writer import IngestError, WrittenSlice, _check_files, _merged_counts
 from tests.conftest import snapshot_tree
 from tests.test_spark_write import check_clean, check_transaction, partition_sizes
 
@@ -125,6 +125,52 @@ def test_the_sample_stays_in_the_partitions_spark_scans_first():
     assert sample_rows({p: 1 for p in range(1, 200, 2)}) == 12  # rounds of 1, 5, 25 partitions
     assert sample_rows({0: 0, 3: 2, 199: 98}) == 100  # all of a small result
     assert sample_rows({9: 1}) == 1
+
+
+def _file(partition: int, number: int, low: int, high: int) -> WrittenSlice:
+    """What the per-file task reports for a file holding offsets low..high."""
+    return WrittenSlice(
+        f"part-{partition:05d}-0000-c{number:03d}.zstd.parquet",
+        partition,
+        "f1e20" + "00" * 32,
+        "f1e20" + "11" * 32,
+        100,
+        high - low + 1,
+        low,
+        high,
+        number,
+    )
+
+
+def test_files_that_do_not_follow_the_plan_are_refused():
+    """Step 3's safety net: a file per planned slice, each with exactly its offsets."""
+    plan = planned_slices({0: 5, 2: 3}, 10, 2)  # 10..11, 12..13, 14 | 15..16, 17
+    good = [_file(0, 0, 10, 11), _file(0, 1, 12, 13), _file(0, 2, 14, 14)]
+    good += [_file(2, 0, 15, 16), _file(2, 1, 17, 17)]
+    assert _check_files(good, plan) == [p.interval for p in plan]
+    assert [(i.start, i.end) for i in _check_files(good, plan)] == [
+        (10, 11),
+        (12, 13),
+        (14, 14),
+        (15, 16),
+        (17, 17),
+    ]
+    bad_cases = {
+        # a file of partition 0 missing: its offsets would be a gap
+        "missing": [good[0], good[2], *good[3:]],
+        # one more file than planned
+        "extra": [*good, _file(2, 2, 18, 18)],
+        # the write cut the partition elsewhere (3 + 2 rows instead of 2 + 2 + 1)
+        "cut elsewhere": [_file(0, 0, 10, 12), _file(0, 1, 13, 14), *good[3:]],
+        # offsets not the planned ones (a write that saw other partitions)
+        "shifted": [*good[:3], _file(2, 0, 16, 17), _file(2, 1, 18, 18)],
+        # a partition the count never saw
+        "other partition": [*good[:3], _file(3, 0, 15, 16), _file(3, 1, 17, 17)],
+    }
+    for name, files in bad_cases.items():
+        with pytest.raises(IngestError, match="expected") as caught:
+            _check_files(files, plan)
+        assert "nothing was appended" in str(caught.value), name
 
 
 # -- real Spark ----------------------------------------------------------------------------------
