@@ -310,8 +310,10 @@ def _skipped_lines(skipped: Sequence[SkippedInput]) -> list[str]:
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
+    from odf_chain.spark.sizing import target_slice_bytes
     from odf_chain.spark.sources import ingest_files
 
+    target = target_slice_bytes(args.target_slice_bytes)  # refused before Spark starts
     spark = _spark_session(args.master)
     spark.sparkContext.setLogLevel("ERROR")
     try:
@@ -327,6 +329,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             hash=args.hash,
             truncate_timestamps=args.truncate_timestamps,
             evolve=args.evolve,
+            target_slice_bytes=target,
         )
     finally:
         spark.stop()
@@ -583,6 +586,15 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="allow columns the dataset's schema lacks (default: refuse them, naming the "
         "closest existing columns)",
+    )
+    ingest.add_argument(
+        "--target-slice-size",
+        "--target-slice-bytes",
+        dest="target_slice_bytes",
+        default="256MiB",
+        metavar="SIZE",
+        help="Parquet size each slice aims at, in bytes or with a unit (64MiB, 1GB); small "
+        "partitions are merged, big ones cut (default: 256MiB)",
     )
     ingest.add_argument("--master", default="local[*]", help="Spark master URL (default: local[*])")
     ingest.add_argument("--create", action="store_true", help="create the dataset if missing")

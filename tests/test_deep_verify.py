@@ -312,7 +312,7 @@ def test_spark_written_dataset_passes_deep(spark, tmp_path: Path) -> None:
         .alias("st"),
     )
     root = tmp_path / "ds"
-    result = write(df, root, create=True)
+    result = write(df, root, create=True, target_slice_bytes=None)  # a slice per partition
     assert (result.rows, result.slices) == (n, 3)
     report = verify_path(root, deep=True)
     assert report.ok and report.problems == [], _rows(report)

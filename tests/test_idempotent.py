@@ -237,7 +237,9 @@ def test_spark_write_skips_a_transaction_it_already_has(spark, tmp_path: Path) -
 
     path = tmp_path / "ds"
     df = spark.range(0, 40, numPartitions=2)
-    first = write(df, path, create=True, transaction=("job", 1), lineage=False)
+    first = write(
+        df, path, create=True, transaction=("job", 1), lineage=False, target_slice_bytes=None
+    )
     assert first.skipped_transaction is None and first.rows == 40
     first_adds = adds(Dataset.open(path))
     assert len(first_adds) == 2  # two slices: the pair is on the first AddData only
@@ -251,7 +253,8 @@ def test_spark_write_skips_a_transaction_it_already_has(spark, tmp_path: Path) -
         again = write(df, path, transaction=("job", 1), lineage=False)
         ran = _jobs_in_group(spark, "odf-transaction-retry")
         after_retry = snapshot_tree(path)
-        assert write(df, path, transaction=("job", 2), lineage=False).rows == 40
+        again2 = write(df, path, transaction=("job", 2), lineage=False, target_slice_bytes=None)
+        assert again2.rows == 40
     finally:
         sc.setLocalProperty("spark.jobGroup.id", None)
     assert again.skipped_transaction == ("job", 1)

@@ -400,7 +400,7 @@ def test_a_failure_at_any_step_leaves_the_chain_as_it_was(spark, dataset, monkey
         expected = ConflictError
 
     with pytest.raises(expected):
-        write(df, dataset)
+        write(df, dataset, target_slice_bytes=None)  # a slice per partition
     monkeypatch.undo()
 
     if step == "spark-write":

@@ -120,7 +120,15 @@ def test_write_several_partitions(spark, tmp_path, algorithm):
     source = {"inputs": [{"path": "/in/rows.csv", "hash": "f1e20" + "00" * 32}]}
 
     assert not path.exists()
-    result = write(df, path, event_time="when", source=source, create=True, hash=algorithm)
+    result = write(
+        df,
+        path,
+        event_time="when",
+        source=source,
+        create=True,
+        hash=algorithm,
+        target_slice_bytes=None,  # a slice per partition, as partitioned
+    )
 
     dataset = Dataset.open(path)
     assert dataset.hash_algorithm == algorithm
@@ -168,7 +176,7 @@ def test_write_with_empty_partitions(spark, tmp_path):
     sizes = partition_sizes(df)
     assert sizes == [150, 0, 0, 100, 0]
 
-    result = write(df, path, create=True)
+    result = write(df, path, create=True, target_slice_bytes=None)
 
     assert result.slices == 2 == len([s for s in sizes if s])
     files = check_transaction(path, result, 0, 250, BLAKE3)
@@ -189,7 +197,7 @@ def test_write_after_a_shuffle_keeps_its_partitions(spark, tmp_path):
     sizes = partition_sizes(df)
     assert len(sizes) == 7 and all(sizes)
 
-    result = write(df, path, create=True)
+    result = write(df, path, create=True, target_slice_bytes=None)
 
     assert result.slices == 7
     files = check_transaction(path, result, 0, 2000, BLAKE3)
@@ -231,7 +239,7 @@ def _without_staging(snapshot: dict) -> dict:
 def test_writes_continue_evolve_refuse_and_read_back(spark, tmp_path):
     path = tmp_path / "ds"
     first = spark.range(0, 300, numPartitions=3).withColumn("v", F.col("id") * 10)
-    r1 = write(first, path, create=True)
+    r1 = write(first, path, create=True, target_slice_bytes=None)  # a slice per partition
     check_transaction(path, r1, 0, 300, BLAKE3)
 
     # a second write with a new nullable column: SetDataSchema, then its AddData, offsets go on
@@ -240,7 +248,7 @@ def test_writes_continue_evolve_refuse_and_read_back(spark, tmp_path):
         .withColumn("v", F.col("id") * 10)
         .withColumn("note", F.when(F.col("id") % 2 == 0, F.col("id").cast("string")))
     )
-    r2 = write(second, path, evolve=True)
+    r2 = write(second, path, evolve=True, target_slice_bytes=None)
     assert [type(b.block.event) for b in r2.blocks] == [SetDataSchema, AddData, AddData]
     files2 = check_transaction(path, r2, 300, 200, BLAKE3)
     dataset = Dataset.open(path)
@@ -302,7 +310,7 @@ def test_writes_continue_evolve_refuse_and_read_back(spark, tmp_path):
         .withColumn("v", F.col("id") * 10)
         .withColumn("note", F.lit(None).cast("string"))
     )
-    r3 = write(third, path)
+    r3 = write(third, path, target_slice_bytes=None)
     check_transaction(path, r3, 500, 20, BLAKE3)
     assert [type(b.block.event) for b in r3.blocks] == [AddData, AddData]
 
@@ -327,7 +335,7 @@ def test_columns_are_laid_out_like_the_schema_in_force(spark, tmp_path):
     reordered = spark.range(100, 150, numPartitions=2).select(
         F.col("id").cast("string").alias("note"), (F.col("id") * 10).alias("v"), F.col("id")
     )
-    r2 = write(reordered, path)
+    r2 = write(reordered, path, target_slice_bytes=None)
     assert [type(b.block.event) for b in r2.blocks] == [AddData, AddData]
     # a nullable column left out: written as nulls, still no schema change
     without_note = spark.range(150, 170, numPartitions=1).withColumn("v", F.col("id") * 10)
@@ -357,7 +365,7 @@ def test_write_and_read_through_pyarrow_fs(spark, tmp_path):
     dataset = Dataset(FsStorage.create(pafs.LocalFileSystem(), str(path), f"file://{path}"))
     dataset._append(Seed(dataset_id=DatasetId.generate()), algorithm=BLAKE3)
     df = spark.range(0, 300, numPartitions=3).withColumn("sq", F.col("id") * F.col("id"))
-    result = write(df, dataset)
+    result = write(df, dataset, target_slice_bytes=None)
     assert (result.rows, result.slices) == (300, 3)
     reopened = Dataset(FsStorage.open(pafs.LocalFileSystem(), str(path), f"file://{path}"))
     assert [type(e.block.event).__name__ for e in reopened.blocks()] == (

@@ -13,12 +13,25 @@ columns the schema in force lacks is refused, before Spark runs any job, unless 
    dropped with its shuffle), so such an input is persisted first and both jobs read the
    cache; a plan without a shuffle (files read, narrow steps) is partitioned the same every
    time and is not cached. Whatever still differs is caught by step 3's check.
-2. **Spark writes Parquet** into a staging folder inside the dataset, one file per non-empty
-   partition, with ODF's system columns (``offset`` Int64, ``op`` Int32 = 0, ``system_time``
+2. **Slices of about ``target_slice_bytes``, decided before Spark writes.** The rows' Parquet
+   size is estimated as rows (known from the counts) times bytes per row, measured by writing
+   a small sample (the first rows, one task as a rule) to Parquet in memory; Catalyst's
+   ``sizeInBytes`` is no help after joins and aggregates, and absent under Spark Connect.
+   Partitions much smaller than the target are merged with ``coalesce`` (no shuffle); since
+   Spark's coalescer groups partitions by locality, not by index, the offsets are assigned
+   after it, from the rows of the merged partitions (summed from the groups the JVM plan
+   shows, or counted again under Spark Connect). A partition larger than the target is cut
+   into files of a fixed number of rows (Spark's ``maxRecordsPerFile``). The plan is a list
+   of slices, each a contiguous group of rows of one partition with its offset range; a
+   writer other than Spark's can follow it.
+   Spark then writes Parquet into a staging folder inside the dataset, one file per planned
+   slice, with ODF's system columns (``offset`` Int64, ``op`` Int32 = 0, ``system_time``
    timestamp(ms, UTC) of the transaction, ``event_time``).
 3. **Each file is hashed and checked where it lies** (a Spark task per file): physical and
    logical hash, size, row count, and the offset range from the Parquet statistics, which must
-   be exactly the range the prefix sums promised.
+   be exactly the range planned for it: the files of a partition, in the order Spark wrote
+   them, tile its offsets, and the partitions tile the write's. A mismatch is an error, never
+   a silent gap.
 4. **The schema actually written** (the files' Arrow schema) becomes a SetDataSchema if it
    differs from the schema in force, after the evolution check; an incompatible write stops
    here, before anything leaves staging.
@@ -58,10 +71,20 @@ from odf_chain.schema.convert import AVRO_SCHEMA_KEY, avro_to_arrow
 from odf_chain.schema.evolution import check_new_columns
 from odf_chain.slices import add_data_for, own_metadata
 from odf_chain.spark.schema_limits import check_nesting
+from odf_chain.spark.sizing import (
+    DEFAULT_TARGET_SLICE_BYTES,
+    PlannedSlice,
+    bytes_per_row,
+    merge_to,
+    planned_slices,
+    records_per_file,
+    target_slice_bytes as checked_target,
+)
 from odf_chain.spark.storage_failures import storage_failures
 from odf_chain.state import SOURCE_KEY, DatasetState, Vocabulary, transaction_extra
 
 _PART = re.compile(r"^part-(\d+)-.*\.parquet$")
+_FILE_NUMBER = re.compile(r"-c(\d+)\.")  # part-00003-<job uuid>-c001.zstd.parquet: 2nd file
 _ROW_BITS = 33  # monotonically_increasing_id: partition id above, row within partition below
 
 
@@ -81,6 +104,7 @@ class WrittenSlice:
     num_rows: int
     offset_min: int | None
     offset_max: int | None
+    file_number: int = 0  # which of its partition's files (a partition cut into several)
 
 
 @dataclass(frozen=True)
@@ -110,6 +134,7 @@ def _inspect_file(
     name = path.rsplit("/", 1)[-1]
     match = _PART.match(name)
     partition = int(match.group(1)) if match else -1
+    number = _FILE_NUMBER.search(name)
     with filesystem.open_input_stream(path) as fh:
         physical, size = Multihash.digest_stream(algorithm, fh)
     parquet = pq.ParquetFile(filesystem.open_input_file(path))
@@ -125,7 +150,15 @@ def _inspect_file(
         high = stats.max if high is None else max(high, stats.max)
     logical = parquet_logical_hash(parquet, algorithm)  # in bounded memory, as verify --deep
     return WrittenSlice(
-        name, partition, str(physical), str(logical), size, metadata.num_rows, low, high
+        name,
+        partition,
+        str(physical),
+        str(logical),
+        size,
+        metadata.num_rows,
+        low,
+        high,
+        int(number.group(1)) if number else 0,
     )
 
 
@@ -300,8 +333,8 @@ def _shuffles(df) -> bool:
         return True
 
 
-def _assign_offsets(df, vocab: Vocabulary, first_offset: int, *, check_timestamps: bool = True):
-    """Offsets per partition, without moving rows: (DataFrame, rows per partition).
+def _count_partitions(df, vocab: Vocabulary, *, check_timestamps: bool = True) -> dict[int, int]:
+    """Rows per partition (partitions without rows are left out), one small row each.
 
     The same pass checks that user timestamp columns hold whole milliseconds: the files store
     timestamps in milliseconds (as ODF's system columns), and finer ones would be truncated
@@ -333,6 +366,14 @@ def _assign_offsets(df, vocab: Vocabulary, first_offset: int, *, check_timestamp
                     f"(F.date_trunc('millisecond', {name!r})), store them as another type, or "
                     "pass truncate_timestamps=True (odf-chain ingest --truncate-timestamps)"
                 )
+    return counts
+
+
+def _assign_offsets(df, counts: Mapping[int, int], vocab: Vocabulary, first_offset: int):
+    """``df`` with its offsets, without moving rows: a partition's first offset (prefix sums
+    of ``counts``) plus the row's index within the partition."""
+    from pyspark.sql import functions as F
+
     # partitions as the count saw them (the plan's own number can differ under adaptive
     # execution); a write that saw others gets null offsets, which the per-file check refuses
     partitions = max(counts, default=-1) + 1
@@ -347,7 +388,59 @@ def _assign_offsets(df, vocab: Vocabulary, first_offset: int, *, check_timestamp
         (base + within).cast("long").alias(vocab.offset_column),
         *[F.col(_quoted(c)) for c in df.columns],
     )
-    return with_offsets, counts
+    return with_offsets
+
+
+def _merged_counts(merged, counts: Mapping[int, int]) -> dict[int, int] | None:
+    """Rows per partition of ``merged`` (a coalesced frame) from the groups Spark's coalescer
+    makes of the counted partitions, read from the JVM plan without running a job; None when
+    there is no plan to read (Spark Connect) or it has another shape.
+
+    The groups follow the partitions' locations, not their numbers (cached partitions are
+    spread over all groups), and are computed again, the same way, for the write: the input is
+    persisted and already cached, or has no shuffle, so the locations do not move between."""
+    try:
+        node = merged._jdf.queryExecution().executedPlan()
+        while node.nodeName() != "Coalesce":
+            if node.nodeName() == "AdaptiveSparkPlan":
+                node = node.executedPlan()
+            elif node.children().size() == 1:
+                node = node.children().apply(0)
+            else:
+                return None
+        groups = {p.index(): list(p.parentsIndices()) for p in node.execute().partitions()}
+    except Exception:  # Spark Connect (no _jdf), or a plan of another shape: count instead
+        return None
+    merged_counts = {i: sum(counts.get(j, 0) for j in parents) for i, parents in groups.items()}
+    if sum(merged_counts.values()) != sum(counts.values()):
+        return None  # the groups do not cover the counted partitions: count instead
+    return {i: n for i, n in merged_counts.items() if n}
+
+
+def _size_slices(df, counts: dict[int, int], vocab: Vocabulary, target: int | None):
+    """Step 2's plan: (the frame to write, its rows per partition, rows per file).
+
+    Merging uses ``coalesce``, whose groups of partitions follow their locations (cached
+    blocks, file splits), not their numbers, so the merged partitions' rows are summed from
+    the groups the JVM plan shows, or counted anew where there is no plan to read (both ways
+    see a persisted or shuffle-free input whose locations no longer move, as the write does;
+    step 3 checks that it did). A merge into one partition holds every row."""
+    if target is None:
+        return df, counts, 0
+    per_row = bytes_per_row(df, counts)
+    merged = merge_to(counts, per_row, target)
+    if merged is not None:
+        df = df.coalesce(merged)
+        if merged == 1:
+            counts = {0: sum(counts.values())}
+        elif (summed := _merged_counts(df, counts)) is not None:
+            counts = summed
+        else:
+            try:
+                counts = _count_partitions(df, vocab, check_timestamps=False)
+            except Exception as exc:
+                raise _spark_failure("count the merged partitions", exc) from exc
+    return df, counts, records_per_file(counts, per_row, target)
 
 
 @storage_failures
@@ -366,6 +459,7 @@ def write(
     truncate_timestamps: bool = False,
     evolve: bool = False,
     transaction: tuple[str, int] | None = None,
+    target_slice_bytes: int | str | None = DEFAULT_TARGET_SLICE_BYTES,
     _check_state: Callable[[Dataset, DatasetState], None] | None = None,
 ) -> IngestResult:
     """Append a Spark DataFrame to ``dataset`` (a path, a ``pyarrow.fs`` URI such as
@@ -399,11 +493,19 @@ def write(
     returns ``skipped_transaction`` set, before Spark runs any job. Two attempts racing each
     other: one commits, the other gets :class:`ConflictError`, and running it again skips it.
     An empty DataFrame records no transaction (it appends nothing).
+
+    ``target_slice_bytes`` (default 256 MiB; an int, or a string such as ``"64MiB"``) is the
+    Parquet size each slice aims at: partitions far smaller are merged (a 100-row aggregate
+    over 200 shuffle partitions is one slice), larger ones are cut, from an estimate (a sample
+    of rows written to Parquet in memory), so slices come out about that size, not exactly.
+    Fewer slices also means fewer tasks writing them: about one per ``target_slice_bytes``.
+    None keeps one slice per non-empty partition, as the DataFrame is partitioned.
     """
     from pyspark import StorageLevel
 
     if transaction is not None:  # refused before anything is opened or created
         transaction = rules.transaction_argument(transaction)
+    target = checked_target(target_slice_bytes)
 
     timings: dict[str, float] = {}
     started_at = chain.now()
@@ -436,9 +538,7 @@ def write(
     try:
         with _session_conf(spark, _WRITE_CONF):
             try:
-                out, counts = _assign_offsets(
-                    shaped, vocab, state.next_offset, check_timestamps=not truncate_timestamps
-                )
+                counts = _count_partitions(shaped, vocab, check_timestamps=not truncate_timestamps)
             except Exception as exc:  # a task of the input's own plan failed: nothing appended
                 raise _spark_failure("count the input", exc) from exc
             total = sum(counts.values())
@@ -447,8 +547,16 @@ def write(
                 return IngestResult(path, 0, 0, 0, [], state.head, timings)
 
             clock = time.perf_counter()
+            framed, counts, records = _size_slices(shaped, counts, vocab, target)
+            out = _assign_offsets(framed, counts, vocab, state.next_offset)
+            planned = planned_slices(counts, state.next_offset, records)
+            timings["sizing"] = time.perf_counter() - clock
+
+            clock = time.perf_counter()
             try:
-                out.write.option("compression", "zstd").parquet(storage.spark_uri(staging))
+                out.write.option("compression", "zstd").option(
+                    "maxRecordsPerFile", str(records)
+                ).parquet(storage.spark_uri(staging))
             except Exception as exc:  # py4j / Spark errors: the job failed, nothing appended
                 raise _spark_failure("write the slices", exc) from exc
         timings["spark_write"] = time.perf_counter() - clock
@@ -466,11 +574,13 @@ def write(
             raise _spark_failure("hash the slices", exc) from exc
         # Spark may write a file with no rows (for the first partition when it is empty): it
         # holds no offsets and becomes no slice (it goes with the staging folder)
-        written = sorted((w for w in written if w.num_rows), key=lambda w: w.partition)
+        written = sorted(
+            (w for w in written if w.num_rows), key=lambda w: (w.partition, w.file_number)
+        )
         timings["hashing"] = time.perf_counter() - clock
 
         clock = time.perf_counter()
-        intervals = _check_files(written, counts, state.next_offset)
+        intervals = _check_files(written, planned)
         schema = _declared_schema(
             # Spark's row metadata is not ours
             pq.read_schema(filesystem.open_input_file(files[0])).remove_metadata(),
@@ -608,14 +718,18 @@ def _open(dataset: str | Path | Dataset, *, create: bool, hash: str) -> Dataset:
 
 
 def _part_files(filesystem: pafs.FileSystem, folder: str) -> list[str]:
-    """The Parquet files Spark wrote into ``folder``, by partition number."""
+    """The Parquet files Spark wrote into ``folder``, by partition number, then file number."""
     infos = filesystem.get_file_info(pafs.FileSelector(folder))
     parts = [
-        (int(m.group(1)), info.path)
+        (
+            int(m.group(1)),
+            int(n.group(1)) if (n := _FILE_NUMBER.search(info.base_name)) else 0,
+            info.path,
+        )
         for info in infos
         if info.type == pafs.FileType.File and (m := _PART.match(info.base_name))
     ]
-    return [path for _, path in sorted(parts)]
+    return [path for _, _, path in sorted(parts)]
 
 
 def _nullable(t: pa.DataType) -> pa.DataType:
@@ -683,30 +797,32 @@ _UNSTABLE = (
 )
 
 
-def _check_files(
-    written: list[WrittenSlice], counts: dict[int, int], first_offset: int
-) -> list[OffsetInterval]:
-    """Each file holds exactly the offsets its partition was promised; returns the intervals."""
-    intervals = []
-    running = first_offset
-    expected = {pid: n for pid, n in counts.items() if n}
-    seen = {w.partition for w in written}
-    if seen != set(expected):
+def _check_files(written: list[WrittenSlice], planned: list[PlannedSlice]) -> list[OffsetInterval]:
+    """Each file holds exactly the offsets planned for it (the files of a partition in the
+    order Spark wrote them); returns the intervals, which tile the write's offsets."""
+    expected = sorted({p.partition for p in planned})
+    seen = sorted({w.partition for w in written})
+    if seen != expected:
         raise IngestError(
-            f"Spark wrote files for partitions {sorted(seen)}, expected {sorted(expected)}"
-            + _UNSTABLE
+            f"Spark wrote files for partitions {seen}, expected {expected}" + _UNSTABLE
         )
-    for w in written:
-        start, end = running, running + w.num_rows - 1
-        if w.num_rows != expected[w.partition] or (w.offset_min, w.offset_max) != (start, end):
+    for w, plan in zip(written, planned, strict=False):
+        start, end = plan.interval.start, plan.interval.end
+        if w.partition != plan.partition or (w.num_rows, w.offset_min, w.offset_max) != (
+            plan.rows,
+            start,
+            end,
+        ):
             raise IngestError(
-                f"{w.file_name}: expected offsets {start}..{end} "
-                f"({expected[w.partition]} rows), found {w.offset_min}..{w.offset_max} "
-                f"({w.num_rows} rows)" + _UNSTABLE
+                f"{w.file_name}: expected offsets {start}..{end} ({plan.rows} rows, file "
+                f"{plan.index + 1} of partition {plan.partition}), found "
+                f"{w.offset_min}..{w.offset_max} ({w.num_rows} rows)" + _UNSTABLE
             )
-        intervals.append(OffsetInterval(start, end))
-        running = end + 1
-    return intervals
+    if len(written) != len(planned):
+        raise IngestError(
+            f"Spark wrote {len(written)} files with rows, expected {len(planned)}" + _UNSTABLE
+        )
+    return [plan.interval for plan in planned]
 
 
 def _spark_failure(step: str, exc: BaseException) -> OdfChainError:

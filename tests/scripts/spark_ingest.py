@@ -113,7 +113,7 @@ def main() -> int:
                     return 2
                 time.sleep(0.005)
         try:
-            result = write(df, args.dataset, source={"writer": args.tag})
+            result = write(df, args.dataset, source={"writer": args.tag}, target_slice_bytes=None)
         except ConflictError as exc:
             print(f"ConflictError: {exc}", file=sys.stderr, flush=True)
             return EXIT_CONFLICT
