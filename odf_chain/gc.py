@@ -19,7 +19,9 @@ What makes it safe, in the order it is checked:
   that moved between the plan and the lock adds what its new blocks name to what is kept.
   Writers put their files in place before they take that lock, so gc may take one of them;
   the writer's head move then finds it missing and fails with nothing committed (see
-  ``compare_and_swap_head``): an acknowledged write never loses a file.
+  ``compare_and_swap_head``): an acknowledged write never loses a file. A staged file a live
+  writer is still filling is not taken at all, whatever ``min_age``: the writer holds a shared
+  lock on it (its claim) and gc removes a staged file only under an exclusive one.
 - A backend without a lock (object stores) cannot exclude writers: there gc keeps everything
   younger than :data:`DEFAULT_MIN_AGE` unless the caller says no writer runs
   (``single_writer=True``).
@@ -27,6 +29,7 @@ What makes it safe, in the order it is checked:
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -34,6 +37,7 @@ from dataclasses import dataclass, field
 from odf_chain import chain
 from odf_chain.errors import ConflictError, NotFoundError, OdfChainError, StorageError
 from odf_chain.events import AddData, ExecuteTransform
+from odf_chain.index.read import open_index
 from odf_chain.storage import Storage, check_name, open_storage
 from odf_chain.storage.base import no_lock
 from odf_chain.verify import VerifyReport, verify
@@ -50,6 +54,7 @@ UNCOMMITTED_DATA = "uncommitted-data"
 IRREGULAR = "irregular"
 LOGGED_HEAD = "logged-head"
 COMMITTED = "committed"
+IN_USE = "in-use"
 
 _WHY = {
     YOUNG: "younger than the minimum age: a writer may still need it",
@@ -60,6 +65,7 @@ _WHY = {
     "head's): possible evidence; --discard-uncommitted removes it",
     UNCOMMITTED_DATA: "named by a block outside the chain",
     IRREGULAR: "not a regular file: never followed, never removed",
+    IN_USE: "a staged file a live writer holds (its claim, a lock, is held until it commits)",
     LOGGED_HEAD: "was once the head (head log): evidence",
     COMMITTED: "committed while gc ran",
 }
@@ -168,16 +174,25 @@ def _pass(storage: Storage, *, min_age: float, dry_run: bool, discard: set[str])
             if rule != "discard" and now - info.mtime < min_age:
                 kept.append(Kept(path, YOUNG))
                 continue
+            staged = rule == "staging-leftover"
+            if staged and (
+                storage.staged_in_use(name) if dry_run else not storage.remove_staged(name)
+            ):
+                kept.append(Kept(path, IN_USE))
+                continue
             freed += info.size
             removed.append(path)
-            if dry_run:
+            if dry_run or staged:
                 continue
             if rule == "orphan-data":
                 storage.remove_data(name)
-            elif rule in ("orphan-block", "discard"):
-                storage.remove_block(name)
             else:
-                storage.remove_staged(name)
+                storage.remove_block(name)
+        if any(path.startswith("blocks/") for path in removed) and not dry_run:
+            # the index may still describe the removed blocks (a rolled-back head's): align
+            # it with the head now, as the next reader would (a cache: best effort)
+            with contextlib.suppress(OdfChainError):
+                open_index(storage)
     return GcReport(removed, kept, freed)
 
 

@@ -112,3 +112,36 @@ def test_a_writer_folder_with_a_fresh_file_is_young(dataset: Path) -> None:
     report = collect_garbage_path(dataset, min_age=3600)
     assert report.kept_young == [".staging/spark-busy"] and report.removed == []
     assert (folder / "_temporary" / "part-00001.parquet").exists()
+
+
+def test_a_staged_file_a_live_writer_holds_is_never_taken(dataset: Path) -> None:
+    """A writer's claim (a shared lock on its staged file) keeps gc off it whatever the minimum
+    age, in a dry run too; once the writer lets go (commit or discard), the file is fair game."""
+    writer = Dataset.open(dataset).storage
+    staged = Path(writer.stage_file(".parquet"))
+    staged.write_bytes(b"half a slice, still being written")
+    _age(staged, 3600)
+    name = f".staging/{staged.name}"
+    for dry_run in (True, False):
+        report = collect_garbage_path(dataset, min_age=0, dry_run=dry_run)
+        assert name not in report.removed
+        assert (name, "in-use") in {(k.path, k.reason) for k in report.kept}
+    assert staged.read_bytes() == b"half a slice, still being written"
+    # another process sees the claim too (flock, not a lock private to this process)
+    probe = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from odf_chain.gc import collect_garbage_path as g; "
+            "r = g(sys.argv[1], min_age=0); print(sorted(k.reason for k in r.kept))",
+            str(dataset),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert probe.returncode == 0 and "in-use" in probe.stdout, probe.stderr
+    assert staged.exists()
+    writer._release(staged)  # the writer dies or gives up: the claim goes with its descriptor
+    report = collect_garbage_path(dataset, min_age=0)
+    assert name in report.removed and not staged.exists()

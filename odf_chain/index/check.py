@@ -4,7 +4,8 @@ Verify never trusts or writes the index: after its own walk and fold it calls
 :func:`report_index` with the blocks it read, and every entry and snapshot of the index is
 compared with them. A lying index is a warning (readers would detect most of it and rebuild; a
 forgery naming genuine blocks of another branch, or wrong counters, they cannot): rules
-``index-stale`` (it describes another head or more blocks than the chain has) and
+``index-stale`` (it describes a block not in the chain, or more blocks than the chain has;
+an index merely behind the head is no finding: readers catch up) and
 ``index-mismatch`` (an entry or snapshot field differs from the chain, or a file is damaged).
 """
 
@@ -127,12 +128,17 @@ def report_index(
                 path=f"info/{name}",
             )
     head = snapshots.get(HEAD_SNAPSHOT)
-    if head is not None and entries and head.block_hash != entries[-1].hash:
+    behind = (
+        head is not None
+        and head.sequence_number < len(entries)
+        and head.block_hash == entries[head.sequence_number].hash
+    )  # a writer that does not keep the index (another tool, a crash): readers catch up
+    if head is not None and entries and not behind:
         add(
             "warning",
             "index-stale",
-            f"{HEAD_SNAPSHOT} names block {head.sequence_number} ({head.block_hash}), not the "
-            "head: readers catch up or rebuild",
+            f"{HEAD_SNAPSHOT} names block {head.sequence_number} ({head.block_hash}), which "
+            "is not in this chain: readers rebuild the index",
             path=f"info/{HEAD_SNAPSHOT}",
         )
     for name, derived in ((SCHEMA_LIST, schemas), (LINEAGE_LIST, lineage)):

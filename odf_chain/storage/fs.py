@@ -325,7 +325,12 @@ class FsStorage:
                     f"{self._join(name)} is not a directory: nothing is removed through it"
                 )
 
-    def remove_staged(self, name: str) -> None:
+    def staged_in_use(self, name: str) -> bool:
+        """Object stores carry no claims: only the minimum age (or single-writer mode) guards
+        a writer's staged object."""
+        return False
+
+    def remove_staged(self, name: str) -> bool:
         if "/" in name or name in ("", ".", ".."):
             raise OdfChainError(f"{name!r} is not an entry of {self._join(STAGING)}")
         path = self._join(f"{STAGING}/{name}")
@@ -335,6 +340,7 @@ class FsStorage:
                 self._fs.delete_dir(path)
             elif info.type == pafs.FileType.File:
                 self._fs.delete_file(path)
+        return True
 
     def entry_info(self, relative: str) -> EntryInfo | None:
         info = self._info(relative)

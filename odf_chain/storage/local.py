@@ -167,17 +167,32 @@ def _create_unique(directory: Path, prefix: str, suffix: str) -> tuple[int, str]
             continue
 
 
+def _create_claimed(directory: Path, prefix: str, suffix: str) -> tuple[int, str]:
+    """:func:`_create_unique`, holding a shared lock on the new file (its claim) until the
+    descriptor closes: gc removes a staged file only under an exclusive lock, so it never takes
+    one a live writer is filling. A file gc took between the create and the lock is replaced."""
+    while True:
+        fd, path = _create_unique(directory, prefix, suffix)
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        try:
+            if os.lstat(path).st_ino == os.fstat(fd).st_ino:
+                return fd, path
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+
+
 def write_atomic(path: Path, data: bytes, staging_dir: Path | None = None) -> None:
     """Make ``path`` hold ``data`` all at once: write a unique staging file (in ``staging_dir``,
     default ``path``'s directory; it must be on the same filesystem), fsync, rename, fsync dir."""
     staging_dir = path.parent if staging_dir is None else staging_dir
-    fd, tmp = _create_unique(staging_dir, f".{path.name}.", ".tmp")
+    fd, tmp = _create_claimed(staging_dir, f".{path.name}.", ".tmp")
     try:
-        with os.fdopen(fd, "wb") as f:
+        with os.fdopen(fd, "wb") as f:  # open (the claim held) until it is in place
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        os.rename(tmp, path)
+            os.rename(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
@@ -209,6 +224,7 @@ class LocalStorage:
 
     def __init__(self, root: Path) -> None:
         self._root = root
+        self._claims: dict[str, int] = {}  # staged path -> descriptor holding its shared lock
 
     @classmethod
     def create(cls, root: str | Path) -> LocalStorage:
@@ -407,16 +423,16 @@ class LocalStorage:
         if not exists:
             staging = self.staging_dir
             with _os_errors("write", path):
-                fd, tmp = _create_unique(staging, f".{name}.", ".tmp")
-                try:
-                    with os.fdopen(fd, "wb") as f:
+                fd, tmp = _create_claimed(staging, f".{name}.", ".tmp")
+                with os.fdopen(fd, "wb") as f:  # open (the claim held) until it is in place
+                    try:
                         f.write(data)
                         f.flush()
                         os.fsync(f.fileno())
-                    created = _install_new(tmp, path)
-                finally:
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(tmp)
+                        created = _install_new(tmp, path)
+                    finally:
+                        with contextlib.suppress(FileNotFoundError):
+                            os.unlink(tmp)
                 if created:
                     fsync_dir(path.parent)
                     return True
@@ -503,9 +519,15 @@ class LocalStorage:
             raise OdfChainError(f"invalid staging suffix {suffix!r}")
         staging = self.staging_dir
         with _os_errors("create a staging file in", staging):
-            fd, tmp = _create_unique(staging, "data.", suffix)
-            os.close(fd)
+            # the claim is held until commit_data or discard (or this process dies)
+            fd, tmp = _create_claimed(staging, "data.", suffix)
+        self._claims[tmp] = fd
         return Path(tmp)
+
+    def _release(self, staged: Path | str) -> None:
+        fd = self._claims.pop(str(staged), None)
+        if fd is not None:
+            os.close(fd)
 
     def _staged_parts(self, staged: Path | str) -> list[str]:
         """The components of ``staged`` below ``.staging/`` (anywhere below: writers such as
@@ -560,10 +582,12 @@ class LocalStorage:
             # look as new as its commit: until the head names it, it is a fresh orphan.
             os.utime(target)
             fsync_dir(target.parent)
+        self._release(staged)
         return DataCommit(target, created)
 
     def discard(self, staged: Path) -> None:
         """Drop a staged file (an abandoned write); missing is fine."""
+        self._release(staged)
         *folders, name = self._staged_parts(staged)
         with _os_errors("remove", staged):
             try:
@@ -657,12 +681,49 @@ class LocalStorage:
         except OSError as exc:
             raise _storage_error(exc, "list", path) from exc
 
-    def remove_staged(self, name: str) -> None:
-        """Delete one entry of ``.staging/`` (a file or a writer's folder), for gc."""
+    def staged_in_use(self, name: str) -> bool:
+        """True while a writer holds its claim on the staged file ``name`` (see
+        :meth:`stage_file`); a writer's folder (Spark's) carries no claim: its age guards it."""
+        return self._unclaimed(name, remove=False) is False
+
+    def remove_staged(self, name: str) -> bool:
+        """Delete one entry of ``.staging/`` (a file or a writer's folder), for gc; False (and
+        nothing removed) when a live writer holds the file's claim. The file is removed while
+        gc holds it locked, so a writer can never claim it in between."""
+        return self._unclaimed(name, remove=True) is not False
+
+    def _unclaimed(self, name: str, *, remove: bool) -> bool | None:
+        """False: a writer's claim holds ``.staging/<name>``. Otherwise None, after removing it
+        when asked (a folder, a file no one claims, or nothing there any more)."""
         if not isinstance(name, str) or "/" in name or name in ("", ".", ".."):
             raise OdfChainError(f"{name!r} is not an entry of {self._root / STAGING}")
-        with _os_errors("remove", self._root / STAGING / name):
-            self._remove_entry(STAGING, name)
+        with _os_errors("remove" if remove else "check", self._root / STAGING / name):
+            with self._dir(STAGING) as dir_fd:
+                try:
+                    mode = _lstat(name, dir_fd).st_mode
+                except FileNotFoundError:
+                    return None
+                if stat.S_ISREG(mode):
+                    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+                    try:
+                        fd = os.open(name, flags, dir_fd=dir_fd)
+                    except FileNotFoundError:
+                        return None
+                    try:
+                        try:
+                            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                        except BlockingIOError:
+                            return False
+                        if remove and _lstat(name, dir_fd).st_ino == os.fstat(fd).st_ino:
+                            os.unlink(name, dir_fd=dir_fd)
+                        return None
+                    except FileNotFoundError:
+                        return None
+                    finally:
+                        os.close(fd)
+            if remove:
+                self._remove_entry(STAGING, name)
+            return None
 
     def entry_info(self, relative: str) -> EntryInfo | None:
         """Newest modification time and total size of a file or folder of the dataset (no
