@@ -180,7 +180,7 @@ def test_verify_reports_a_version_that_does_not_increase(tmp_path: Path) -> None
     assert "expected a version above 2 for app id 'job'" in error.message
     # opening it folds the chain by the same rule, and refuses it
     with pytest.raises(RuleViolation, match="transaction-version"):
-        Dataset.open(path).state  # open only checks the head; the state is read lazily
+        _ = Dataset.open(path).state  # open only checks the head; the state is read lazily
 
 
 # -- what the chain records as ingested -----------------------------------------------------------
