@@ -119,8 +119,20 @@ def _state_in(index: index_read.ChainIndex, ref: Ref) -> DatasetState:
 def state_at(storage: Storage, ref: Ref = "head") -> DatasetState:
     """The state as of the block ``ref`` names: a checked index snapshot plus at most a few
     hundred blocks folded by every rule (see :mod:`odf_chain.index.read`), whatever the
-    chain's length."""
-    return index_read.answer(storage, lambda index: _state_in(index, ref))
+    chain's length.
+
+    A chain whose later blocks break a rule still answers for the blocks before the first
+    broken one (an auditor's question: what did it look like then?): the index cannot be built
+    over such a chain, so the blocks are walked from the head (hashes checked) and folded only
+    up to ``ref``. The broken block itself, and any after it, are refused, naming the rule."""
+    try:
+        return index_read.answer(storage, lambda index: _state_in(index, ref))
+    except RuleViolation as violation:
+        entries = load_chain(storage)
+        wanted = select(entries, ref)
+        if violation.sequence_number is not None and wanted >= violation.sequence_number:
+            raise
+        return fold(entries[: wanted + 1])
 
 
 @dataclass(frozen=True)

@@ -437,6 +437,7 @@ def test_rule_breaking_block_on_disk(tmp_path: Path, case: str) -> None:
     root = tmp_path / "ds"
     ds, hashes = make_dataset(root)
     head = ds.blocks()[-1].block
+    earlier = {k: ds.state_at(k) for k in (0, len(hashes) - 2)}  # before anything broke
     prev = Multihash.from_multibase(hashes[-1])
     seq, link, when = head.sequence_number + 1, prev, head.system_time + timedelta(seconds=1)
     event = SetInfo(description="bad")
@@ -463,10 +464,12 @@ def test_rule_breaking_block_on_disk(tmp_path: Path, case: str) -> None:
     # blocks() checks hashes only: the log of a chain that breaks a rule can still be shown
     walked = hashes[:-1] if case == "wrong-link" else hashes
     assert [str(e.hash) for e in Dataset(_storage(root)).blocks()] == [*walked, name]
-    # state_at reads through the derived index, which starts from the head: a head that breaks
-    # a rule is refused there too, naming it (the blocks before it are listed by blocks() above)
+    # the states before the broken block are still shown (what an auditor asks), the same as
+    # before it was written; the broken block itself is refused, naming it
+    for k, state in earlier.items():
+        assert Dataset(_storage(root)).state_at(k) == state
     with pytest.raises(RuleViolation, match=name):
-        Dataset(_storage(root)).state_at(len(walked) - 1)
+        Dataset(_storage(root)).state_at(name)
     errors = verify_errors(root)
     if case == "wrong-link":  # the logged head is skipped: the head log calls that a rollback
         assert [p.rule for p in errors if p.rule == "head-rollback"] == ["head-rollback"]
