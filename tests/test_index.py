@@ -582,7 +582,8 @@ def test_verify_warns_about_an_index_that_lies(copy: Path) -> None:
 
     info = next(e for e in fold_states(copy)[0] if type(e.block.event).__name__ == "SetInfo")
     wrong = replace(periodic.pointers, vocab=Pointer(info.block.sequence_number, info.hash))
-    write_snapshot(path, _forge(periodic, pointers=wrong))
+    # a periodic snapshot that lies in a pointer and in a counter, with a valid checksum
+    write_snapshot(path, _forge(periodic, pointers=wrong, num_records=periodic.num_records + 1))
     segment = copy / INDEX / "seq-00000000"
     data = bytearray(segment.read_bytes())
     # block 7's system time, with a valid checksum: a well-formed entry that lies
@@ -598,6 +599,8 @@ def test_verify_warns_about_an_index_that_lies(copy: Path) -> None:
     assert ("index-mismatch", 256) in found, lines
     assert ("index-mismatch", 7) in found, lines
     assert "data_size" in lines and "vocab" in lines and "system time" in lines
+    (at_256,) = [w.line() for w in index_warnings(copy) if w.sequence_number == 256]
+    assert "num_records" in at_256 and "the vocab pointer" in at_256, at_256
 
 
 def test_verify_warns_about_a_stale_index(copy: Path) -> None:
