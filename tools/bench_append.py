@@ -3,6 +3,9 @@
 
     python tools/bench_append.py [--blocks 10000] [--dir PATH]
 
+It also times each append with the derived index kept beside the same append with the index
+update switched off, interleaved, and prints p50/p90 of both and their ratio.
+
 Each append is a real one: build, encode, hash, check every rule, write the block file (staged,
 fsynced, renamed, directory fsynced) and move the head under the lock (written the same way).
 The peer, run side by side in the same process on the same disk, is the floor any durable
@@ -50,18 +53,54 @@ def bench_floor(root: Path, n: int, block_size: int) -> float:
 
 def bench_chain(root: Path, n: int) -> tuple[float, int]:
     dataset = Dataset.create(root)
-    base = datetime(2026, 1, 1, tzinfo=UTC)
     start = time.perf_counter()
     for i in range(n):
-        dataset.append(
-            AddData(
-                new_watermark=base + timedelta(seconds=i),
-                new_source_state=SourceState("poll", "odf/etag", f"etag-{i}"),
-            )
-        )
+        dataset.append(_add_data(i))
     elapsed = time.perf_counter() - start
     sizes = [p.stat().st_size for p in (root / "blocks").iterdir()]
     return elapsed, sum(sizes) // len(sizes)
+
+
+def _add_data(i: int) -> AddData:
+    base = datetime(2026, 1, 1, tzinfo=UTC)
+    return AddData(
+        new_watermark=base + timedelta(seconds=i),
+        new_source_state=SourceState("poll", "odf/etag", f"etag-{i}"),
+    )
+
+
+def bench_index_cost(root: Path, n: int, chunk: int = 250) -> dict[str, list[float]]:
+    """Per-append latency with the derived index kept (what ships) beside the same append with
+    its index update switched off (the append before the index), interleaved chunk by chunk
+    in one process so that load and disk state hit both alike."""
+    from odf_chain import chain
+    from odf_chain.index import update
+
+    kept = Dataset.create(root / "with-index")
+    bare = Dataset.create(root / "without-index")
+    samples: dict[str, list[float]] = {"with index": [], "without index": []}
+    real = update.record_commit
+    done = 0
+    while done < n:
+        for name, dataset, record in (
+            ("with index", kept, real),
+            ("without index", bare, lambda *_: None),
+        ):
+            chain.index_update.record_commit = record
+            try:
+                for i in range(done, min(done + chunk, n)):
+                    start = time.perf_counter()
+                    dataset.append(_add_data(i))
+                    samples[name].append(time.perf_counter() - start)
+            finally:
+                chain.index_update.record_commit = real
+        done += chunk
+    return samples
+
+
+def _quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def main() -> int:
@@ -95,6 +134,14 @@ def main() -> int:
         print(f"append / floor         {chain_s / floor_s:8.2f}x")
         print(f"replay {n:,} blocks      {replay_s:8.2f} s")
         print(f"verify {n:,} blocks      {verify_s:8.2f} s")
+        samples = bench_index_cost(scratch / "index", n)
+        p50 = {k: _quantile(v, 0.5) for k, v in samples.items()}
+        for name, values in samples.items():
+            print(
+                f"append {name:<14} p50 {p50[name] * 1e3:6.2f} ms  "
+                f"p90 {_quantile(values, 0.9) * 1e3:6.2f} ms  ({len(values):,} appends)"
+            )
+        print(f"append p50 with / without index  {p50['with index'] / p50['without index']:.2f}x")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return 0
