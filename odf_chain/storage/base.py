@@ -166,12 +166,21 @@ class Storage(Protocol):
     def check_layout(self) -> None: ...
 
     # derived files below info/ (caches such as the index: no fsync, never trusted blindly)
+    def derived_batch(self) -> contextlib.AbstractContextManager[None]:
+        """A scope for several derived-file calls in a row (a backend may keep handles)."""
+        ...
+
     def read_derived(self, relative: str, limit: int) -> bytes | None:
         """The bytes of ``info/<relative>`` (a regular file, at most ``limit`` bytes, no symlink
         followed), or None when it is missing."""
 
     def write_derived(self, relative: str, data: bytes) -> None:
         """Replace ``info/<relative>`` whole (temporary file, then rename; no fsync)."""
+
+    def overwrite_derived(self, relative: str, data: bytes) -> None:
+        """Replace the content of ``info/<relative>`` where it is (no new file, no rename: the
+        cheap way for a file rewritten at every append). A reader may meet it half written, so
+        only for files that carry their own checksum."""
 
     def patch_derived(self, relative: str, offset: int, data: bytes) -> bool:
         """Cut ``info/<relative>`` (created if missing) to ``offset`` bytes and write ``data``

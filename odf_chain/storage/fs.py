@@ -325,6 +325,10 @@ class FsStorage:
                     f"{self._join(name)} is not a directory: nothing is removed through it"
                 )
 
+    def derived_batch(self) -> contextlib.AbstractContextManager[None]:
+        """Nothing to keep open between calls on an object store."""
+        return contextlib.nullcontext()
+
     def staged_in_use(self, name: str) -> bool:
         """Object stores carry no claims: only the minimum age (or single-writer mode) guards
         a writer's staged object."""
@@ -380,6 +384,10 @@ class FsStorage:
                 self._fs.create_dir(self._join(parent), recursive=True)
             self._derived_dirs.add(parent)
         self._put(path, data)
+
+    def overwrite_derived(self, relative: str, data: bytes) -> None:
+        """An object is replaced whole by its upload anyway."""
+        self.write_derived(relative, data)
 
     def patch_derived(self, relative: str, offset: int, data: bytes) -> bool:
         """Read, cut and rewrite the whole file: objects cannot be appended to."""

@@ -225,6 +225,7 @@ class LocalStorage:
     def __init__(self, root: Path) -> None:
         self._root = root
         self._claims: dict[str, int] = {}  # staged path -> descriptor holding its shared lock
+        self._held: dict[str, int] | None = None  # directory descriptors kept by derived_batch
 
     @classmethod
     def create(cls, root: str | Path) -> LocalStorage:
@@ -275,6 +276,33 @@ class LocalStorage:
         Raises FileNotFoundError for a missing component, StorageError for one that is not a
         directory.
         """
+        held = self._held
+        if held is not None and relative.startswith(DERIVED_DIR):
+            if relative not in held:
+                with self._open_dir(relative, create=create) as fd:
+                    held[relative] = os.dup(fd)
+            yield held[relative]
+            return
+        with self._open_dir(relative, create=create) as fd:
+            yield fd
+
+    @contextlib.contextmanager
+    def derived_batch(self) -> Iterator[None]:
+        """Keep the descriptors of the derived directories open across the calls made inside
+        (an index update reads and writes a few files of one folder per append)."""
+        if self._held is not None:
+            yield
+            return
+        self._held = {}
+        try:
+            yield
+        finally:
+            held, self._held = self._held, None
+            for fd in held.values():
+                os.close(fd)
+
+    @contextlib.contextmanager
+    def _open_dir(self, relative: str, *, create: bool = False) -> Iterator[int]:
         fd = os.open(self._root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
             path = self._root
@@ -781,6 +809,26 @@ class LocalStorage:
                     os.unlink(tmp, dir_fd=d)
                 raise
 
+    def overwrite_derived(self, relative: str, data: bytes) -> None:
+        """See :meth:`Storage.overwrite_derived`: in place, no new file, no rename."""
+        parent, _, name = f"{DERIVED_DIR}/{check_derived(relative)}".rpartition("/")
+        path = self._root / parent / name
+        flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        with _os_errors("write", path), self._dir(parent, create=True) as d:
+            fd = os.open(name, flags, 0o666, dir_fd=d)
+            try:
+                info = os.fstat(fd)
+                if not stat.S_ISREG(info.st_mode):
+                    raise StorageError(f"{path} is not a regular file ({file_kind(info.st_mode)})")
+                view, offset = memoryview(data), 0
+                while view:
+                    written = os.pwrite(fd, view, offset)
+                    view, offset = view[written:], offset + written
+                if info.st_size > offset:
+                    os.ftruncate(fd, offset)
+            finally:
+                os.close(fd)
+
     def patch_derived(self, relative: str, offset: int, data: bytes) -> bool:
         """See :meth:`Storage.patch_derived`."""
         parent, _, name = f"{DERIVED_DIR}/{check_derived(relative)}".rpartition("/")
@@ -806,6 +854,10 @@ class LocalStorage:
 
     def remove_derived(self, relative: str) -> None:
         parent, _, name = f"{DERIVED_DIR}/{check_derived(relative)}".rpartition("/")
+        if self._held:  # a held descriptor of what goes would write into a removed folder
+            gone = f"{parent}/{name}"
+            for key in [k for k in self._held if k == gone or k.startswith(gone + "/")]:
+                os.close(self._held.pop(key))
         with (
             _os_errors("remove", self._root / parent / name),
             contextlib.suppress(FileNotFoundError),
