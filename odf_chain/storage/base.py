@@ -183,9 +183,9 @@ class Storage(Protocol):
         only for files that carry their own checksum."""
 
     def patch_derived(self, relative: str, offset: int, data: bytes) -> bool:
-        """Cut ``info/<relative>`` (created if missing) to ``offset`` bytes and write ``data``
-        there: one small write for an append. False, writing nothing, when the file is shorter
-        than ``offset`` (it lacks earlier records)."""
+        """Make ``info/<relative>`` (created if missing) hold ``data`` at ``offset`` and nothing
+        after it: one small write for an append. False, writing nothing, when the file is
+        shorter than ``offset`` (it lacks earlier records)."""
 
     def remove_derived(self, relative: str) -> None:
         """Remove the file or folder ``info/<relative>``; missing is fine."""

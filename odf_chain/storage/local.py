@@ -811,26 +811,11 @@ class LocalStorage:
 
     def overwrite_derived(self, relative: str, data: bytes) -> None:
         """See :meth:`Storage.overwrite_derived`: in place, no new file, no rename."""
-        parent, _, name = f"{DERIVED_DIR}/{check_derived(relative)}".rpartition("/")
-        path = self._root / parent / name
-        flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-        with _os_errors("write", path), self._dir(parent, create=True) as d:
-            fd = os.open(name, flags, 0o666, dir_fd=d)
-            try:
-                info = os.fstat(fd)
-                if not stat.S_ISREG(info.st_mode):
-                    raise StorageError(f"{path} is not a regular file ({file_kind(info.st_mode)})")
-                view, offset = memoryview(data), 0
-                while view:
-                    written = os.pwrite(fd, view, offset)
-                    view, offset = view[written:], offset + written
-                if info.st_size > offset:
-                    os.ftruncate(fd, offset)
-            finally:
-                os.close(fd)
+        self.patch_derived(relative, 0, data)
 
     def patch_derived(self, relative: str, offset: int, data: bytes) -> bool:
-        """See :meth:`Storage.patch_derived`."""
+        """See :meth:`Storage.patch_derived`: ``data`` written at ``offset``, then the file cut
+        after it (a reader meeting the write half done sees records that fail their checks)."""
         parent, _, name = f"{DERIVED_DIR}/{check_derived(relative)}".rpartition("/")
         path = self._root / parent / name
         flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -842,12 +827,12 @@ class LocalStorage:
                     raise StorageError(f"{path} is not a regular file ({file_kind(info.st_mode)})")
                 if info.st_size < offset:
                     return False
-                if info.st_size > offset:
-                    os.ftruncate(fd, offset)
                 view = memoryview(data)
                 while view:
                     written = os.pwrite(fd, view, offset)
                     view, offset = view[written:], offset + written
+                if info.st_size > offset:
+                    os.ftruncate(fd, offset)
             finally:
                 os.close(fd)
         return True
