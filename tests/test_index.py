@@ -609,3 +609,17 @@ def test_verify_warns_about_a_stale_index(copy: Path) -> None:
     (copy / "logs" / "head").unlink()  # else verify reports the rollback itself, an error
     rules = {w.rule for w in index_warnings(copy)}
     assert rules == {"index-stale"}, rules
+
+
+def test_verify_checks_a_head_snapshot_left_behind(copy: Path) -> None:
+    """A head snapshot a few blocks behind the head (a writer that does not keep the index) is
+    no finding while it tells the truth, and is named when its values lie."""
+    old = (copy / INDEX / "head").read_bytes()
+    Dataset.open(copy).append(SetInfo(description="one more block, the index not told"))
+    (copy / INDEX / "head").write_bytes(old)  # as if that writer had not updated it
+    assert index_warnings(copy) == []
+    behind = head_snapshot(copy)
+    write_snapshot(copy / INDEX / "head", _forge(behind, data_size=behind.data_size + 1))
+    (warning,) = index_warnings(copy)
+    assert warning.rule == "index-mismatch" and warning.sequence_number == behind.sequence_number
+    assert "data_size" in warning.line()

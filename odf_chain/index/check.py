@@ -26,6 +26,7 @@ from odf_chain.index.records import (
     SCHEMA_LIST,
     SEGMENT_BYTES,
     SEGMENT_ENTRIES,
+    SNAPSHOT_INTERVAL,
     IndexDamage,
     Pointer,
     Pointers,
@@ -34,7 +35,7 @@ from odf_chain.index.records import (
     raw_seq,
     time_us,
 )
-from odf_chain.state import DatasetState
+from odf_chain.state import DatasetState, apply
 from odf_chain.storage import Storage
 
 Add = Callable[..., None]  # VerifyReport.add(severity, rule, message, **where)
@@ -75,7 +76,19 @@ def report_index(
                 snapshots[name] = Snapshot.decode(raw, name)
         except (OdfChainError, IndexDamage) as exc:
             add("warning", "index-mismatch", f"{exc}", path=f"info/{name}")
-    pointers = _pointers_at(entries, periodic)
+    states = dict(periodic)
+    behind = snapshots.get(HEAD_SNAPSHOT)
+    if behind is not None and behind.sequence_number < len(entries) - 1:
+        # a head snapshot left behind (a writer that does not keep the index): the state
+        # there, from the periodic one below it and the few blocks between (rules already run)
+        seq = behind.sequence_number
+        base = seq - seq % SNAPSHOT_INTERVAL
+        if base in periodic:
+            state = periodic[base]
+            for entry in entries[base + 1 : seq + 1]:
+                state = apply(state, entry.block, entry.hash)
+            states[seq] = state
+    pointers = _pointers_at(entries, states)
     for name, snapshot in snapshots.items():
         seq = snapshot.sequence_number
         if seq >= len(entries):
@@ -84,8 +97,8 @@ def report_index(
             derived = Snapshot.of_state(head, _pointers(entries))
         elif snapshot.block_hash != entries[seq].hash:
             continue  # names another block: reported as stale below (head) or here
-        elif seq in periodic:
-            derived = Snapshot.of_state(periodic[seq], pointers[seq])
+        elif seq in states:
+            derived = Snapshot.of_state(states[seq], pointers[seq])
         else:
             add(
                 "warning",
