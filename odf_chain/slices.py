@@ -200,6 +200,25 @@ def _plain_type(t: pa.DataType) -> pa.DataType:
     return t
 
 
+def _bytes_exact(column: pa.Array) -> bool:
+    """True when the IPC writer gives the same bytes for ``column`` as for a fresh copy of it:
+    no nulls (no validity bitmap is written, nothing hides under a null), fixed-width values,
+    which the writer cuts to exactly the column's rows, and a whole number of 8-byte words (else
+    the writer's padding comes from the bytes after the rows). Booleans (bits beside the rows'),
+    strings and binaries (value bytes past the rows may be kept) and nested types are copied:
+    tests/test_logical_hash.py shows the difference."""
+    t = column.type
+    if column.null_count or not (
+        pa.types.is_integer(t)
+        or pa.types.is_floating(t)
+        or pa.types.is_temporal(t)
+        or pa.types.is_decimal(t)
+        or pa.types.is_fixed_size_binary(t)
+    ):
+        return False
+    return len(column) * t.bit_width % 64 == 0
+
+
 def _holds_struct(t: pa.DataType) -> bool:
     if pa.types.is_struct(t):
         return True
@@ -272,9 +291,16 @@ class LogicalHasher:
 
     def _emit(self, n: int) -> None:
         rows = pa.Table.from_batches(self._pending, self._schema)
-        # concat copies the rows into one batch; take copies them again with zeros under nulls
-        batch = pa.concat_batches(rows.slice(0, n).to_batches())
-        self._writer.write_batch(batch.take(self._indices.slice(0, n)))
+        head = rows.slice(0, n)
+        chunks = head.to_batches()
+        # one batch of n rows, whatever the input's batches: concat copies the rows when they
+        # span several (a single one is only sliced: the IPC writer cuts buffers to the rows)
+        batch = chunks[0] if len(chunks) == 1 else pa.concat_batches(chunks)
+        # take copies a column into fresh buffers with zeros under nulls; a column without
+        # nulls, of a type whose IPC bytes the writer cuts exactly to the rows, needs no copy
+        indices = self._indices.slice(0, n)
+        columns = [c if _bytes_exact(c) else c.take(indices) for c in batch.columns]
+        self._writer.write_batch(pa.RecordBatch.from_arrays(columns, schema=self._schema))
         rest = rows.slice(n)
         self._pending, self._count = rest.to_batches(), rest.num_rows
 

@@ -147,3 +147,45 @@ def test_view_layouts_hash_as_their_plain_layout(tmp_path: Path) -> None:
     ds = Dataset.create(tmp_path / "ds")
     ds.write(views)
     assert ds.verify(deep=True).ok
+
+
+# -- columns without nulls are hashed without a copy: the bytes must be the copy's -----------------
+
+M = 140_000
+DENSE = {
+    "i8": ([i % 100 - 50 for i in range(M)], pa.int8()),
+    "i16": ([i % 30_000 for i in range(M)], pa.int16()),
+    "fsb3": ([(i % 65_536).to_bytes(3, "big") for i in range(M)], pa.binary(3)),
+    "u32": ([i * 7 for i in range(M)], pa.uint32()),
+    "i64": ([i * 1_000_003 for i in range(M)], pa.int64()),
+    "f32": ([i / 8 for i in range(M)], pa.float32()),
+    "f64": ([i / 3 for i in range(M)], pa.float64()),
+    "ts": ([i * 1_000 for i in range(M)], pa.timestamp("us", tz="UTC")),
+    "d32": ([i % 20_000 for i in range(M)], pa.date32()),
+    "dec": ([i * 3 for i in range(M)], pa.decimal128(12, 0)),
+    "fsb": ([(i % 65_536).to_bytes(2, "big") * 2 for i in range(M)], pa.binary(4)),
+    "s": ([f"v{i % 977}" * (i % 4) for i in range(M)], pa.string()),
+    "ls": ([f"w{i % 13}" for i in range(M)], pa.large_string()),
+    "b": ([bytes([i % 256]) * (i % 3) for i in range(M)], pa.binary()),
+    "flag": ([i % 3 == 0 for i in range(M)], pa.bool_()),  # no nulls, but copied: bits
+    "lst": ([[i, i + 1][: i % 3] for i in range(M)], pa.list_(pa.int32())),  # nested: copied
+}
+
+
+@pytest.mark.parametrize("skip", [0, 1, 3, 65_535, 70_001])  # last batches of odd lengths
+@pytest.mark.parametrize("chunk", [1_000, 65_536, 99_999])
+def test_columns_without_nulls_hash_as_fresh_copies(skip: int, chunk: int) -> None:
+    """Sliced at odd rows and chunked every way, so that buffers start mid-way and batches
+    span chunks: the hash is the digest of batches of exactly 65,536 rows built from Python
+    values (fresh buffers)."""
+    whole = pa.table({n: pa.array(v, t) for n, (v, t) in DENSE.items()})
+    data = pa.Table.from_batches(whole.to_batches(max_chunksize=chunk)).slice(skip)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, whole.schema) as writer:
+        for start in range(skip, M, 65_536):
+            end = min(start + 65_536, M)
+            writer.write_batch(
+                pa.record_batch({n: pa.array(v[start:end], t) for n, (v, t) in DENSE.items()})
+            )
+    expected = "f1e20" + blake3.blake3(sink.getvalue().to_pybytes()).hexdigest()
+    assert str(logical_hash(data, BLAKE3)) == expected
