@@ -54,11 +54,14 @@ class Dataset:
         *,
         filesystem: pafs.FileSystem | None = None,
         key_file: str | Path | None = None,
+        single_writer: bool = False,
     ) -> Dataset:
         """Create the layout at ``location`` and append the Seed with a fresh ``did:odf`` id.
 
         ``location`` is a local path or a ``pyarrow.fs`` URI (``s3://bucket/sales``), or a path
-        in ``filesystem`` when one is given (a filesystem configured in code).
+        in ``filesystem`` when one is given (a filesystem configured in code). On S3, GCS and
+        Azure the head moves by compare-and-swap; a filesystem without conditional writes is
+        refused unless ``single_writer=True`` declares that one writer only ever writes here.
 
         ``key_file``: keep the id's private key there (PKCS#8 PEM, mode 0600) to sign receipts
         later; without it the key is dropped. The file must be new and outside the dataset. It
@@ -67,7 +70,7 @@ class Dataset:
         """
         check_algorithm(hash)
         if key_file is None:
-            dataset = cls(create_storage(location, filesystem))
+            dataset = cls(create_storage(location, filesystem, single_writer=single_writer))
             dataset._append(Seed(dataset_id=DatasetId.generate()), algorithm=hash)
             return dataset
         local = filesystem is None or isinstance(filesystem, pafs.LocalFileSystem)
@@ -76,7 +79,7 @@ class Dataset:
         key = generate_key()
         create_key_file(key_path, key)
         try:
-            dataset = cls(create_storage(location, filesystem))
+            dataset = cls(create_storage(location, filesystem, single_writer=single_writer))
             dataset._append(Seed(dataset_id=DatasetId.of_key(key)), algorithm=hash)
         except BaseException:
             with contextlib.suppress(OSError):
@@ -85,9 +88,16 @@ class Dataset:
         return dataset
 
     @classmethod
-    def open(cls, location: str | Path, *, filesystem: pafs.FileSystem | None = None) -> Dataset:
-        """Open an existing dataset: checks that it has a head; the state is read lazily."""
-        dataset = cls(open_storage(location, filesystem))
+    def open(
+        cls,
+        location: str | Path,
+        *,
+        filesystem: pafs.FileSystem | None = None,
+        single_writer: bool = False,
+    ) -> Dataset:
+        """Open an existing dataset: checks that it has a head; the state is read lazily.
+        ``single_writer``: as for :meth:`create` (reading never needs it)."""
+        dataset = cls(open_storage(location, filesystem, single_writer=single_writer))
         chain.read_head(dataset.storage)
         return dataset
 

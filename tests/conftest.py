@@ -4,11 +4,14 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
+import os
 import tempfile
 from pathlib import Path
 
 import blake3
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pytest
 
 from odf_chain.events import SetDataSchema
@@ -72,3 +75,36 @@ def _permission_bits_apply() -> bool:
 
 
 PERMISSIONS = _permission_bits_apply()
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """A moto S3 server on 127.0.0.1 for the whole session, and the AWS environment variables
+    that point every client at it (set for the session: spawned writers inherit them)."""
+    from tests.s3_server import S3Server
+
+    server = S3Server()
+    server.start()
+    saved = {k: os.environ.get(k) for k in server.env}
+    os.environ.update(server.env)
+    yield server
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    server.stop()
+
+
+_buckets = itertools.count()
+
+
+@pytest.fixture
+def s3_bucket(s3_server) -> str:
+    """A fresh, empty bucket on the session's S3 server: ``s3://<name>``."""
+    name = f"odf-test-{os.getpid()}-{next(_buckets)}"
+    fs = pafs.S3FileSystem(
+        endpoint_override=s3_server.endpoint, scheme="http", allow_bucket_creation=True
+    )
+    fs.create_dir(name)
+    return f"s3://{name}"

@@ -1,8 +1,10 @@
 """The storage contract, held by both backends; and whole datasets on a non-local pyarrow.fs.
 
-Every contract test runs against LocalStorage, FsStorage over the local filesystem, and
+Every contract test runs against LocalStorage, FsStorage over the local filesystem,
 FsStorage over pyarrow's in-memory filesystem (a filesystem with no local paths at all, as an
-object store has none): nothing above the storage layer may assume a local directory.
+object store has none), and FsStorage on a real S3 API server (moto's, on 127.0.0.1, with
+conditional writes): nothing above the storage layer may assume a local directory. The two
+filesystems without conditional writes are opened with ``single_writer=True``.
 """
 
 from __future__ import annotations
@@ -43,13 +45,21 @@ H1 = "f1e20" + "11" * 32
 Backend = Callable[[Path], Storage]
 BACKENDS: dict[str, Backend] = {
     "local": lambda tmp: LocalStorage.create(tmp / "ds"),
-    "fs-local": lambda tmp: FsStorage.create(pafs.LocalFileSystem(), str(tmp / "ds")),
-    "fs-memory": lambda tmp: FsStorage.create(pafs._MockFileSystem(), "bucket/ds", "mock://x"),
+    "fs-local": lambda tmp: FsStorage.create(
+        pafs.LocalFileSystem(), str(tmp / "ds"), single_writer=True
+    ),
+    "fs-memory": lambda tmp: FsStorage.create(
+        pafs._MockFileSystem(), "bucket/ds", "mock://x", single_writer=True
+    ),
 }
 
 
-@pytest.fixture(params=sorted(BACKENDS))
+@pytest.fixture(params=[*sorted(BACKENDS), "s3"])
 def store(request, tmp_path: Path) -> Storage:
+    if request.param == "s3":
+        storage = create_storage(request.getfixturevalue("s3_bucket") + "/ds")
+        assert isinstance(storage, FsStorage) and storage.conditional
+        return storage
     return BACKENDS[request.param](tmp_path)
 
 
@@ -201,7 +211,7 @@ def test_spark_uris_name_the_same_files() -> None:
 @pytest.fixture
 def memory_dataset() -> Dataset:
     """A dataset on a filesystem configured in code (as an S3FileSystem with credentials)."""
-    return Dataset.create("bucket/sales", filesystem=pafs._MockFileSystem())
+    return Dataset.create("bucket/sales", filesystem=pafs._MockFileSystem(), single_writer=True)
 
 
 def test_dataset_lifecycle_on_a_remote_filesystem(memory_dataset: Dataset) -> None:
@@ -265,7 +275,7 @@ def test_verify_and_gc_on_a_remote_filesystem(memory_dataset: Dataset) -> None:
 
 def test_a_second_writer_on_a_stale_head_gets_a_conflict(memory_dataset: Dataset) -> None:
     ds = memory_dataset
-    other = Dataset(FsStorage.open(ds.storage.filesystem, "bucket/sales"))
+    other = Dataset(FsStorage.open(ds.storage.filesystem, "bucket/sales", single_writer=True))
     other.refresh()
     ds.write(pa.table({"x": [1]}))
     before = ds.refresh().head
@@ -281,9 +291,9 @@ def test_a_second_writer_on_a_stale_head_gets_a_conflict(memory_dataset: Dataset
 
 def test_spark_names_filesystems_given_in_code(tmp_path: Path) -> None:
     local = pafs.SubTreeFileSystem(str(tmp_path), pafs.LocalFileSystem())
-    store = FsStorage.create(local, "ds")
+    store = FsStorage.create(local, "ds", single_writer=True)
     assert store.spark_uri(store.fs_path("data/x")) == f"file://{tmp_path}/ds/data/x"
-    memory = FsStorage.create(pafs._MockFileSystem(), "bucket/ds")
+    memory = FsStorage.create(pafs._MockFileSystem(), "bucket/ds", single_writer=True)
     with pytest.raises(OdfChainError, match="name the dataset by a URI"):
         memory.spark_uri(memory.fs_path("data/x"))
     # the local filesystem given as an object is served by the local backend (fsync, lock)

@@ -15,6 +15,7 @@ import pyarrow.fs as pafs
 
 from odf_chain.errors import StorageError
 from odf_chain.storage.base import DataCommit, EntryInfo, Storage
+from odf_chain.storage.conditional import ConditionalStore
 from odf_chain.storage.fs import FsStorage
 from odf_chain.storage.local import LocalStorage, check_name, fsync_dir, write_atomic
 
@@ -57,26 +58,43 @@ def _filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
         raise StorageError(f"cannot open a filesystem for {uri}: {exc}") from None
 
 
-def create_storage(location: str | Path, filesystem: pafs.FileSystem | None = None) -> Storage:
+def _fs_storage(
+    factory, location: str, filesystem: pafs.FileSystem | None, single_writer: bool
+) -> Storage:
+    """An FsStorage for a URI (with the conditional writes its store offers) or for a path in
+    a filesystem given in code (none: writing there needs ``single_writer``)."""
+    if filesystem is not None:
+        return factory(filesystem, location, single_writer=single_writer)
+    return factory(
+        *_filesystem(location),
+        location,
+        conditional=ConditionalStore.for_uri(location),
+        single_writer=single_writer,
+    )
+
+
+def create_storage(
+    location: str | Path, filesystem: pafs.FileSystem | None = None, *, single_writer: bool = False
+) -> Storage:
     """Lay out a new dataset at ``location``: a path or a URI, or a path in ``filesystem``
-    (for a filesystem configured in code, say an ``S3FileSystem`` with its own credentials)."""
+    (for a filesystem configured in code, say an ``S3FileSystem`` with its own credentials).
+    ``single_writer`` allows writing on a filesystem without conditional writes (see
+    :mod:`odf_chain.storage.fs`)."""
     if isinstance(filesystem, pafs.LocalFileSystem):  # fsync, rename and a real head lock
         return LocalStorage.create(Path(location))
-    if filesystem is not None:
-        return FsStorage.create(filesystem, str(location))
-    path = local_path(location)
+    path = local_path(location) if filesystem is None else None
     if path is not None:
         return LocalStorage.create(path)
-    return FsStorage.create(*_filesystem(str(location)), str(location))
+    return _fs_storage(FsStorage.create, str(location), filesystem, single_writer)
 
 
-def open_storage(location: str | Path, filesystem: pafs.FileSystem | None = None) -> Storage:
+def open_storage(
+    location: str | Path, filesystem: pafs.FileSystem | None = None, *, single_writer: bool = False
+) -> Storage:
     """Open the dataset at ``location`` (a path or a URI, or a path in ``filesystem``)."""
     if isinstance(filesystem, pafs.LocalFileSystem):
         return LocalStorage.open(Path(location))
-    if filesystem is not None:
-        return FsStorage.open(filesystem, str(location))
-    path = local_path(location)
+    path = local_path(location) if filesystem is None else None
     if path is not None:
         return LocalStorage.open(path)
-    return FsStorage.open(*_filesystem(str(location)), str(location))
+    return _fs_storage(FsStorage.open, str(location), filesystem, single_writer)

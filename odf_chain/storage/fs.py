@@ -1,21 +1,27 @@
-"""One dataset on any ``pyarrow.fs`` filesystem (S3, GCS, HDFS, Azure, or a local one).
+"""One dataset on any ``pyarrow.fs`` filesystem (S3, GCS, Azure, HDFS, or a local one).
 
 Same layout and same guarantees for readers as the local backend, from what object stores do
-offer: an object appears whole or not at all when its upload completes, so every file is
+offer: an object appears whole or not at all when its upload completes, so every data file is
 written under a fresh name in ``.staging/`` and then moved into place (on stores without
 rename the move is a server-side copy; readers still never see part of a file).
 
-What they do not offer is a compare-and-swap on an object that this library can reach through
-``pyarrow.fs``. The head is moved by read-compare-write and read back afterwards, which catches
-a concurrent writer in nearly every interleaving but cannot exclude one: run one writer per
-dataset on these stores (one scheduled job, say). If two writers do interleave exactly, the
-chain stays valid (each block links its predecessor); if both were told they won, the head log
-names the overwritten head and ``verify`` fails with ``head-rollback`` (an acknowledged write
-was lost: an error, not a warning).
+The head is moved by compare-and-swap where the store offers one: on S3 (and S3-compatible
+stores), GCS and Azure, ``refs/head`` is replaced only if it is still the version that was
+read, and blocks are created only if no object has their name (conditional writes, through
+:mod:`odf_chain.storage.conditional`). A writer that loses the race gets ``ConflictError`` and
+nothing it wrote is in the chain.
+
+Other filesystems (HDFS, a local or in-memory ``pyarrow.fs`` filesystem given in code) offer no
+such write: two writers that interleave could both be told they won, and one write would drop
+out of the chain. Writing to them is refused unless the caller declares ``single_writer=True``
+(one scheduled job, say); the head is then moved by read, compare, write and read back, and if
+two writers did interleave, the head log names the overwritten head and ``verify`` fails with
+``head-rollback``.
 
 There is no lock either, so gc cannot exclude writers here: it refuses a ``min_age`` below its
 default unless told the dataset has no other writer (see :mod:`odf_chain.gc`). The head log is
-``logs/head`` as on a local disk, rewritten whole on each head move (one small read and write).
+``logs/head`` as on a local disk, rewritten whole on each head move (conditionally where the
+store can, so two writers' lines both land).
 """
 
 from __future__ import annotations
@@ -57,7 +63,10 @@ from odf_chain.storage.base import (
     parse_head_log,
     shown,
 )
+from odf_chain.storage.conditional import ConditionalStore
 from odf_chain.storage.local import _SUBDIRS, _SUFFIX, LAYOUT, _is_name, check_name
+
+_LOG_ATTEMPTS = 64  # conditional appends to the head log before its line is left to the next move
 
 # pyarrow's scheme -> the Hadoop connector Spark uses for the same store
 _SPARK_SCHEMES = {"s3": "s3a"}
@@ -66,17 +75,39 @@ _SPARK_SCHEMES = {"s3": "s3a"}
 class FsStorage:
     """The files of one dataset on a ``pyarrow.fs`` filesystem. Knows bytes and names only."""
 
-    def __init__(self, filesystem: pafs.FileSystem, root: str, uri: str | None = None) -> None:
+    def __init__(
+        self,
+        filesystem: pafs.FileSystem,
+        root: str,
+        uri: str | None = None,
+        *,
+        conditional: ConditionalStore | None = None,
+        single_writer: bool = False,
+    ) -> None:
+        """``conditional``: the same dataset's objects through a store that writes under a
+        precondition (the head's compare-and-swap); without one, writing needs
+        ``single_writer`` (see the module docstring)."""
         self._fs = filesystem
         self._root = root.rstrip("/")
         self._uri = uri or self._root
+        self._conditional = conditional
+        self._single_writer = single_writer
         self._staging_ready = False
         self._derived_dirs: set[str] = set()
 
     @classmethod
-    def create(cls, filesystem: pafs.FileSystem, root: str, uri: str | None = None) -> FsStorage:
+    def create(
+        cls,
+        filesystem: pafs.FileSystem,
+        root: str,
+        uri: str | None = None,
+        *,
+        conditional: ConditionalStore | None = None,
+        single_writer: bool = False,
+    ) -> FsStorage:
         """Lay out a new dataset; refuses one that already has a head (see LocalStorage)."""
-        storage = cls(filesystem, root, uri)
+        storage = cls(filesystem, root, uri, conditional=conditional, single_writer=single_writer)
+        storage.check_writable()
         if storage._info("refs/head").type != pafs.FileType.NotFound:
             raise OdfChainError(f"already a dataset: {storage.location}")
         for sub in _SUBDIRS:
@@ -85,13 +116,37 @@ class FsStorage:
         return storage
 
     @classmethod
-    def open(cls, filesystem: pafs.FileSystem, root: str, uri: str | None = None) -> FsStorage:
+    def open(
+        cls,
+        filesystem: pafs.FileSystem,
+        root: str,
+        uri: str | None = None,
+        *,
+        conditional: ConditionalStore | None = None,
+        single_writer: bool = False,
+    ) -> FsStorage:
         """Open an existing dataset. Object stores have no real folders, so a head or a block
-        is what makes one."""
-        storage = cls(filesystem, root, uri)
+        is what makes one. Reading needs no conditional writes; writing does (or
+        ``single_writer``)."""
+        storage = cls(filesystem, root, uri, conditional=conditional, single_writer=single_writer)
         if storage._info("refs/head").type == pafs.FileType.File or storage.block_names():
             return storage
         raise NotFoundError(f"not a dataset: {storage.location} (no refs/head, no blocks)")
+
+    @property
+    def conditional(self) -> bool:
+        """True when the head moves by a real compare-and-swap on this store."""
+        return self._conditional is not None
+
+    def check_writable(self) -> None:
+        """Refuse to write where two writers could both win, unless told there is only one."""
+        if self._conditional is None and not self._single_writer:
+            raise StorageError(
+                f"{self.location}: this filesystem offers no conditional write odf_chain can "
+                "use, so two writers could both move the head and one write would be lost; "
+                "writing is refused. Use an s3://, gs:// or abfs:// URI (compare-and-swap), "
+                "or pass single_writer=True (--single-writer) if this dataset has one writer"
+            )
 
     # -- where things are -----------------------------------------------------------------------
 
@@ -191,7 +246,11 @@ class FsStorage:
     def write_block(self, name: str, data: bytes) -> bool:
         """Store a block; True if it was not there before (see LocalStorage.write_block)."""
         relative = f"blocks/{check_name(name, 'block name')}"
-        if not self._exists(relative):
+        self.check_writable()
+        if self._conditional is not None:  # create-only: never replaces an existing object
+            if self._conditional.create(relative, data):
+                return True
+        elif not self._exists(relative):
             self._put(relative, data)
             return True
         if self.read_block(name) != data:
@@ -235,11 +294,13 @@ class FsStorage:
         """A fresh staging path for one file (not created: object stores create on upload)."""
         if not _SUFFIX.fullmatch(suffix):
             raise OdfChainError(f"invalid staging suffix {suffix!r}")
+        self.check_writable()
         return self._staging(f"data.{secrets.token_hex(8)}{suffix}")
 
     def staging_area(self, prefix: str) -> str:
         """A fresh folder path under ``.staging/`` for a writer such as Spark to fill."""
         check_name(prefix, "staging prefix")
+        self.check_writable()
         return self._staging(f"{prefix}-{secrets.token_hex(16)}")
 
     def _check_staged(self, staged: str) -> str:
@@ -421,10 +482,7 @@ class FsStorage:
             return None
         except OSError as exc:
             raise StorageError(f"cannot read {self._join('refs/head')}: {exc}") from exc
-        head = data.decode("ascii", errors="replace").removesuffix("\n")
-        if not _is_name(head):
-            raise FormatError(f"{self._join('refs/head')}: invalid head {shown(data)}")
-        return head
+        return self._parse_head(data)
 
     def _head_log_bytes(self) -> bytes:
         try:
@@ -454,18 +512,57 @@ class FsStorage:
         data: Iterable[str] = (),
         **_: object,
     ) -> None:
-        """Move the head from ``expected`` to ``new``: read, compare, check that the files the
-        new head needs are there (see LocalStorage), write, read back, log. Not atomic on
-        stores without conditional writes (see the module docstring)."""
+        """Move the head from ``expected`` to ``new`` if it is still at ``expected``, once the
+        files the new head needs are checked to be there (see LocalStorage), and log the move.
+        A compare-and-swap on stores with conditional writes; read, compare, write and read
+        back under ``single_writer`` (see the module docstring)."""
         check_name(new, "head")
         if expected is not None:
             check_name(expected, "expected head")
-        current = self.read_head()
+        self.check_writable()
+        if self._conditional is not None:
+            found = self._conditional.read("refs/head", MAX_HEAD_BYTES, "a head")
+            current = None if found is None else self._parse_head(found[0])
+        else:
+            current = self.read_head()
         if current != expected:
             raise ConflictError(
                 f"head moved: expected {expected or 'no head'}, found {current or 'no head'}; "
                 "another writer appended first — re-open and retry"
             )
+        self._check_needed(blocks, data)
+        now_ms = time.time_ns() // 1_000_000
+        if self._conditional is not None:
+            payload = new.encode("ascii")
+            if found is None:
+                if not self._conditional.create("refs/head", payload):
+                    raise ConflictError(
+                        f"head of {self.location} was created by another writer while this one "
+                        "created it: nothing was committed; re-open and retry"
+                    )
+            else:
+                self._conditional.replace("refs/head", payload, found[1], "the head")
+            # the head has moved: a failed log write must not report the write as failed (the
+            # next move appends the missing line)
+            with contextlib.suppress(OdfChainError, OSError):
+                self._append_head_log(current, expected, new, now_ms)
+            return
+        log = self._completed_log(self._head_log_bytes(), current, now_ms)
+        self._put("refs/head", new.encode("ascii"))
+        if self.read_head() != new:
+            raise ConflictError(
+                f"head of {self.location} was moved by another writer while this one moved it"
+            )
+        with contextlib.suppress(OdfChainError, OSError):
+            self._put(HEAD_LOG, log + head_log_line(expected, new, now_ms))
+
+    def _parse_head(self, data: bytes) -> str:
+        head = data.decode("ascii", errors="replace").removesuffix("\n")
+        if not _is_name(head):
+            raise FormatError(f"{self._join('refs/head')}: invalid head {shown(data)}")
+        return head
+
+    def _check_needed(self, blocks: Iterable[str], data: Iterable[str]) -> None:
         for directory, names in (("blocks", blocks), ("data", data)):
             for name in names:
                 relative = f"{directory}/{check_name(name)}"
@@ -474,22 +571,39 @@ class FsStorage:
                         f"{self._join(relative)} is missing at the head move (taken by gc, or "
                         "never written): nothing was committed; retry the write"
                     )
-        log = self._head_log_bytes()
+
+    @staticmethod
+    def _completed_log(log: bytes, current: str | None, now_ms: int) -> bytes:
+        """The head log ready for the next line: whole lines, and a line for a move to
+        ``current`` whose own log write failed (``current`` named nowhere in the log; a line
+        that only landed after a later writer's is not missing)."""
         if log and not log.endswith(b"\n"):  # an upload never tears; still, end the line
             log += b"\n"
-        logged = logged_head(last_complete_line(log))
-        now_ms = time.time_ns() // 1_000_000
-        if current is not None and logged != current:  # a move whose log write failed
-            log += head_log_line(logged, current, now_ms)
-        self._put("refs/head", new.encode("ascii"))
-        if self.read_head() != new:
-            raise ConflictError(
-                f"head of {self.location} was moved by another writer while this one moved it"
-            )
-        # the head has moved: a failed log write must not report the write as failed (the next
-        # move appends the missing line)
-        with contextlib.suppress(OdfChainError, OSError):
-            self._put(HEAD_LOG, log + head_log_line(expected, new, now_ms))
+        if current is not None and current.encode("ascii") not in log:
+            log += head_log_line(logged_head(last_complete_line(log)), current, now_ms)
+        return log
+
+    def _append_head_log(
+        self, current: str | None, expected: str | None, new: str, now_ms: int
+    ) -> None:
+        """Append the move's line by conditional writes, re-reading after each lost race, so
+        that writers moving the head one after another all keep their lines."""
+        assert self._conditional is not None
+        line = head_log_line(expected, new, now_ms)
+        for _ in range(_LOG_ATTEMPTS):
+            found = self._conditional.read(HEAD_LOG, MAX_HEAD_LOG_BYTES, "the head log")
+            log = self._completed_log(b"" if found is None else found[0], current, now_ms)
+            if line in log:  # a retry after a write that landed but was not acknowledged
+                return
+            if found is None:
+                if self._conditional.create(HEAD_LOG, log + line):
+                    return
+                continue
+            try:
+                self._conditional.replace(HEAD_LOG, log + line, found[1], "the head log")
+                return
+            except ConflictError:
+                continue
 
 
 def _spark_uri_for(filesystem: pafs.FileSystem, fs_path: str) -> str:

@@ -1,0 +1,137 @@
+"""Conditional writes on object stores: the compare-and-swap a chain's head needs.
+
+``pyarrow.fs`` can read and write S3, GCS and Azure objects but cannot say "write this only if
+the object is still the one I read", so two writers that interleave could both move the head.
+The stores themselves can: S3 (and S3-compatible stores) take ``If-None-Match: *`` and
+``If-Match: <etag>`` on a PUT, GCS generation preconditions, Azure ETags. This module reaches
+them through ``obstore`` (the Python binding of the Rust ``object_store`` crate), whose put modes
+``create`` and update-if-version map to exactly those headers, and turns their refusals into
+:class:`~odf_chain.errors.ConflictError`.
+
+Credentials, regions and endpoints come from each cloud's usual environment variables
+(``AWS_ACCESS_KEY_ID``, ``AWS_ENDPOINT_URL``, ``GOOGLE_APPLICATION_CREDENTIALS``,
+``AZURE_STORAGE_ACCOUNT_NAME``, ...), as ``pyarrow.fs`` reads them for the data files, or from
+``config=`` in code. An ``http://`` endpoint (a MinIO or test server) is allowed as such.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+from urllib.parse import urlsplit
+
+from odf_chain.errors import ConflictError, StorageError
+
+# URI schemes of the stores that offer conditional writes through obstore
+CONDITIONAL_SCHEMES = frozenset({"s3", "s3a", "gs", "gcs", "az", "azure", "abfs", "abfss", "adl"})
+
+Version = dict[str, str]  # what identifies one version of an object: its ETag (and generation)
+
+
+def _endpoint(scheme: str, config: dict[str, Any]) -> str:
+    if scheme not in ("s3", "s3a"):
+        return ""
+    for key in ("endpoint", "aws_endpoint", "endpoint_url", "aws_endpoint_url"):
+        if config.get(key):
+            return str(config[key])
+    return os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or ""
+
+
+def _first_line(exc: BaseException) -> str:
+    """obstore's messages end in a multi-line debug dump of the request: keep the sentence."""
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+class ConditionalStore:
+    """The objects under one dataset's prefix, written only under a precondition."""
+
+    def __init__(self, store: Any, uri: str) -> None:
+        self._store = store
+        self._uri = uri.rstrip("/")
+
+    @classmethod
+    def for_uri(cls, uri: str, config: dict[str, Any] | None = None) -> ConditionalStore | None:
+        """The conditional store of ``uri``'s bucket and prefix; None for a scheme without
+        conditional writes (HDFS, a local or in-memory filesystem)."""
+        scheme = urlsplit(uri).scheme.lower()
+        if scheme not in CONDITIONAL_SCHEMES:
+            return None
+        import obstore.store  # imported here: local datasets never need it
+
+        config = dict(config or {})
+        options: dict[str, Any] = {}
+        if _endpoint(scheme, config).startswith("http://"):
+            options["allow_http"] = True
+        s3_uri = "s3://" + uri.split("://", 1)[1] if scheme == "s3a" else uri
+        try:
+            store = obstore.store.from_url(s3_uri, config=config or None, client_options=options)
+        except Exception as exc:  # obstore's errors share no public base with ValueError
+            raise StorageError(
+                f"cannot open {uri} for conditional writes: {_first_line(exc)}"
+            ) from None
+        return cls(store, uri)
+
+    def _where(self, relative: str) -> str:
+        return f"{self._uri}/{relative}"
+
+    def read(self, relative: str, limit: int, what: str) -> tuple[bytes, Version] | None:
+        """The object's bytes and version, None when it does not exist. Refused by its listed
+        size before the body is read when larger than ``limit``."""
+        import obstore
+
+        try:
+            result = obstore.get(self._store, relative)
+            meta = result.meta
+            if meta["size"] > limit:
+                raise StorageError(
+                    f"{self._where(relative)} is larger than the {limit:,}-byte limit for {what}"
+                    f" ({meta['size']:,} bytes): not read"
+                )
+            data = bytes(result.bytes())
+        except FileNotFoundError:  # what obstore raises for a missing object
+            return None
+        except StorageError:
+            raise
+        except Exception as exc:
+            raise StorageError(f"cannot read {self._where(relative)}: {_first_line(exc)}") from None
+        version = {k: meta[k] for k in ("e_tag", "version") if meta.get(k)}
+        if not version:
+            raise StorageError(
+                f"{self._where(relative)}: the store reports no ETag or version, so it cannot "
+                "be replaced conditionally"
+            )
+        return data, version
+
+    def create(self, relative: str, data: bytes) -> bool:
+        """Write ``relative`` only if no object has that name; False if one already does."""
+        import obstore
+        from obstore.exceptions import AlreadyExistsError, PreconditionError
+
+        try:
+            obstore.put(self._store, relative, data, mode="create")
+        except (AlreadyExistsError, PreconditionError):
+            return False
+        except Exception as exc:
+            raise StorageError(
+                f"cannot write {self._where(relative)}: {_first_line(exc)}"
+            ) from None
+        return True
+
+    def replace(self, relative: str, data: bytes, version: Version, what: str) -> None:
+        """Overwrite ``relative`` only if it is still at ``version``: ConflictError when another
+        writer replaced (or removed) it since it was read."""
+        import obstore
+        from obstore.exceptions import NotFoundError, PreconditionError
+
+        try:
+            obstore.put(self._store, relative, data, mode=dict(version))
+        except (PreconditionError, NotFoundError, FileNotFoundError):
+            raise ConflictError(
+                f"{what} {self._where(relative)} was changed by another writer since it was "
+                "read: nothing was overwritten"
+            ) from None
+        except Exception as exc:
+            raise StorageError(
+                f"cannot write {self._where(relative)}: {_first_line(exc)}"
+            ) from None

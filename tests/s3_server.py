@@ -1,0 +1,93 @@
+"""A real S3 API server on 127.0.0.1 for the tests: moto's S3 service, in its own process.
+
+It is served one request at a time (werkzeug without threads), which makes each conditional
+PUT atomic on the server, as S3 guarantees; moto's threaded server checks a precondition and
+writes in two steps that another request can slip between. The tests talk to it over HTTP,
+through the same clients users have (pyarrow's S3 filesystem for data, obstore for the
+conditional writes), configured by the standard AWS environment variables.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+_SERVE = """
+import os
+import sys
+from moto.server import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
+from werkzeug.serving import run_simple
+
+os.environ["MOTO_PORT"] = sys.argv[1]
+app = DomainDispatcherApplication(create_backend_app)
+run_simple(
+    "127.0.0.1",
+    int(sys.argv[1]),
+    app,
+    threaded=False,
+    use_reloader=False,
+    request_handler=MotoRequestHandler,
+)
+"""
+
+ENV = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_REGION": "us-east-1",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class S3Server:
+    """``start()`` the server, ``env`` to reach it, ``stop()`` it."""
+
+    def __init__(self) -> None:
+        self.port = 0
+        self._process: subprocess.Popen | None = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {**ENV, "AWS_ENDPOINT_URL": self.endpoint}
+
+    def start(self, timeout: float = 60.0) -> None:
+        for _ in range(5):  # a port taken between picking and binding: pick another
+            self.port = _free_port()
+            self._process = subprocess.Popen(
+                [sys.executable, "-c", _SERVE, str(self.port)],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env={**os.environ, **ENV},
+            )
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline and self._process.poll() is None:
+                try:
+                    urllib.request.urlopen(self.endpoint, timeout=2).close()
+                    return
+                except OSError:
+                    time.sleep(0.2)
+            self.stop()
+        raise RuntimeError("the moto S3 server did not start")
+
+    def stop(self) -> None:
+        if self._process is not None:
+            self._process.terminate()
+            try:
+                self._process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+            self._process = None
