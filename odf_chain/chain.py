@@ -154,11 +154,11 @@ def commit(
 
     Raises :class:`ConflictError` if another writer moved the head meanwhile, or if a block
     or data file the new blocks need was removed before the head moved (gc deletes leftovers
-    under the same lock the head moves under); nothing became visible. Where the head moves
-    under a lock (so a refused move never was the head), the block files this call created and
-    the slices in ``created_data`` (those the caller's ``commit_data`` created) are removed
-    again: gc never removes a block on its own judgement, since a lost write looks just like
-    a rolled-back suffix. Elsewhere they stay, reported by verify.
+    under the same lock the head moves under); nothing became visible. Where a refused move
+    never was the head (a lock, or an object store's compare-and-swap), the block files this
+    call created and the slices in ``created_data`` (those the caller's ``commit_data``
+    created) are removed again: gc never removes a block on its own judgement, since a lost
+    write looks just like a rolled-back suffix. Elsewhere they stay, reported by verify.
     """
     if not prepared:
         raise ValueError("commit needs at least one prepared block")
@@ -190,7 +190,7 @@ def commit(
             ],
         )
     except ConflictError:
-        if storage.locks_head:
+        if storage.head_moves_atomically:
             for name in reversed(created):  # newest first: no block is left without its parent
                 storage.remove_block(name)
             for name in created_data:

@@ -406,7 +406,7 @@ def test_reader_of_a_read_only_directory_answers_the_truth(copy: Path) -> None:
 
 def test_fs_storage_backend_keeps_and_reads_the_index(tmp_path: Path) -> None:
     fs = pafs.SubTreeFileSystem(str(tmp_path), pafs.LocalFileSystem())
-    ds = Dataset.create("ds", filesystem=fs)
+    ds = Dataset.create("ds", filesystem=fs, single_writer=True)
     ds.write(pa.table({"id": [1]}))
     append_plain(ds, SNAPSHOT_INTERVAL + 10)
     storage = open_storage("ds", fs)

@@ -362,7 +362,9 @@ def test_write_and_read_through_pyarrow_fs(spark, tmp_path):
     from odf_chain.storage import FsStorage
 
     path = tmp_path / "remote"
-    dataset = Dataset(FsStorage.create(pafs.LocalFileSystem(), str(path), f"file://{path}"))
+    dataset = Dataset(
+        FsStorage.create(pafs.LocalFileSystem(), str(path), f"file://{path}", single_writer=True)
+    )
     dataset._append(Seed(dataset_id=DatasetId.generate()), algorithm=BLAKE3)
     df = spark.range(0, 300, numPartitions=3).withColumn("sq", F.col("id") * F.col("id"))
     result = write(df, dataset, target_slice_bytes=None)

@@ -212,6 +212,12 @@ class Storage(Protocol):
 
     def head_lock(self) -> AbstractContextManager[None]: ...
 
+    @property
+    def head_moves_atomically(self) -> bool:
+        """True when a head move that raised ConflictError never made its block the head, not
+        even for a moment (a lock, or a store's compare-and-swap), so a losing writer may
+        remove what it wrote; False for a read-compare-write move (``single_writer``)."""
+
 
 @contextlib.contextmanager
 def no_lock() -> Iterator[None]:

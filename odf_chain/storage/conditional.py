@@ -103,6 +103,17 @@ class ConditionalStore:
             )
         return data, version
 
+    def put(self, relative: str, data: bytes) -> None:
+        """Write ``relative`` whole, whatever is there (for files no two writers race on)."""
+        import obstore
+
+        try:
+            obstore.put(self._store, relative, data)
+        except Exception as exc:
+            raise StorageError(
+                f"cannot write {self._where(relative)}: {_first_line(exc)}"
+            ) from None
+
     def create(self, relative: str, data: bytes) -> bool:
         """Write ``relative`` only if no object has that name; False if one already does."""
         import obstore

@@ -179,7 +179,7 @@ class FsStorage:
 
     def _staging(self, name: str) -> str:
         """A path in ``.staging/``, whose folder exists (local and HDFS filesystems need it)."""
-        if not self._staging_ready:
+        if not self._staging_ready and self._conditional is None:  # object stores: no folders
             with arrow_errors("create", self._join(STAGING)):
                 self._fs.create_dir(self._join(STAGING), recursive=True)
             self._staging_ready = True
@@ -205,7 +205,13 @@ class FsStorage:
 
     def _read(self, relative: str, limit: int, what: str) -> bytes:
         """A file of at most ``limit`` bytes, refused by its listed size before reading and
-        read at most ``limit + 1`` bytes (a file that grows meanwhile is refused too)."""
+        read at most ``limit + 1`` bytes (a file that grows meanwhile is refused too). One GET
+        on a store with conditional writes (its listed size is checked before the body)."""
+        if self._conditional is not None:
+            found = self._conditional.read(relative, limit, what)
+            if found is None:
+                raise FileNotFoundError(self._join(relative))
+            return found[0]
         info = self._file_info(relative)
         too_large = f"{self._join(relative)} is larger than the {limit:,}-byte limit for {what}"
         if info.size is not None and info.size > limit:
@@ -217,7 +223,11 @@ class FsStorage:
         return data
 
     def _put(self, relative: str, data: bytes) -> None:
-        """Write ``relative`` whole: upload under a fresh staging name, then move into place."""
+        """Write ``relative`` whole: upload under a fresh staging name, then move into place;
+        on an object store, one PUT (an object appears whole when its upload completes)."""
+        if self._conditional is not None:
+            self._conditional.put(relative, data)
+            return
         tmp = self._staging(f".{secrets.token_hex(8)}.tmp")
         target = self._join(relative)
         with arrow_errors("write", target):
@@ -440,7 +450,8 @@ class FsStorage:
     def write_derived(self, relative: str, data: bytes) -> None:
         path = f"{DERIVED_DIR}/{check_derived(relative)}"
         parent = path.rpartition("/")[0]
-        if parent not in self._derived_dirs:  # local and HDFS filesystems need the folder
+        # local and HDFS filesystems need the folder; object stores have none
+        if parent not in self._derived_dirs and self._conditional is None:
             with arrow_errors("create", self._join(parent)):
                 self._fs.create_dir(self._join(parent), recursive=True)
             self._derived_dirs.add(parent)
@@ -498,6 +509,10 @@ class FsStorage:
     @property
     def locks_head(self) -> bool:
         return False
+
+    @property
+    def head_moves_atomically(self) -> bool:
+        return self._conditional is not None
 
     def head_lock(self, timeout: float = 0.0) -> AbstractContextManager[None]:
         """No lock to take here (see the module docstring): callers check :attr:`locks_head`."""

@@ -897,6 +897,10 @@ class LocalStorage:
     def locks_head(self) -> bool:
         return True
 
+    @property
+    def head_moves_atomically(self) -> bool:
+        return True
+
     @contextlib.contextmanager
     def head_lock(self, timeout: float = LOCK_TIMEOUT) -> Iterator[None]:
         """Hold the exclusive head lock: ``flock`` on ``refs/.head.lock``. The OS drops it when

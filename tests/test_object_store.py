@@ -1,0 +1,182 @@
+"""Datasets on a real S3 API server (moto's, on 127.0.0.1, its own process; see
+tests/s3_server.py): the head moves by compare-and-swap, so concurrent writers never both win;
+and filesystems without conditional writes are refused for writing unless declared
+single-writer."""
+
+from __future__ import annotations
+
+import multiprocessing
+import random
+import time
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+import pytest
+
+from odf_chain import Dataset, chain
+from odf_chain.errors import ConflictError, StorageError
+from odf_chain.events import AddData, SetInfo
+from odf_chain.storage import FsStorage, open_storage
+from odf_chain.verify import verify
+
+SCHEMA = pa.schema([("writer", pa.int64()), ("n", pa.int64())])
+
+
+def _rows(dataset: Dataset) -> list[dict]:
+    """The rows of the slices the chain names, in chain order."""
+    storage = dataset.storage
+    names = [
+        str(e.block.event.new_data.physical_hash)
+        for e in dataset.blocks()
+        if isinstance(e.block.event, AddData) and e.block.event.new_data is not None
+    ]
+    tables = [
+        pq.read_table(storage.filesystem.open_input_file(storage.fs_path(f"data/{name}")))
+        for name in names
+    ]
+    return [row for table in tables for row in table.to_pylist()]
+
+
+def test_a_filesystem_without_conditional_writes_is_refused_for_writing() -> None:
+    memory = pafs._MockFileSystem()
+    with pytest.raises(StorageError, match=r"no conditional write.*single_writer=True"):
+        Dataset.create("bucket/ds", filesystem=memory)
+    assert memory.get_file_info(pafs.FileSelector("", recursive=True)) == []  # nothing written
+    # declared single-writer, it works; opened again without the declaration, it reads only
+    Dataset.create("bucket/ds", filesystem=memory, single_writer=True).write(
+        pa.table({"x": [1, 2]})
+    )
+    reader = Dataset.open("bucket/ds", filesystem=memory)
+    assert reader.state.num_records == 2 and reader.verify().ok
+    before = {i.path for i in memory.get_file_info(pafs.FileSelector("", recursive=True))}
+    with pytest.raises(StorageError, match="writing is refused"):
+        reader.write(pa.table({"x": [3]}))
+    after = {i.path for i in memory.get_file_info(pafs.FileSelector("", recursive=True))}
+    assert after == before  # refused before a file was staged
+    assert reader.refresh().num_records == 2
+
+
+def test_a_dataset_on_s3_end_to_end(s3_bucket: str) -> None:
+    uri = f"{s3_bucket}/sales"
+    ds = Dataset.create(uri)
+    assert isinstance(ds.storage, FsStorage) and ds.storage.conditional
+    ds.write(pa.table({"id": [1, 2, 3], "name": ["a", "b", "c"]}))
+    ds.write(pa.table({"id": [4], "name": ["d"], "score": [0.5]}), evolve=True)
+    receipt = ds.receipt()
+    ds.write(pa.table({"id": [5], "name": ["e"], "score": [1.5]}))
+    reopened = Dataset.open(uri)
+    state = reopened.state
+    assert (state.num_records, state.num_slices, state.next_offset) == (5, 3, 5)
+    assert state.head == ds.refresh().head
+    assert sorted(r["id"] for r in _rows(reopened)) == [1, 2, 3, 4, 5]
+    report = reopened.verify(receipts=[receipt])
+    assert report.ok and report.slices_checked == 3 and not report.warnings, [
+        p.line() for p in report.errors + report.warnings
+    ]
+    # every head move is in the head log, oldest first: Seed, 3 writes (the first one with
+    # its schema, the second with the evolved one, each a single move)
+    moves = open_storage(uri).read_head_log()
+    assert [m.new for m in moves][-1] == str(state.head) and len(moves) == 4
+    assert [m.old for m in moves][1:] == [m.new for m in moves][:-1]
+
+
+def test_the_loser_of_an_exact_race_gets_a_conflict(s3_bucket: str, monkeypatch) -> None:
+    """Two writers that both read the same head, and both find it unchanged: only the
+    server's precondition can tell them apart. The second one's write is refused."""
+    uri = f"{s3_bucket}/race"
+    Dataset.create(uri).write(pa.table({"x": [1]}))
+    first, second = Dataset.open(uri), Dataset.open(uri)
+    mine = chain.prepare(first.refresh(), SetInfo(description="mine"))
+    theirs = chain.prepare(second.refresh(), SetInfo(description="theirs"))
+    assert mine.entry.block.prev_block_hash == theirs.entry.block.prev_block_hash
+    storage = first.storage
+    check_needed = storage._check_needed
+
+    def theirs_lands_first(*args, **kwargs):
+        # after this writer read and compared the head, before it writes it
+        chain.commit(second.storage, theirs)
+        return check_needed(*args, **kwargs)
+
+    monkeypatch.setattr(storage, "_check_needed", theirs_lands_first)
+    with pytest.raises(ConflictError, match="changed by another writer"):
+        chain.commit(storage, mine)
+    after = Dataset.open(uri).state
+    assert after.head == theirs.entry.hash and after.info.description == "theirs"
+    assert verify(open_storage(uri)).ok
+    assert [m.new for m in open_storage(uri).read_head_log()][-1] == str(theirs.entry.hash)
+
+
+def test_two_creates_of_one_dataset_race_to_a_single_seed(s3_bucket: str, monkeypatch) -> None:
+    uri = f"{s3_bucket}/twice"
+    check_needed = FsStorage._check_needed
+    created: list[str] = []
+
+    def another_create_lands_first(self, *args, **kwargs):
+        if not created:  # the first head move to get here: let another create finish first
+            created.append("")
+            created[0] = str(Dataset.create(uri).refresh().head)
+        return check_needed(self, *args, **kwargs)
+
+    monkeypatch.setattr(FsStorage, "_check_needed", another_create_lands_first)
+    with pytest.raises(ConflictError, match="created by another writer"):
+        Dataset.create(uri)
+    monkeypatch.undo()
+    assert str(Dataset.open(uri).state.head) == created[0]
+    assert verify(open_storage(uri)).ok
+
+
+def _writer(uri: str, writer: int, writes: int, queue) -> None:
+    """One writer process: ``writes`` appends of one row each, retried after a lost race."""
+    acknowledged, conflicts = [], 0
+    jitter = random.Random(writer)
+    for n in range(writes):
+        for attempt in range(200):
+            try:
+                Dataset.open(uri).write(pa.table({"writer": [writer], "n": [n]}, schema=SCHEMA))
+            except ConflictError:  # lost the race: back off (capped, jittered) and retry
+                conflicts += 1
+                time.sleep(jitter.uniform(0, min(4.0, 0.2 * 2**attempt)))
+                continue
+            acknowledged.append(n)
+            break
+    queue.put((writer, acknowledged, conflicts))
+
+
+def test_eight_writer_processes_lose_and_duplicate_nothing(s3_bucket: str) -> None:
+    uri = f"{s3_bucket}/eight"
+    Dataset.create(uri).set_schema(SCHEMA)
+    writers, writes = 8, 25
+    context = multiprocessing.get_context("spawn")  # obstore's runtime does not survive fork
+    queue = context.Queue()
+    processes = [
+        context.Process(target=_writer, args=(uri, w, writes, queue)) for w in range(writers)
+    ]
+    for p in processes:
+        p.start()
+    results = [queue.get(timeout=600) for _ in processes]
+    for p in processes:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    acknowledged = {(w, n) for w, done, _ in results for n in done}
+    assert len(acknowledged) == writers * writes
+    conflicts = sum(c for *_, c in results)
+    print(f"{conflicts} lost races")
+    assert conflicts > 0  # the writers did race
+    dataset = Dataset.open(uri)
+    rows = _rows(dataset)
+    pairs = [(r["writer"], r["n"]) for r in rows]
+    assert sorted(pairs) == sorted(acknowledged)  # each acknowledged write exactly once
+    assert [r["offset"] for r in rows] == list(range(writers * writes))
+    state = dataset.state
+    assert state.num_records == len(rows) == writers * writes
+    assert state.num_slices == writers * writes and state.next_offset == writers * writes
+    report = verify(dataset.storage)  # offsets contiguous, every rule, every slice's hashes
+    assert report.ok and report.slices_checked == writers * writes, [
+        p.line() for p in report.errors
+    ]
+    # a loser removes what it wrote (its move never was the head): no orphan block or slice
+    assert not [p.line() for p in report.warnings if p.rule.startswith("orphan")]
+    assert len(dataset.storage.data_names()) == writers * writes
+    moves = dataset.storage.read_head_log()
+    assert len(moves) == 2 + writers * writes  # Seed, schema, one move per write
