@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from odf_chain import lineage_dot, lineage_render
 from odf_chain.dataset import Dataset
-from odf_chain.errors import OdfChainError, SchemaError
+from odf_chain.errors import NotFoundError, OdfChainError, SchemaError
 from odf_chain.format.multihash import BLAKE3, SHA3_256
 from odf_chain.gc import DEFAULT_MIN_AGE, collect_garbage_path
 from odf_chain.index.read import check_index
@@ -77,7 +77,9 @@ def cmd_init(args: argparse.Namespace) -> int:
             with_system_fields(schema, Vocabulary())
         except SchemaError as exc:
             raise SchemaError(f"{args.schema}: {exc}") from None
-    dataset = Dataset.create(args.dir, hash=args.hash, key_file=args.key_file)
+    dataset = Dataset.create(
+        args.dir, hash=args.hash, key_file=args.key_file, single_writer=args.single_writer
+    )
     if schema is not None:
         dataset.set_schema(schema)
     state = dataset.state
@@ -314,12 +316,20 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     from odf_chain.spark.sources import ingest_files
 
     target = target_slice_bytes(args.target_slice_bytes)  # refused before Spark starts
+    dataset: str | Dataset = args.dir
+    if args.single_writer:  # the declaration travels with the opened dataset
+        try:
+            dataset = Dataset.open(args.dir, single_writer=True)
+        except NotFoundError:
+            if not args.create:
+                raise
+            dataset = Dataset.create(args.dir, hash=args.hash, single_writer=True)
     spark = _spark_session(args.master)
     spark.sparkContext.setLogLevel("ERROR")
     try:
         done = ingest_files(
             spark,
-            args.dir,
+            dataset,
             list(args.inputs),
             args.format,
             allow_duplicates=args.allow_duplicates,
@@ -509,6 +519,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="keep the dataset id's private key in FILE (new, outside the dataset, mode 0600) "
         "to sign receipts",
     )
+    init.add_argument(
+        "--single-writer",
+        action="store_true",
+        help="allow writing on a filesystem without conditional writes (HDFS, say): you "
+        "promise no other writer writes this dataset meanwhile (s3://, gs:// and abfs:// "
+        "need no promise: the head moves by compare-and-swap)",
+    )
     init.set_defaults(run=cmd_init)
 
     log = commands.add_parser("log", help="list blocks, newest first")
@@ -600,6 +617,13 @@ def build_parser() -> argparse.ArgumentParser:
     ingest.add_argument("--create", action="store_true", help="create the dataset if missing")
     ingest.add_argument(
         "--hash", choices=[BLAKE3, SHA3_256], default=BLAKE3, help="hash for a new dataset"
+    )
+    ingest.add_argument(
+        "--single-writer",
+        action="store_true",
+        help="allow writing on a filesystem without conditional writes (HDFS, say): you "
+        "promise no other writer writes this dataset meanwhile (s3://, gs:// and abfs:// "
+        "need no promise: the head moves by compare-and-swap)",
     )
     ingest.set_defaults(run=cmd_ingest)
 

@@ -180,3 +180,22 @@ def test_eight_writer_processes_lose_and_duplicate_nothing(s3_bucket: str) -> No
     assert len(dataset.storage.data_names()) == writers * writes
     moves = dataset.storage.read_head_log()
     assert len(moves) == 2 + writers * writes  # Seed, schema, one move per write
+
+
+def test_the_cli_on_s3_and_on_a_filesystem_without_conditional_writes(s3_bucket: str) -> None:
+    from tests.test_cli import assert_clean, assert_one_line_error, run, run_verify
+
+    refused = run("init", "mock:///bucket/ds")
+    assert_one_line_error(refused, "no conditional write", "--single-writer")
+    created = run("init", "mock:///bucket/ds", "--single-writer")
+    assert_clean(created)
+    assert created.returncode == 0 and "created mock:///bucket/ds" in created.stdout
+    # on S3 no promise is needed; the environment names the endpoint and credentials
+    uri = f"{s3_bucket}/cli"
+    for args in (("init", uri), ("log", uri), ("schema", uri)):
+        done = run(*args)
+        assert_clean(done)
+        assert done.returncode == 0, (args, done.stderr)
+    checked = run_verify(uri)
+    assert_clean(checked)
+    assert checked.returncode == 0 and "OK" in checked.stdout, checked.stdout + checked.stderr

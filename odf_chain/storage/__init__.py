@@ -55,7 +55,8 @@ def _filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
     try:
         return pafs.FileSystem.from_uri(uri)
     except (OSError, ValueError, TypeError) as exc:
-        raise StorageError(f"cannot open a filesystem for {uri}: {exc}") from None
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]  # not a dlopen dump
+        raise StorageError(f"cannot open a filesystem for {uri}: {first}") from None
 
 
 def _fs_storage(
