@@ -17,6 +17,7 @@ import pytest
 from odf_chain import Dataset, chain
 from odf_chain.errors import ConflictError, StorageError
 from odf_chain.events import AddData, SetInfo
+from odf_chain.gc import collect_garbage
 from odf_chain.storage import FsStorage, open_storage
 from odf_chain.verify import verify
 
@@ -79,6 +80,19 @@ def test_a_dataset_on_s3_end_to_end(s3_bucket: str) -> None:
     moves = open_storage(uri).read_head_log()
     assert [m.new for m in moves][-1] == str(state.head) and len(moves) == 4
     assert [m.old for m in moves][1:] == [m.new for m in moves][:-1]
+    # gc: an orphan slice is young at the default age, and taken on the single-writer word
+    storage = reopened.storage
+    orphan = "f1e20" + "ab" * 32
+    with storage.filesystem.open_output_stream(storage.fs_path(f"data/{orphan}")) as f:
+        f.write(b"left by a crashed writer")
+    assert collect_garbage(storage).kept_young == [f"data/{orphan}"]
+    assert collect_garbage(storage, min_age=0, single_writer=True).removed == [f"data/{orphan}"]
+    assert sorted(storage.data_names()) == sorted(
+        str(e.block.event.new_data.physical_hash)
+        for e in reopened.blocks()
+        if isinstance(e.block.event, AddData)
+    )
+    assert reopened.verify().ok
 
 
 def test_the_loser_of_an_exact_race_gets_a_conflict(s3_bucket: str, monkeypatch) -> None:
