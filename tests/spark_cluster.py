@@ -132,3 +132,72 @@ class SparkCluster:
                     process.wait()
         self._processes.clear()
         shutil.rmtree(self._work, ignore_errors=True)
+
+
+class ConnectServer:
+    """A Spark Connect server (pyspark's ``start-connect-server.sh --wait``, local[2]) on
+    127.0.0.1: ``url`` for ``SparkSession.builder.remote``."""
+
+    def __init__(self) -> None:
+        self.port = 0
+        self._work = Path(tempfile.mkdtemp(prefix="odf-spark-connect-"))
+        self._process: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"sc://127.0.0.1:{self.port}"
+
+    def log(self) -> str:
+        return "\n".join(p.read_text(errors="replace")[-3000:] for p in self._work.glob("*.log"))
+
+    def start(self, timeout: float = 180.0) -> None:
+        self.port = _free_port()
+        log = open(self._work / "server.log", "wb")  # noqa: SIM115  (closed with the process)
+        env = {
+            **cluster_env(),
+            "SPARK_LOG_DIR": str(self._work),  # not into site-packages
+            "SPARK_PID_DIR": str(self._work),
+        }
+        self._process = subprocess.Popen(
+            [
+                str(SPARK_HOME / "sbin" / "start-connect-server.sh"),
+                "--wait",
+                "--master",
+                "local[2]",
+                "--conf",
+                f"spark.connect.grpc.binding.port={self.port}",
+                "--conf",
+                "spark.connect.grpc.binding.address=127.0.0.1",
+                "--conf",
+                "spark.driver.host=127.0.0.1",
+                "--conf",
+                "spark.ui.enabled=false",
+                "--conf",
+                "spark.sql.session.timeZone=UTC",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self._process.poll() is None:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=2):
+                    return
+            except OSError:
+                time.sleep(0.5)
+        text = self.log()
+        self.stop()
+        raise RuntimeError(f"the Spark Connect server did not come up:\n{text}")
+
+    def stop(self) -> None:
+        if self._process is not None and self._process.poll() is None:
+            os.killpg(self._process.pid, 15)
+            try:
+                self._process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self._process.pid, 9)
+                self._process.wait()
+        self._process = None
+        shutil.rmtree(self._work, ignore_errors=True)

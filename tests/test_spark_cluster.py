@@ -17,7 +17,7 @@ from odf_chain.dataset import Dataset
 from odf_chain.events import AddFieldLineage
 from odf_chain.spark import read
 from odf_chain.verify import verify_path
-from tests.spark_cluster import SparkCluster, cluster_env, java_missing
+from tests.spark_cluster import ConnectServer, SparkCluster, cluster_env, java_missing
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -91,3 +91,30 @@ def test_ingest_and_a_derived_write_on_a_standalone_cluster(cluster, spark, tmp_
     assert verify_path(derived).ok
     rows = read(spark, derived).orderBy("station").select("station", "hottest").collect()
     assert [(r.station, r.hottest) for r in rows] == [("a", 14.0), ("b", 7.5), ("c", -2.0)]
+
+
+def test_a_write_through_spark_connect(tmp_path) -> None:
+    """A Connect session has no JVM plan to read: capture warns and the write goes on without
+    field lineage; lineage recorded by hand is appended as usual."""
+    server = ConnectServer()
+    server.start()
+    try:
+        done = _run(
+            str(ROOT / "tests/scripts/connect_write.py"),
+            server.url,
+            str(tmp_path / "ds"),
+            cwd=tmp_path,
+        )
+    finally:
+        log = server.log()
+        server.stop()
+    assert done.returncode == 0, done.stderr[-3000:] + log
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert "connect" in summary["connect"]  # a Connect session, not a classic one
+    assert any("Spark Connect" in w for w in summary["warnings"]), summary["warnings"]
+    assert summary["first"] == {"rows": 3, "lineage": False}
+    assert summary["second"] == {"rows": 3, "lineage": True}
+    dataset = Dataset.open(tmp_path / "ds")
+    kinds = [e.block.event_name for e in dataset.blocks()]
+    assert kinds == ["Seed", "SetDataSchema", "AddData", "AddFieldLineage", "AddData"]
+    assert dataset.verify().ok and dataset.state.num_records == 6

@@ -50,7 +50,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -160,6 +160,45 @@ def _inspect_file(
         high,
         int(number.group(1)) if number else 0,
     )
+
+
+_WRITTEN_SCHEMA = pa.schema(
+    [
+        ("file_name", pa.string()),
+        ("partition", pa.int32()),
+        ("physical_hash", pa.string()),
+        ("logical_hash", pa.string()),
+        ("size", pa.int64()),
+        ("num_rows", pa.int64()),
+        ("offset_min", pa.int64()),
+        ("offset_max", pa.int64()),
+        ("file_number", pa.int32()),
+    ]
+)
+_WRITTEN_DDL = (
+    "file_name string, partition int, physical_hash string, logical_hash string, size long, "
+    "num_rows long, offset_min long, offset_max long, file_number int"
+)
+
+
+def _inspect_files(
+    spark, filesystem: pafs.FileSystem, files: list[str], algorithm: str, offset_column: str
+) -> list[WrittenSlice]:
+    """:func:`_inspect_file` for every file, one Spark task per file, through the DataFrame
+    API (``mapInArrow``), which a Spark Connect session offers as well as a classic one (an RDD
+    needs the JVM's SparkContext, which Connect clients do not have)."""
+
+    def inspect(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            found = [
+                asdict(_inspect_file(filesystem, path, algorithm, offset_column))
+                for path in batch.column(0).to_pylist()
+            ]
+            yield pa.RecordBatch.from_pylist(found, schema=_WRITTEN_SCHEMA)
+
+    paths = spark.createDataFrame([(path,) for path in files], "path string")
+    rows = paths.repartition(max(len(files), 1)).mapInArrow(inspect, _WRITTEN_DDL).collect()
+    return [WrittenSlice(**row.asDict()) for row in rows]
 
 
 def _event_time_max(filesystem: pafs.FileSystem, paths: list[str], column: str) -> datetime | None:
@@ -565,11 +604,7 @@ def write(
         files = _part_files(filesystem, staging)
         offset_column = vocab.offset_column
         try:
-            written: list[WrittenSlice] = (
-                spark.sparkContext.parallelize(files, max(len(files), 1))
-                .map(lambda p: _inspect_file(filesystem, p, algorithm, offset_column))
-                .collect()
-            )
+            written = _inspect_files(spark, filesystem, files, algorithm, offset_column)
         except Exception as exc:  # a file could not be read or hashed: nothing appended
             raise _spark_failure("hash the slices", exc) from exc
         # Spark may write a file with no rows (for the first partition when it is empty): it
@@ -610,7 +645,7 @@ def write(
             lineage,
             schema,
             run=LineageRun(
-                job_name=job_name or spark.sparkContext.appName,
+                job_name=job_name or spark.conf.get("spark.app.name", "spark"),
                 run_id=str(uuid.uuid4()),
                 started_at=started_at,
                 ended_at=system_time,
