@@ -76,8 +76,9 @@ class ConditionalStore:
         return f"{self._uri}/{relative}"
 
     def read(self, relative: str, limit: int, what: str) -> tuple[bytes, Version] | None:
-        """The object's bytes and version, None when it does not exist. Refused by its listed
-        size before the body is read when larger than ``limit``."""
+        """The object's bytes and version (empty if the store reports none), None when it does
+        not exist. Refused by its listed size before the body is read when larger than
+        ``limit``."""
         import obstore
 
         try:
@@ -95,13 +96,7 @@ class ConditionalStore:
             raise
         except Exception as exc:
             raise StorageError(f"cannot read {self._where(relative)}: {_first_line(exc)}") from None
-        version = {k: meta[k] for k in ("e_tag", "version") if meta.get(k)}
-        if not version:
-            raise StorageError(
-                f"{self._where(relative)}: the store reports no ETag or version, so it cannot "
-                "be replaced conditionally"
-            )
-        return data, version
+        return data, {k: meta[k] for k in ("e_tag", "version") if meta.get(k)}
 
     def put(self, relative: str, data: bytes) -> None:
         """Write ``relative`` whole, whatever is there (for files no two writers race on)."""
@@ -135,6 +130,11 @@ class ConditionalStore:
         import obstore
         from obstore.exceptions import NotFoundError, PreconditionError
 
+        if not version:  # nothing to make the write conditional on: never overwrite blindly
+            raise StorageError(
+                f"{self._where(relative)}: the store reported no ETag or version for it, so it "
+                "cannot be replaced conditionally: not written"
+            )
         try:
             obstore.put(self._store, relative, data, mode=dict(version))
         except (PreconditionError, NotFoundError, FileNotFoundError):

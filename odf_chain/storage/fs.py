@@ -209,7 +209,8 @@ class FsStorage:
         on a store with conditional writes (its listed size is checked before the body)."""
         if self._conditional is not None:
             found = self._conditional.read(relative, limit, what)
-            if found is None:
+            if found is None:  # missing, or a "folder" (objects under that name and a slash)
+                self._file_info(relative)
                 raise FileNotFoundError(self._join(relative))
             return found[0]
         info = self._file_info(relative)
