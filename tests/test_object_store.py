@@ -213,3 +213,19 @@ def test_the_cli_on_s3_and_on_a_filesystem_without_conditional_writes(s3_bucket:
     checked = run_verify(uri)
     assert_clean(checked)
     assert checked.returncode == 0 and "OK" in checked.stdout, checked.stdout + checked.stderr
+
+
+def test_a_spark_write_to_s3_without_a_connector_says_so_in_one_line(spark, s3_bucket) -> None:
+    """This Spark has no Hadoop S3 connector (no package registry ships the jar): the write
+    fails before anything is committed, with Spark's cause and what to do, in one line."""
+    from odf_chain.spark import write
+    from odf_chain.spark.writer import IngestError
+
+    uri = f"{s3_bucket}/spark"
+    Dataset.create(uri)
+    with pytest.raises(IngestError) as refused:
+        write(spark.range(3), uri)
+    message = str(refused.value)
+    assert "\n" not in message and "hadoop-aws" in message
+    assert 'No FileSystem for scheme "s3a"' in message or "S3AFileSystem not found" in message
+    assert Dataset.open(uri).state.sequence_number == 0 and verify(open_storage(uri)).ok

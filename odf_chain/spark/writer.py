@@ -865,10 +865,23 @@ def _spark_failure(step: str, exc: BaseException) -> OdfChainError:
     corrupt input file, named), else an IngestError with Spark's first line."""
     from odf_chain.spark.sources import odf_error
 
-    return odf_error(exc) or IngestError(f"Spark could not {step}: {_first_line(exc)}")
+    found = odf_error(exc)
+    if found is not None:
+        return found
+    cause = _first_line(exc)
+    if _MISSING_CONNECTOR.search(cause):
+        cause += (
+            " (this Spark has no Hadoop connector for the dataset's store: add it to the "
+            "cluster's classpath, e.g. hadoop-aws for s3a://)"
+        )
+    return IngestError(f"Spark could not {step}: {cause}")
 
 
-_CAUSE = re.compile(r"^\s*(?:[\w.]+\.)?(\w+(?:Error|Exception)): (.+)$")
+_MISSING_CONNECTOR = re.compile(
+    r"No FileSystem for scheme|ClassNotFoundException: Class org\.apache\.hadoop\.fs\.\S+ not found"
+)
+# "SomeError: message", also as py4j prints a Java cause (": org.apache...SomeException: ...")
+_CAUSE = re.compile(r"^\s*(?::\s*)?(?:[\w.$]+\.)?(\w+(?:Error|Exception)): (.+)$")
 
 
 def _first_line(exc: BaseException) -> str:
