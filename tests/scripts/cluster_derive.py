@@ -38,9 +38,11 @@ def main() -> int:
     )
     try:
         spark.sparkContext.setLogLevel("ERROR")
-        executors = spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1
         hottest = read(spark, upstream).groupBy("station").agg(F.max("temp").alias("hottest"))
         result = write(hottest, derived, create=True, job_name="hottest")
+        # the executors the jobs ran on (local mode has none but the driver); asked after the
+        # write, as executors register with the driver while the first job starts
+        executors = spark.sparkContext._jsc.sc().getExecutorIds().size()
         print(
             json.dumps(
                 {
