@@ -58,7 +58,7 @@ BACKENDS: dict[str, Backend] = {
 def store(request, tmp_path: Path) -> Storage:
     if request.param == "s3":
         storage = create_storage(request.getfixturevalue("s3_bucket") + "/ds")
-        assert isinstance(storage, FsStorage) and storage.conditional
+        assert isinstance(storage, FsStorage) and storage.head_moves_atomically
         return storage
     return BACKENDS[request.param](tmp_path)
 

@@ -61,7 +61,7 @@ def test_a_filesystem_without_conditional_writes_is_refused_for_writing() -> Non
 def test_a_dataset_on_s3_end_to_end(s3_bucket: str) -> None:
     uri = f"{s3_bucket}/sales"
     ds = Dataset.create(uri)
-    assert isinstance(ds.storage, FsStorage) and ds.storage.conditional
+    assert isinstance(ds.storage, FsStorage) and ds.storage.head_moves_atomically
     ds.write(pa.table({"id": [1, 2, 3], "name": ["a", "b", "c"]}))
     ds.write(pa.table({"id": [4], "name": ["d"], "score": [0.5]}), evolve=True)
     receipt = ds.receipt()

@@ -31,7 +31,7 @@ import secrets
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
-from typing import BinaryIO
+from typing import BinaryIO, TypedDict, Unpack
 from urllib.parse import urlsplit
 
 import pyarrow.fs as pafs
@@ -72,6 +72,13 @@ _LOG_ATTEMPTS = 64  # conditional appends to the head log before its line is lef
 _SPARK_SCHEMES = {"s3": "s3a"}
 
 
+class WriteOptions(TypedDict, total=False):
+    """How an :class:`FsStorage` may write (see the module docstring)."""
+
+    conditional: ConditionalStore | None  # the store's compare-and-swap, where it has one
+    single_writer: bool  # the caller's word that nobody else writes, where it has none
+
+
 class FsStorage:
     """The files of one dataset on a ``pyarrow.fs`` filesystem. Knows bytes and names only."""
 
@@ -101,12 +108,10 @@ class FsStorage:
         filesystem: pafs.FileSystem,
         root: str,
         uri: str | None = None,
-        *,
-        conditional: ConditionalStore | None = None,
-        single_writer: bool = False,
+        **options: Unpack[WriteOptions],
     ) -> FsStorage:
         """Lay out a new dataset; refuses one that already has a head (see LocalStorage)."""
-        storage = cls(filesystem, root, uri, conditional=conditional, single_writer=single_writer)
+        storage = cls(filesystem, root, uri, **options)
         storage.check_writable()
         if storage._info("refs/head").type != pafs.FileType.NotFound:
             raise OdfChainError(f"already a dataset: {storage.location}")
@@ -121,22 +126,15 @@ class FsStorage:
         filesystem: pafs.FileSystem,
         root: str,
         uri: str | None = None,
-        *,
-        conditional: ConditionalStore | None = None,
-        single_writer: bool = False,
+        **options: Unpack[WriteOptions],
     ) -> FsStorage:
         """Open an existing dataset. Object stores have no real folders, so a head or a block
         is what makes one. Reading needs no conditional writes; writing does (or
         ``single_writer``)."""
-        storage = cls(filesystem, root, uri, conditional=conditional, single_writer=single_writer)
+        storage = cls(filesystem, root, uri, **options)
         if storage._info("refs/head").type == pafs.FileType.File or storage.block_names():
             return storage
         raise NotFoundError(f"not a dataset: {storage.location} (no refs/head, no blocks)")
-
-    @property
-    def conditional(self) -> bool:
-        """True when the head moves by a real compare-and-swap on this store."""
-        return self._conditional is not None
 
     def check_writable(self) -> None:
         """Refuse to write where two writers could both win, unless told there is only one."""
