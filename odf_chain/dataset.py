@@ -337,7 +337,7 @@ class Dataset:
                 blocks.append(add_block)
                 state = add_block.after
             for path, facts in zip(staged, written, strict=True):
-                if self.storage.commit_data(path, str(facts.physical_hash)).created:
+                if self.storage.commit_data(path, str(facts.physical_hash), facts.size).created:
                     created.append(str(facts.physical_hash))
         except BaseException:
             for sink in sinks:

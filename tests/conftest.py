@@ -81,12 +81,17 @@ PERMISSIONS = _permission_bits_apply()
 def s3_server():
     """A moto S3 server on 127.0.0.1 for the whole session, and the AWS environment variables
     that point every client at it (set for the session: spawned writers inherit them)."""
+    from tests import spark_session
     from tests.s3_server import S3Server
 
     server = S3Server()
     server.start()
     saved = {k: os.environ.get(k) for k in server.env}
     os.environ.update(server.env)
+    # Spark's Python workers take the environment the JVM started with, plus the context's
+    # executor environment: a session started before this server must hand them the variables
+    # too, as a cluster's executors have their own credentials
+    spark_session.share_environment(server.env)
     yield server
     for key, value in saved.items():
         if value is None:

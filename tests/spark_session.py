@@ -36,6 +36,13 @@ def get_session():
     return _session
 
 
+def share_environment(env: dict[str, str]) -> None:
+    """Give the Python workers of the shared session (if started) these variables: the
+    executor environment of the context, which every Python function Spark runs carries."""
+    if _session is not None:
+        _session.sparkContext.environment.update(env)
+
+
 def stop_session() -> None:
     global _session
     if _session is not None:

@@ -107,6 +107,15 @@ def test_data_commit_keeps_what_is_stored(store: Storage) -> None:
     assert store.leftover_staging() == []
     with pytest.raises(OdfChainError, match="not in"):
         store.commit_data(store.fs_path("data/" + H0), H1)  # only staged files commit
+    # the writer's own count of bytes: an upload the store holds at another size is refused
+    altered = _stage(store, b"PAR1 another slice PAR1")
+    with pytest.raises(
+        IntegrityError, match=f"{H1}: its writer wrote 20 bytes, the store holds 23"
+    ):
+        store.commit_data(altered, H1, size=20)
+    assert not store.has_data(H1) and len(store.leftover_staging()) == 1
+    assert store.commit_data(altered, H1, size=23).created and store.has_data(H1)
+    assert store.remove_data(H1) is True
     assert store.remove_data(H0) is True and store.data_names() == []
     with pytest.raises(NotFoundError, match=H0):
         store.open_data(H0)

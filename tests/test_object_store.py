@@ -215,17 +215,38 @@ def test_the_cli_on_s3_and_on_a_filesystem_without_conditional_writes(s3_bucket:
     assert checked.returncode == 0 and "OK" in checked.stdout, checked.stdout + checked.stderr
 
 
-def test_a_spark_write_to_s3_without_a_connector_says_so_in_one_line(spark, s3_bucket) -> None:
-    """This Spark has no Hadoop S3 connector (no package registry ships the jar): the write
-    fails before anything is committed, with Spark's cause and what to do, in one line."""
-    from odf_chain.spark import write
+def test_spark_writes_and_reads_s3_without_a_connector(spark, s3_bucket) -> None:
+    """This Spark has no Hadoop S3 connector (no package registry ships the jar): the tasks
+    write, hash and read the slices through Arrow. Spark's own writer, asked for, fails before
+    anything is committed, with Spark's cause and what to do, in one line."""
+    from pyspark.sql import functions as F
+
+    from odf_chain.spark import read, write
     from odf_chain.spark.writer import IngestError
 
     uri = f"{s3_bucket}/spark"
-    Dataset.create(uri)
+    frame = spark.range(0, 500, numPartitions=3).withColumn("label", F.concat(F.lit("r"), "id"))
+    result = write(frame, uri, create=True, target_slice_bytes="2KiB")
+    assert result.rows == 500 and result.slices > 1
+    evolved = spark.range(500, 600, numPartitions=2).withColumn("score", F.col("id") * 0.5)
+    write(evolved, uri, evolve=True)
+    dataset = Dataset.open(uri)
+    rows = sorted(_rows(dataset), key=lambda r: r["offset"])
+    assert [r["offset"] for r in rows] == list(range(600))
+    assert [r["id"] for r in rows] == list(range(600))
+    report = dataset.verify(deep=True)
+    assert report.ok and report.rows_checked == 600, [p.line() for p in report.problems]
+    assert dataset.storage.leftover_staging() == []
+    back = read(spark, uri).orderBy("offset").collect()
+    assert [r["id"] for r in back] == list(range(600))
+    assert [r["label"] for r in back[:2]] == ["r0", "r1"] and back[0]["score"] is None
+    assert back[-1]["score"] == 299.5 and back[-1]["label"] is None
+    first = read(spark, uri, at=result.head.__str__()).count()
+    assert first == 500
+
     with pytest.raises(IngestError) as refused:
-        write(spark.range(3), uri)
+        write(spark.range(3), uri, writer="spark")
     message = str(refused.value)
     assert "\n" not in message and "hadoop-aws" in message
     assert 'No FileSystem for scheme "s3a"' in message or "S3AFileSystem not found" in message
-    assert Dataset.open(uri).state.sequence_number == 0 and verify(open_storage(uri)).ok
+    assert Dataset.open(uri).state.head == dataset.state.head and verify(open_storage(uri)).ok

@@ -373,7 +373,7 @@ def _failing_rows(value):
 
 
 @pytest.mark.parametrize(
-    "step", ["input", "spark-write", "data-rename", "block-write", "head-move"]
+    "step", ["input", "spark-write", "task-write", "data-rename", "block-write", "head-move"]
 )
 def test_a_failure_at_any_step_leaves_the_chain_as_it_was(spark, dataset, monkeypatch, step):
     from pyspark.sql.types import LongType
@@ -381,6 +381,7 @@ def test_a_failure_at_any_step_leaves_the_chain_as_it_was(spark, dataset, monkey
     before, before_chain = snapshot_tree(dataset), chain_hashes(dataset)
     df = frame(spark, BASE_ROWS, 1000, 4, "failed")
     expected: type[OdfChainError] = StorageError
+    writer = None
     if step == "input":  # a task of the user's own plan fails
         df = df.withColumn("v", F.udf(_failing_rows, LongType(), useArrow=False)(F.col("v")))
         expected = IngestError
@@ -388,7 +389,12 @@ def test_a_failure_at_any_step_leaves_the_chain_as_it_was(spark, dataset, monkey
         taken = str((dataset / ".staging" / "spark-taken").absolute())
         monkeypatch.setattr(LocalStorage, "staging_area", lambda self, prefix: taken)
         (dataset / ".staging" / "spark-taken").write_bytes(b"in the way")
-        expected = IngestError
+        expected, writer = IngestError, "spark"
+    elif step == "task-write":  # the second task cannot create its slice: a folder is there
+        staging = (dataset / ".staging" / "spark-tasks").absolute()
+        monkeypatch.setattr(LocalStorage, "staging_area", lambda self, prefix: str(staging))
+        (staging / "part-00001-0000-a0.parquet").mkdir(parents=True)
+        expected, writer = IngestError, "arrow"
     elif step == "data-rename":
         _fail_on_call(monkeypatch, LocalStorage, "commit_data", 3, StorageError("disk gone"))
     elif step == "block-write":
@@ -400,7 +406,7 @@ def test_a_failure_at_any_step_leaves_the_chain_as_it_was(spark, dataset, monkey
         expected = ConflictError
 
     with pytest.raises(expected):
-        write(df, dataset, target_slice_bytes=None)  # a slice per partition
+        write(df, dataset, target_slice_bytes=None, writer=writer)  # a slice per partition
     monkeypatch.undo()
 
     if step == "spark-write":
@@ -413,6 +419,7 @@ def test_a_failure_at_any_step_leaves_the_chain_as_it_was(spark, dataset, monkey
         == {
             "input": {},
             "spark-write": {},
+            "task-write": {},
             # two slices renamed before the third rename failed
             "data-rename": {"orphan-data": 2},
             # every slice renamed; the first block written, one warning for blocks past the

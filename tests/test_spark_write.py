@@ -105,8 +105,10 @@ def check_transaction(path: Path, result, first_offset: int, rows: int, algorith
 # -- one write -------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("algorithm", [BLAKE3, SHA3_256])
-def test_write_several_partitions(spark, tmp_path, algorithm):
+@pytest.mark.parametrize(
+    ("algorithm", "writer"), [(BLAKE3, "spark"), (SHA3_256, "spark"), (BLAKE3, "arrow")]
+)
+def test_write_several_partitions(spark, tmp_path, algorithm, writer):
     path = tmp_path / "ds"
     n = 1000
     df = (
@@ -128,6 +130,7 @@ def test_write_several_partitions(spark, tmp_path, algorithm):
         create=True,
         hash=algorithm,
         target_slice_bytes=None,  # a slice per partition, as partitioned
+        writer=writer,
     )
 
     dataset = Dataset.open(path)
@@ -166,7 +169,8 @@ def test_write_several_partitions(spark, tmp_path, algorithm):
     check_clean(path)
 
 
-def test_write_with_empty_partitions(spark, tmp_path):
+@pytest.mark.parametrize("writer", ["spark", "arrow"])
+def test_write_with_empty_partitions(spark, tmp_path, writer):
     path = tmp_path / "ds"
     df = (
         spark.range(0, 1000, numPartitions=5)
@@ -176,7 +180,7 @@ def test_write_with_empty_partitions(spark, tmp_path):
     sizes = partition_sizes(df)
     assert sizes == [150, 0, 0, 100, 0]
 
-    result = write(df, path, create=True, target_slice_bytes=None)
+    result = write(df, path, create=True, target_slice_bytes=None, writer=writer)
 
     assert result.slices == 2 == len([s for s in sizes if s])
     files = check_transaction(path, result, 0, 250, BLAKE3)
@@ -390,19 +394,23 @@ def test_write_and_read_through_pyarrow_fs(spark, tmp_path):
 
 
 def _rows_once(path: Path, n: int) -> pa.Table:
-    """Every row exactly once, offsets 0..n-1 contiguous; returns the data by offset."""
-    table = pa.concat_tables(data_files(path).values()).sort_by("offset")
+    """Every row exactly once, offsets 0..n-1 contiguous; returns the data by offset, with
+    the declared schema (files from different writers may differ in nullability)."""
+    declared = Dataset.open(path).state.schema
+    tables = [t.cast(declared) for t in data_files(path).values()]
+    table = pa.concat_tables(tables).sort_by("offset")
     assert table.column("offset").to_pylist() == list(range(n))
     return table
 
 
-def test_frames_ending_in_a_sort_or_a_window_write_whole(spark, tmp_path):
+@pytest.mark.parametrize("writer", ["spark", "arrow"])
+def test_frames_ending_in_a_sort_or_a_window_write_whole(spark, tmp_path, writer):
     """A sort samples its ranges in each job and a window the count does not need is dropped
     with its shuffle: the writer caches a shuffling input so count and write agree."""
     from pyspark.sql import Window
 
     sort = spark.range(0, 3000, numPartitions=4).orderBy(F.desc("id"))
-    result = write(sort, tmp_path / "sorted", create=True)
+    result = write(sort, tmp_path / "sorted", create=True, writer=writer)
     assert result.rows == 3000
     assert sorted(_rows_once(tmp_path / "sorted", 3000).column("id").to_pylist()) == list(
         range(3000)
@@ -410,7 +418,7 @@ def test_frames_ending_in_a_sort_or_a_window_write_whole(spark, tmp_path):
     window = spark.range(0, 500, numPartitions=3).withColumn(
         "s", F.sum("id").over(Window.partitionBy(F.col("id") % 5))
     )
-    write(window, tmp_path / "window", create=True)
+    write(window, tmp_path / "window", create=True, writer=writer)
     table = _rows_once(tmp_path / "window", 500)
     sums = {k: sum(i for i in range(500) if i % 5 == k) for k in range(5)}
     assert all(
@@ -575,3 +583,66 @@ def test_read_refuses_a_slice_that_is_a_symlink_or_fifo(spark, tmp_path):
     os.mkfifo(slice_path)
     with pytest.raises(OdfChainError, match="FIFO"):
         read(spark, root)
+
+
+def _typed_frame(spark, first: int, n: int):
+    """Rows of most Spark types, nested ones too, with millisecond timestamps."""
+    import decimal
+    from datetime import date
+
+    rows = [
+        (
+            i,
+            f"s{i}",
+            i * 1.5,
+            datetime(2024, 1, 1, 0, 0, i % 60, 123000),
+            date(2024, 1, 1 + i % 28),
+            decimal.Decimal(f"{i}.25"),
+            [i, None, i + 1],
+            {"a": i},
+            (i, f"n{i}"),
+            bytes([i % 256]),
+            i % 2 == 0,
+            datetime(2024, 2, 1, 1, 2, 3, 456789),  # timestamp_ntz keeps its microseconds
+        )
+        for i in range(first, first + n)
+    ]
+    schema = (
+        "id long, name string, x double, ts timestamp, d date, dec decimal(10,2), "
+        "arr array<int>, m map<string,int>, st struct<a:int,b:string>, bin binary, flag boolean, "
+        "ntz timestamp_ntz"
+    )
+    return (
+        spark.createDataFrame(rows, schema)
+        .withColumn("i8", (F.col("id") % 100).cast("byte"))
+        .withColumn("i16", F.col("id").cast("short"))
+        .withColumn("nested", F.array(F.struct(F.col("ts").alias("t"), F.col("id").alias("k"))))
+    )
+
+
+def test_both_writers_declare_the_same_schema_and_store_the_same_rows(spark, tmp_path):
+    """The two slice writers (Spark's Parquet writer, or Arrow in each task) declare the same
+    schema for the same frame, store the same rows, and a dataset can change writers without
+    a schema change."""
+    tables, schemas = {}, {}
+    for first, second in (("spark", "arrow"), ("arrow", "spark")):
+        path = tmp_path / first
+        write(_typed_frame(spark, 0, 120), path, create=True, event_time="ts", writer=first)
+        write(_typed_frame(spark, 120, 80), path, event_time="ts", writer=second)
+        dataset = Dataset.open(path)
+        kinds = [type(e.block.event).__name__ for e in dataset.blocks()]
+        assert kinds.count("SetDataSchema") == 1, kinds  # the second writer changed nothing
+        schemas[first] = dataset.state.schema
+        table = _rows_once(path, 200)
+        tables[first] = table.drop_columns(["system_time"])
+        report = dataset.verify(deep=True)
+        assert report.ok and report.rows_checked == 200, [p.line() for p in report.problems]
+        assert staging_entries(path) == []
+    assert schemas["spark"].equals(schemas["arrow"], check_metadata=True)
+    spark_rows, arrow_rows = tables["spark"], tables["arrow"]
+    assert spark_rows.column_names == arrow_rows.column_names
+    for name in spark_rows.column_names:
+        assert spark_rows.column(name).to_pylist() == arrow_rows.column(name).to_pylist(), name
+    ntz = spark_rows.column("ntz").to_pylist()
+    assert set(ntz) == {datetime(2024, 2, 1, 1, 2, 3, 456789)}
+    assert schemas["arrow"].field("offset").nullable is False

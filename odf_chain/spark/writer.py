@@ -53,7 +53,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -62,14 +62,16 @@ import pyarrow.parquet as pq
 from odf_chain import chain, rules
 from odf_chain.chain import BlockEntry
 from odf_chain.dataset import Dataset
-from odf_chain.errors import NotFoundError, OdfChainError, SchemaError
+from odf_chain.errors import NotFoundError, OdfChainError, SchemaError, StorageError
 from odf_chain.events import AddData, AddFieldLineage, LineageRun, OffsetInterval, SetDataSchema
 from odf_chain.format.multihash import BLAKE3, Multihash
 from odf_chain.lineage.recorder import LineageRecorder
 from odf_chain.replay import load_chain, select, settle_lineage
 from odf_chain.schema.convert import AVRO_SCHEMA_KEY, avro_to_arrow
 from odf_chain.schema.evolution import check_new_columns
-from odf_chain.slices import add_data_for, own_metadata
+from odf_chain.slice_writer import SliceSpec, slice_schema
+from odf_chain.slices import add_data_for, os_reason, own_metadata, system_fields
+from odf_chain.spark.arrow_tasks import SURPLUS, arrow_schema_of, read_in_tasks, write_in_tasks
 from odf_chain.spark.schema_limits import check_nesting
 from odf_chain.spark.sizing import (
     DEFAULT_TARGET_SLICE_BYTES,
@@ -499,6 +501,7 @@ def write(
     evolve: bool = False,
     transaction: tuple[str, int] | None = None,
     target_slice_bytes: int | str | None = DEFAULT_TARGET_SLICE_BYTES,
+    writer: Literal["arrow", "spark"] | None = None,
     _check_state: Callable[[Dataset, DatasetState], None] | None = None,
 ) -> IngestResult:
     """Append a Spark DataFrame to ``dataset`` (a path, a ``pyarrow.fs`` URI such as
@@ -539,12 +542,21 @@ def write(
     of rows written to Parquet in memory), so slices come out about that size, not exactly.
     Fewer slices also means fewer tasks writing them: about one per ``target_slice_bytes``.
     None keeps one slice per non-empty partition, as the DataFrame is partitioned.
+
+    ``writer`` says who writes the slices. ``"arrow"``: each Spark task writes its slices itself
+    through Arrow, straight to the dataset's store, hashing them on the way (one pass, no Hadoop
+    connector needed for ``s3://``, ``gs://``, ``abfs://``). ``"spark"``: Spark's own Parquet
+    writer, then a task per file reads it back to hash it (object stores then need the Hadoop
+    connector on the classpath, e.g. ``hadoop-aws``). None (the default) takes ``"arrow"`` on
+    object stores and ``"spark"`` on local paths.
     """
     from pyspark import StorageLevel
 
     if transaction is not None:  # refused before anything is opened or created
         transaction = rules.transaction_argument(transaction)
     target = checked_target(target_slice_bytes)
+    if writer not in (None, "arrow", "spark"):
+        raise OdfChainError(f"writer must be 'arrow' or 'spark' (or None), not {writer!r}")
 
     timings: dict[str, float] = {}
     started_at = chain.now()
@@ -552,7 +564,6 @@ def write(
     dataset = _open(dataset, create=create, hash=hash)
     path = dataset.path
     storage = dataset.storage
-    filesystem = storage.filesystem
     state = dataset.refresh()
     if _check_state is not None:  # ingest_files: were its inputs ingested meanwhile?
         _check_state(dataset, state)
@@ -573,6 +584,7 @@ def write(
         persist = _shuffles(shaped)
     if persist:
         shaped = shaped.persist(StorageLevel.MEMORY_AND_DISK)
+    in_tasks = (writer or _default_writer(storage)) == "arrow"
     staging = storage.staging_area("spark")
     try:
         with _session_conf(spark, _WRITE_CONF):
@@ -587,55 +599,42 @@ def write(
 
             clock = time.perf_counter()
             framed, counts, records = _size_slices(shaped, counts, vocab, target)
-            out = _assign_offsets(framed, counts, vocab, state.next_offset)
             planned = planned_slices(counts, state.next_offset, records)
             timings["sizing"] = time.perf_counter() - clock
 
             clock = time.perf_counter()
-            try:
-                out.write.option("compression", "zstd").option(
-                    "maxRecordsPerFile", str(records)
-                ).parquet(storage.spark_uri(staging))
-            except Exception as exc:  # py4j / Spark errors: the job failed, nothing appended
-                raise _spark_failure("write the slices", exc) from exc
-        timings["spark_write"] = time.perf_counter() - clock
-
+            if in_tasks:
+                written, schema, watermark = _write_in_tasks(
+                    framed,
+                    planned,
+                    state,
+                    system_time,
+                    algorithm,
+                    avro_schema,
+                    storage,
+                    staging,
+                    truncate_timestamps=truncate_timestamps,
+                )
+                timings["task_write"] = time.perf_counter() - clock
+            else:
+                written, schema, watermark = _write_with_spark(
+                    framed,
+                    counts,
+                    planned,
+                    records,
+                    state,
+                    algorithm,
+                    avro_schema,
+                    storage,
+                    staging,
+                    timings,
+                )
         clock = time.perf_counter()
-        files = _part_files(filesystem, staging)
-        offset_column = vocab.offset_column
-        try:
-            written = _inspect_files(spark, filesystem, files, algorithm, offset_column)
-        except Exception as exc:  # a file could not be read or hashed: nothing appended
-            raise _spark_failure("hash the slices", exc) from exc
-        # Spark may write a file with no rows (for the first partition when it is empty): it
-        # holds no offsets and becomes no slice (it goes with the staging folder)
-        written = sorted(
-            (w for w in written if w.num_rows), key=lambda w: (w.partition, w.file_number)
-        )
-        timings["hashing"] = time.perf_counter() - clock
-
-        clock = time.perf_counter()
-        intervals = _check_files(written, planned)
-        schema = _declared_schema(
-            # Spark's row metadata is not ours
-            pq.read_schema(filesystem.open_input_file(files[0])).remove_metadata(),
-            state.schema,
-            set(vocab.system_columns),
-        )
-        if avro_schema is not None:
-            # the writer schema's names (record names, enum symbols, docs) ride on field
-            # metadata, which Spark's files do not carry: take it from the Avro conversion
-            schema = _copy_field_metadata(schema, avro_to_arrow(avro_schema))
-            schema = schema.with_metadata({AVRO_SCHEMA_KEY: avro_schema.encode()})
-        elif state.schema is not None and own_metadata(state.schema):
-            # a dataset keeps its field-path convention when later inputs are not Avro
-            schema = schema.with_metadata(own_metadata(state.schema))
         prepared: list[chain.PreparedBlock] = []
         if state.schema is None or not schema.equals(state.schema, check_metadata=True):
             prepared.append(
                 chain.prepare(state, SetDataSchema.from_arrow(schema), system_time=system_time)
             )
-        watermark = _event_time_max(filesystem, files, vocab.event_time_column)
         current = prepared[-1].after if prepared else state
         timings["renames"] = time.perf_counter() - clock
 
@@ -659,8 +658,8 @@ def write(
         timings["lineage"] = time.perf_counter() - clock
         clock = time.perf_counter()
         extra = None if source is None else {SOURCE_KEY: dict(source)}
-        for n, (slice_info, interval) in enumerate(zip(written, intervals, strict=True)):
-            if interval.start != current.next_offset:  # _check_files laid them end to end
+        for n, (slice_info, plan) in enumerate(zip(written, planned, strict=True)):
+            if plan.interval.start != current.next_offset:  # _check_files laid them end to end
                 raise IngestError(f"{slice_info.file_name}: offsets out of order")
             block = chain.prepare(
                 current,
@@ -682,7 +681,7 @@ def write(
             slice_info.physical_hash
             for slice_info in written
             if storage.commit_data(
-                f"{staging}/{slice_info.file_name}", slice_info.physical_hash
+                f"{staging}/{slice_info.file_name}", slice_info.physical_hash, slice_info.size
             ).created
         ]
         timings["renames"] += time.perf_counter() - clock
@@ -705,6 +704,153 @@ def write(
         if persist:
             shaped.unpersist()
         storage.discard_area(staging)
+
+
+def _default_writer(storage) -> str:
+    """The writer for a store when none is asked for (see :func:`write`)."""
+    return "spark" if isinstance(storage.filesystem, pafs.LocalFileSystem) else "arrow"
+
+
+def _schema_to_declare(
+    written: pa.Schema, state: DatasetState, avro_schema: str | None
+) -> pa.Schema:
+    """The SetDataSchema's schema for slices of ``written`` (the Arrow schema they read back
+    as, without other tools' metadata): user columns declared as :func:`_declared_schema` says,
+    and the dataset's own metadata (an Avro writer schema) carried over."""
+    schema = _declared_schema(written, state.schema, state.vocab)
+    if avro_schema is not None:
+        # the writer schema's names (record names, enum symbols, docs) ride on field metadata,
+        # which Spark's schema does not carry: take it from the Avro conversion
+        schema = _copy_field_metadata(schema, avro_to_arrow(avro_schema))
+        return schema.with_metadata({AVRO_SCHEMA_KEY: avro_schema.encode()})
+    if state.schema is not None and own_metadata(state.schema):
+        # a dataset keeps its field-path convention when later inputs are not Avro
+        return schema.with_metadata(own_metadata(state.schema))
+    return schema
+
+
+def _write_with_spark(
+    framed,
+    counts: dict[int, int],
+    planned: list[PlannedSlice],
+    records: int,
+    state: DatasetState,
+    algorithm: str,
+    avro_schema: str | None,
+    storage,
+    staging: str,
+    timings: dict[str, float],
+) -> tuple[list[WrittenSlice], pa.Schema, datetime | None]:
+    """Steps 2 and 3 with Spark's own Parquet writer (through the store's Hadoop connector),
+    then a task per file to hash and check it: the written slices in offset order, the schema
+    to declare and the latest event time."""
+    vocab = state.vocab
+    filesystem = storage.filesystem
+    clock = time.perf_counter()
+    out = _assign_offsets(framed, counts, vocab, state.next_offset)
+    try:
+        out.write.option("compression", "zstd").option("maxRecordsPerFile", str(records)).parquet(
+            storage.spark_uri(staging)
+        )
+    except Exception as exc:  # py4j / Spark errors: the job failed, nothing appended
+        raise _spark_failure("write the slices", exc) from exc
+    timings["spark_write"] = time.perf_counter() - clock
+
+    clock = time.perf_counter()
+    files = _part_files(filesystem, staging)
+    spark = framed.sparkSession
+    try:
+        written = _inspect_files(spark, filesystem, files, algorithm, vocab.offset_column)
+    except Exception as exc:  # a file could not be read or hashed: nothing appended
+        raise _spark_failure("hash the slices", exc) from exc
+    # Spark may write a file with no rows (for the first partition when it is empty): it holds
+    # no offsets and becomes no slice (it goes with the staging folder)
+    written = sorted((w for w in written if w.num_rows), key=lambda w: (w.partition, w.file_number))
+    timings["hashing"] = time.perf_counter() - clock
+    _check_files(written, planned)
+    # Spark's row metadata is not ours
+    stored = pq.read_schema(filesystem.open_input_file(files[0])).remove_metadata()
+    watermark = _event_time_max(filesystem, files, vocab.event_time_column)
+    return written, _schema_to_declare(stored, state, avro_schema), watermark
+
+
+def _write_in_tasks(
+    framed,
+    planned: list[PlannedSlice],
+    state: DatasetState,
+    system_time: datetime,
+    algorithm: str,
+    avro_schema: str | None,
+    storage,
+    staging: str,
+    *,
+    truncate_timestamps: bool,
+) -> tuple[list[WrittenSlice], pa.Schema, datetime | None]:
+    """Steps 2 and 3 in one pass (:mod:`odf_chain.spark.arrow_tasks`): each task writes its
+    planned slices through Arrow to the store, hashing them on the way. The schema is decided
+    (and checked against the evolution rules) before the job runs."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import TimestampType
+
+    vocab = state.vocab
+    system = set(vocab.system_columns)
+
+    def column(field):
+        # Files hold milliseconds. The event time is truncated to them, as Spark's writer does;
+        # user columns only when asked (the count refused finer ones otherwise)
+        name = field.name
+        if isinstance(field.dataType, TimestampType) and (
+            name == vocab.event_time_column or truncate_timestamps
+        ):
+            return F.date_trunc("millisecond", F.col(_quoted(name))).alias(name)
+        return F.col(_quoted(name))
+
+    frame = framed.select(*[column(f) for f in framed.schema.fields if f.name not in system])
+    written_schema = slice_schema(arrow_schema_of(frame.schema), state.schema, vocab)
+    schema = _schema_to_declare(written_schema, state, avro_schema)
+    if state.schema is None or not schema.equals(state.schema, check_metadata=True):
+        chain.prepare(state, SetDataSchema.from_arrow(schema), system_time=system_time)
+    spec = SliceSpec(schema, vocab, state.next_offset, system_time, algorithm)
+    if isinstance(storage.filesystem, pafs.LocalFileSystem):  # object stores need no folder
+        try:
+            storage.filesystem.create_dir(staging)
+        except OSError as exc:
+            raise StorageError(
+                f"dataset {storage.location}: cannot create the staging folder {staging}: "
+                f"{os_reason(exc)}"
+            ) from exc
+    try:
+        found = write_in_tasks(frame, planned, spec, storage.filesystem, staging)
+    except Exception as exc:  # py4j / Spark errors: the job failed, nothing appended
+        raise _spark_failure("write the slices", exc) from exc
+    surplus = [f for f in found if f.file_number == SURPLUS]
+    if surplus:
+        rows = sum(f.num_rows for f in surplus)
+        partitions = sorted(f.partition for f in surplus)
+        raise IngestError(
+            f"partitions {partitions} held {rows} more rows in the write than in the count"
+            + _UNSTABLE
+        )
+    written = sorted(
+        (
+            WrittenSlice(
+                f.path.rsplit("/", 1)[-1],
+                f.partition,
+                f.physical_hash,
+                f.logical_hash,
+                f.size,
+                f.num_rows,
+                f.offset_min,
+                f.offset_max,
+                f.file_number,
+            )
+            for f in found
+        ),
+        key=lambda w: (w.partition, w.file_number),
+    )
+    _check_files(written, planned)
+    times = [f.max_event_time for f in found if f.max_event_time is not None]
+    return written, schema, max(times, default=None)
 
 
 def _with_transaction(
@@ -780,25 +926,30 @@ def _nullable(t: pa.DataType) -> pa.DataType:
     return t
 
 
-def _declared_schema(written: pa.Schema, in_force: pa.Schema | None, system: set[str]) -> pa.Schema:
+def _declared_schema(
+    written: pa.Schema, in_force: pa.Schema | None, vocab: Vocabulary
+) -> pa.Schema:
     """The schema to declare for what Spark wrote.
 
     Spark's nullability says more about its plan than about the data (a literal column is
-    "required"), and DataMine's rules forbid new required fields, so user columns are declared
-    nullable: what the files hold always fits. A column the schema in force already declares,
-    with the same type, keeps that declaration, so an unchanged write never changes the schema.
+    "required", a computed offset "nullable"), so it is not what gets declared. User columns are
+    declared nullable, since DataMine's rules forbid new required fields and what the files hold
+    then always fits; system columns as ODF defines them (offset, op and system time required).
+    A column the schema in force already declares with the same type keeps that declaration, so
+    an unchanged write never changes the schema, whichever writer made the files.
     """
+    system = {f.name: f for f in system_fields(vocab)}
     fields = []
     for f in written:
         if f.name in system:
-            fields.append(f)
-            continue
-        relaxed = f.with_type(_nullable(f.type)).with_nullable(True)
+            declared = system[f.name] if system[f.name].type.equals(f.type) else f
+        else:
+            declared = f.with_type(_nullable(f.type)).with_nullable(True)
         if in_force is not None and f.name in in_force.names:
             known = in_force.field(f.name)
-            if _nullable(known.type).equals(relaxed.type):
-                relaxed = known
-        fields.append(relaxed)
+            if _nullable(known.type).equals(_nullable(declared.type)):
+                declared = known
+        fields.append(declared)
     return pa.schema(fields)
 
 
@@ -917,13 +1068,18 @@ def read(spark, dataset: str | Path | Dataset, at: str | int = "head"):
     storage.check_layout()
     for name in names:
         storage.open_data(name).close()
-    paths = [escape_glob(storage.spark_uri(storage.fs_path(f"data/{name}"))) for name in names]
-    if not paths:
+    if not names:
         if state.schema is None:
             raise NotFoundError(
                 f"{dataset.location} has no schema at block {state.sequence_number}"
             )
         return spark.createDataFrame([], from_arrow_schema(state.schema))
+    if not isinstance(storage.filesystem, pafs.LocalFileSystem):
+        # Spark's own reader needs the store's Hadoop connector: read through Arrow instead
+        return read_in_tasks(
+            spark, storage.filesystem, [storage.fs_path(f"data/{n}") for n in names], state.schema
+        )
+    paths = [escape_glob(storage.spark_uri(storage.fs_path(f"data/{name}"))) for name in names]
     # Read with the schema in force at that block: slices from before an evolution lack the
     # newer (nullable) columns, which then read as nulls.
     return spark.read.schema(from_arrow_schema(state.schema)).parquet(*paths)

@@ -16,7 +16,7 @@ from typing import BinaryIO, NamedTuple, Protocol
 
 import pyarrow.fs as pafs
 
-from odf_chain.errors import FormatError, StorageError
+from odf_chain.errors import FormatError, IntegrityError, StorageError
 
 STAGING = ".staging"
 HEAD_LOG = "logs/head"
@@ -149,7 +149,7 @@ class Storage(Protocol):
     # data slices
     def stage_file(self, suffix: str = "") -> object: ...
     def staging_area(self, prefix: str) -> str: ...
-    def commit_data(self, staged: object, name: str) -> DataCommit: ...
+    def commit_data(self, staged: object, name: str, size: int | None = None) -> DataCommit: ...
     def discard(self, staged: object) -> None: ...
     def discard_area(self, area: str) -> None: ...
     def has_data(self, name: str) -> bool: ...
@@ -217,6 +217,16 @@ class Storage(Protocol):
         """True when a head move that raised ConflictError never made its block the head, not
         even for a moment (a lock, or a store's compare-and-swap), so a losing writer may
         remove what it wrote; False for a read-compare-write move (``single_writer``)."""
+
+
+def check_staged_size(name: str, staged: int | None, written: int | None) -> int | None:
+    """The staged file's size, if it is the size its writer wrote (or no size was given)."""
+    if written is not None and staged != written:
+        raise IntegrityError(
+            f"data slice {name}: its writer wrote {written:,} bytes, the store holds {staged:,}; "
+            "the upload was altered on its way (nothing was committed)"
+        )
+    return staged
 
 
 @contextlib.contextmanager

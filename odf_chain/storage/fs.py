@@ -56,6 +56,7 @@ from odf_chain.storage.base import (
     HeadMove,
     arrow_errors,
     check_derived,
+    check_staged_size,
     head_log_line,
     last_complete_line,
     logged_head,
@@ -323,14 +324,16 @@ class FsStorage:
             raise OdfChainError(f"{staged} is not in {self._join(STAGING)} (strictly inside it)")
         return staged
 
-    def commit_data(self, staged: str, name: str) -> DataCommit:
+    def commit_data(self, staged: str, name: str, size: int | None = None) -> DataCommit:
         """Move a staged file to ``data/<name>``. An existing slice of that name and size is
         kept (names are content hashes) and the staged copy dropped; a size mismatch is an
-        IntegrityError that leaves the staged copy for :meth:`discard`."""
+        IntegrityError that leaves the staged copy for :meth:`discard`. ``size``, when given,
+        is what the writer wrote: a staged object of another size (a store or proxy that
+        altered the upload) is refused before anything moves."""
         staged = self._check_staged(staged)
         target = self._join(f"data/{check_name(name, 'data slice name')}")
         with arrow_errors("store", target):
-            size = self._fs.get_file_info(staged).size
+            size = check_staged_size(name, self._fs.get_file_info(staged).size, size)
             existing = self._fs.get_file_info(target)
             if existing.type == pafs.FileType.File:
                 if existing.size != size:

@@ -48,6 +48,7 @@ from odf_chain.storage.base import (
     EntryInfo,
     HeadMove,
     check_derived,
+    check_staged_size,
     head_log_line,
     last_complete_line,
     logged_head,
@@ -577,9 +578,10 @@ class LocalStorage:
         self._staged_parts(staged)
         return Path(staged)
 
-    def commit_data(self, staged: Path, name: str) -> DataCommit:
+    def commit_data(self, staged: Path, name: str, size: int | None = None) -> DataCommit:
         """Move a filled staging file to ``data/<name>`` durably; say whether this call created
-        the file (see :class:`DataCommit`).
+        the file (see :class:`DataCommit`). ``size``, when given, is what the writer wrote: a
+        staged file of another size is refused (IntegrityError) before anything moves.
 
         Names are content hashes, so an existing slice of the same size holds the same bytes,
         or should: the staged copy is renamed over it, which repairs a damaged one. A size
@@ -592,17 +594,18 @@ class LocalStorage:
         with _os_errors("store", target):
             with open(staged, "rb") as f:
                 os.fsync(f.fileno())
-                size = os.fstat(f.fileno()).st_size
+                staged_size = os.fstat(f.fileno()).st_size
+            check_staged_size(name, staged_size, size)
             created = _install_new(staged, target)
             if created:
                 with contextlib.suppress(FileNotFoundError):  # gone if renamed, not linked
                     os.unlink(staged)
             else:
                 existing = target.stat().st_size
-                if existing != size:
+                if existing != staged_size:
                     raise IntegrityError(
                         f"data slice {name} already stored with size {existing}, "
-                        f"staged copy has {size}"
+                        f"staged copy has {staged_size}"
                     )
                 os.replace(staged, target)
             # A rename keeps the time the writer made the file, which may be long ago (Spark
