@@ -250,3 +250,125 @@ def test_spark_writes_and_reads_s3_without_a_connector(spark, s3_bucket) -> None
     assert "\n" not in message and "hadoop-aws" in message
     assert 'No FileSystem for scheme "s3a"' in message or "S3AFileSystem not found" in message
     assert Dataset.open(uri).state.head == dataset.state.head and verify(open_storage(uri)).ok
+
+
+def test_odf_chain_ingest_to_s3_with_local_spark_and_no_extra_jars(s3_bucket, tmp_path) -> None:
+    """The issue's command as written: a CSV file into a new dataset on S3, by the CLI's own
+    local Spark, with the S3 settings from the environment only."""
+    from tests.test_cli import _ingest, assert_clean, run_verify
+
+    (tmp_path / "file.csv").write_text(
+        "station,temperature_c\n" + "".join(f"s{i},{i / 10}\n" for i in range(50))
+    )
+    uri = f"{s3_bucket}/ds"
+    done = _ingest(uri, "file.csv", "--format", "csv", "--create", cwd=tmp_path)
+    assert_clean(done)
+    assert done.returncode == 0, done.stderr[-2000:]
+    dataset = Dataset.open(uri)
+    rows = sorted(_rows(dataset), key=lambda r: r["offset"])
+    assert [r["offset"] for r in rows] == list(range(50))
+    assert [r["station"] for r in rows[:2]] == ["s0", "s1"] and rows[-1]["temperature_c"] == 4.9
+    report = dataset.verify(deep=True)
+    assert report.ok and report.rows_checked == 50, [p.line() for p in report.problems]
+    checked = run_verify(uri)
+    assert checked.returncode == 0 and "OK" in checked.stdout, checked.stdout + checked.stderr
+
+
+class _Conflicting:
+    """A real HTTP proxy in front of the S3 server that answers S3's 409
+    ConditionalRequestConflict to the next ``budget`` conditional PUTs of one key (what S3 does
+    while another conditional write to that key is in flight), and forwards everything else."""
+
+    def __init__(self, upstream: str, key: str) -> None:
+        import http.client
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        from urllib.parse import urlsplit
+
+        self.budget = 0
+        self.refused = 0
+        proxy = self
+        target = urlsplit(upstream)
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:  # quiet
+                pass
+
+            def _any(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                conditional = "If-Match" in self.headers or "If-None-Match" in self.headers
+                ours = self.command == "PUT" and self.path.split("?")[0].endswith(key)
+                if ours and conditional and proxy.budget > 0:
+                    proxy.budget -= 1
+                    proxy.refused += 1
+                    error = (
+                        b"<?xml version='1.0' encoding='UTF-8'?><Error><Code>"
+                        b"ConditionalRequestConflict</Code><Message>A conflicting "
+                        b"operation occurred. Please retry.</Message></Error>"
+                    )
+                    self.send_response(409)
+                    self.send_header("Content-Type", "application/xml")
+                    self.send_header("Content-Length", str(len(error)))
+                    self.end_headers()
+                    self.wfile.write(error)
+                    return
+                connection = http.client.HTTPConnection(target.hostname, target.port, timeout=30)
+                connection.request(self.command, self.path, body, dict(self.headers))
+                answer = connection.getresponse()
+                data = answer.read()
+                self.send_response(answer.status)
+                for name, value in answer.getheaders():
+                    if name.lower() not in ("transfer-encoding", "connection", "content-length"):
+                        self.send_header(name, value)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(data)
+                connection.close()
+
+            do_GET = do_PUT = do_HEAD = do_DELETE = do_POST = _any
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.endpoint = f"http://127.0.0.1:{self._server.server_address[1]}"
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def test_s3_409_conflicts_are_conflicts_or_retried_never_taken_as_done(
+    s3_server, s3_bucket: str
+) -> None:
+    from odf_chain.storage.conditional import ConditionalStore
+
+    proxy = _Conflicting(s3_server.endpoint, "refs/head")
+    try:
+        store = ConditionalStore.for_uri(f"{s3_bucket}/ds", {"endpoint": proxy.endpoint})
+        # a create answered 409 while nothing is there: looked at, tried again, done
+        proxy.budget = 2
+        assert store.create("refs/head", b"first") is True
+        assert proxy.refused == 2 and store.read("refs/head", 100, "a head")[0] == b"first"
+        # a create answered 409 when the object is there: it is there
+        proxy.budget = 1
+        assert store.create("refs/head", b"other") is False and proxy.refused == 3
+        # a compare-and-swap answered 409 once: the client tries again by itself (obstore)
+        _, version = store.read("refs/head", 100, "a head")
+        proxy.budget = 1
+        store.replace("refs/head", b"second", version, "the head")
+        assert proxy.refused == 4 and store.read("refs/head", 100, "a head")[0] == b"second"
+        # answered 409 every time: a conflict, nothing overwritten
+        _, version = store.read("refs/head", 100, "a head")
+        proxy.budget = 100
+        with pytest.raises(ConflictError, match="409 ConditionalRequestConflict"):
+            store.replace("refs/head", b"third", version, "the head")
+        assert proxy.refused > 4
+        proxy.budget = 0
+        assert store.read("refs/head", 100, "a head")[0] == b"second"
+        # a store that stays busy: a conflict after a bounded number of tries
+        proxy.budget = 100
+        with pytest.raises(ConflictError, match="kept the store busy"):
+            store.create("blocks/refs/head", b"x")  # the proxy refuses any key ending so
+        assert not store.read("blocks/refs/head", 100, "a block")
+    finally:
+        proxy.close()

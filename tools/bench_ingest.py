@@ -56,6 +56,9 @@ def main() -> int:
         "--warmup", type=int, default=1, help="runs of each first, not counted (JVM warm-up)"
     )
     parser.add_argument("--dir", type=Path, default=None)
+    parser.add_argument(
+        "--writers", default="spark,arrow", help="odf_chain writers to run, comma-separated"
+    )
     args = parser.parse_args()
 
     from pyspark.sql import SparkSession
@@ -76,7 +79,7 @@ def main() -> int:
     spark.sparkContext.setLogLevel("ERROR")
     spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MILLIS")
     scratch = Path(tempfile.mkdtemp(prefix="odf-bench-ingest-", dir=args.dir))
-    writers = ("spark", "arrow")
+    writers = tuple(args.writers.split(","))
     plain_times: list[float] = []
     odf_times: dict[str, list[float]] = {w: [] for w in writers}
     breakdowns: dict[str, list[dict[str, float]]] = {w: [] for w in writers}

@@ -114,12 +114,26 @@ def arrow_schema_of(spark_schema) -> pa.Schema:
 # -- the task ------------------------------------------------------------------------------------
 
 
+ROW_GROUP_BYTES = 64 * 1024 * 1024
+"""In-memory bytes of a row group a task gathers before writing it (at most the slice writer's
+1 Mi rows): a task's memory stays bounded however wide the rows (Spark does not bound the Python
+side of a task)."""
+
+
 class _Rows:
     """A partition's record batches, handed out ``n`` rows at a time."""
 
     def __init__(self, batches: Iterator[pa.RecordBatch]) -> None:
         self._batches = batches
         self._held: pa.RecordBatch | None = None
+
+    def bytes_per_row(self) -> float:
+        """In-memory bytes per row of the first batch (read ahead and held), 0 when empty."""
+        batch = self._next()
+        if batch is None:
+            return 0.0
+        self._held = batch
+        return batch.nbytes / batch.num_rows
 
     def take(self, n: int) -> Iterator[pa.RecordBatch]:
         while n > 0:
@@ -165,6 +179,9 @@ def write_partition(
     attempts whose results it got, and the staging folder goes with the rest).
     """
     rows = _Rows(batches)
+    if plan and (width := rows.bytes_per_row()):
+        fitting = max(1024, int(ROW_GROUP_BYTES / width))
+        spec = replace(spec, row_group_rows=min(spec.row_group_rows, fitting))
     found: list[TaskSlice] = []
     for planned in plan:
         path = f"{folder}/part-{partition:05d}-{planned.index:04d}-a{attempt}.parquet"

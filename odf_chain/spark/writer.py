@@ -5,14 +5,14 @@ columns the schema in force lacks is refused, before Spark runs any job, unless 
 
 1. **Offsets without a funnel.** Rows are counted per partition (one small row per partition
    reaches the driver; counting reads no column values), prefix sums give each partition its
-   first offset, and a row's offset is that plus its index within the partition (the low 33
-   bits of ``monotonically_increasing_id``). Offsets are contiguous and gap-free across the
-   write. The count and the write are two jobs, and must see the same partitions. A plan that
-   shuffles cannot promise that (the count prunes columns, so adaptive execution re-plans it
-   differently; a sort samples its ranges per job; a window the count does not need is
-   dropped with its shuffle), so such an input is persisted first and both jobs read the
-   cache; a plan without a shuffle (files read, narrow steps) is partitioned the same every
-   time and is not cached. Whatever still differs is caught by step 3's check.
+   first offset, and a row's offset is that plus its index within the partition (numbered by
+   the task that writes it, or the low 33 bits of ``monotonically_increasing_id``). Offsets are
+   contiguous and gap-free across the write. The count and the write are two jobs, and must see
+   the same partitions. A plan that shuffles cannot promise that (the count prunes columns, so
+   adaptive execution re-plans it differently; a sort samples its ranges per job; a window the
+   count does not need is dropped with its shuffle), so such an input is persisted first and
+   both jobs read the cache; a plan without a shuffle (files read, narrow steps) is partitioned
+   the same every time and is not cached. Whatever still differs is caught by step 3's check.
 2. **Slices of about ``target_slice_bytes``, decided before Spark writes.** The rows' Parquet
    size is estimated as rows (known from the counts) times bytes per row, measured by writing
    a small sample (the first rows, one task as a rule) to Parquet in memory; Catalyst's
@@ -24,18 +24,28 @@ columns the schema in force lacks is refused, before Spark runs any job, unless 
    into files of a fixed number of rows (Spark's ``maxRecordsPerFile``). The plan is a list
    of slices, each a contiguous group of rows of one partition with its offset range; a
    writer other than Spark's can follow it.
-   Spark then writes Parquet into a staging folder inside the dataset, one file per planned
-   slice, with ODF's system columns (``offset`` Int64, ``op`` Int32 = 0, ``system_time``
-   timestamp(ms, UTC) of the transaction, ``event_time``).
-3. **Each file is hashed and checked where it lies** (a Spark task per file): physical and
-   logical hash, size, row count, and the offset range from the Parquet statistics, which must
-   be exactly the range planned for it: the files of a partition, in the order Spark wrote
-   them, tile its offsets, and the partitions tile the write's. A mismatch is an error, never
-   a silent gap.
-4. **The schema actually written** (the files' Arrow schema) becomes a SetDataSchema if it
-   differs from the schema in force, after the evolution check; an incompatible write stops
-   here, before anything leaves staging.
-5. **Commit**: files are renamed to ``data/<physical hash>``, then one AddData per file in
+   The slices are then written into a staging folder inside the dataset, one file per
+   planned slice, with ODF's system columns (``offset`` Int64, ``op`` Int32 = 0,
+   ``system_time`` timestamp(ms, UTC) of the transaction, ``event_time``), by one of two
+   writers. **Arrow, in the tasks** (the default; :mod:`odf_chain.spark.arrow_tasks`): each
+   task gets its partition's rows through ``mapInArrow``, writes its planned slices through
+   ``pyarrow.fs`` straight to the store (no Hadoop connector), numbers the rows from the
+   planned offsets, hashes the bytes and the rows on their way, and returns only the facts.
+   **Spark's Parquet writer** (``writer="spark"``): the offsets become a column, Spark writes
+   the files through the store's Hadoop connector, and step 3 reads each back.
+3. **Each file is checked against its plan**: physical and logical hash, size, row count and
+   offset range, which must be exactly the range planned for it: the files of a partition tile
+   its offsets, and the partitions tile the write's. A mismatch (a partition with more or fewer
+   rows than counted) is an error, never a silent gap. Spark's writer needs a task per file to
+   hash it and read the offsets from its Parquet statistics; the Arrow writer reports them as it
+   writes (and reports rows beyond its plan instead of writing them).
+4. **The schema written** (the files' Arrow schema; for the Arrow writer, decided from the
+   DataFrame's schema before the job, as Spark's writer would store it) becomes a
+   SetDataSchema if it differs from the schema in force, after the evolution check; an
+   incompatible write stops here (the Arrow writer: before the job), before anything leaves
+   staging. Both writers declare the same schema for the same DataFrame.
+5. **Commit**: files are renamed to ``data/<physical hash>`` (each must hold the bytes its
+   writer counted), then one AddData per file in
    offset order (after the SetDataSchema, if any) is appended with a single move of the head.
 
 A failure or a kill at any point leaves the chain exactly as it was, or with the whole
@@ -547,8 +557,8 @@ def write(
     through Arrow, straight to the dataset's store, hashing them on the way (one pass, no Hadoop
     connector needed for ``s3://``, ``gs://``, ``abfs://``). ``"spark"``: Spark's own Parquet
     writer, then a task per file reads it back to hash it (object stores then need the Hadoop
-    connector on the classpath, e.g. ``hadoop-aws``). None (the default) takes ``"arrow"`` on
-    object stores and ``"spark"`` on local paths.
+    connector on the classpath, e.g. ``hadoop-aws``). None (the default) is ``"arrow"``, the
+    faster of the two on local paths too (``tools/bench_ingest.py``).
     """
     from pyspark import StorageLevel
 
@@ -584,7 +594,7 @@ def write(
         persist = _shuffles(shaped)
     if persist:
         shaped = shaped.persist(StorageLevel.MEMORY_AND_DISK)
-    in_tasks = (writer or _default_writer(storage)) == "arrow"
+    in_tasks = writer != "spark"
     staging = storage.staging_area("spark")
     try:
         with _session_conf(spark, _WRITE_CONF):
@@ -704,11 +714,6 @@ def write(
         if persist:
             shaped.unpersist()
         storage.discard_area(staging)
-
-
-def _default_writer(storage) -> str:
-    """The writer for a store when none is asked for (see :func:`write`)."""
-    return "spark" if isinstance(storage.filesystem, pafs.LocalFileSystem) else "arrow"
 
 
 def _schema_to_declare(

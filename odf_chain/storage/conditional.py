@@ -17,6 +17,8 @@ Credentials, regions and endpoints come from each cloud's usual environment vari
 from __future__ import annotations
 
 import os
+import re
+import time
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -26,6 +28,18 @@ from odf_chain.errors import ConflictError, StorageError
 CONDITIONAL_SCHEMES = frozenset({"s3", "s3a", "gs", "gcs", "az", "azure", "abfs", "abfss", "adl"})
 
 Version = dict[str, str]  # what identifies one version of an object: its ETag (and generation)
+
+# S3 answers 409 ConditionalRequestConflict to a conditional write while another one to the same
+# object is in flight (AWS advises retrying); obstore reports it as an AlreadyExistsError, or a
+# generic error naming the status
+_IN_FLIGHT = re.compile(r"\b409\b|ConditionalRequestConflict|Conflict\b")
+_CONFLICT_ATTEMPTS = 8
+_CONFLICT_PAUSE = 0.05  # seconds, times the attempt number
+
+
+def _in_flight(exc: BaseException) -> bool:
+    """Is ``exc`` S3's 409 for a conditional write racing another (not a settled refusal)?"""
+    return bool(_IN_FLIGHT.search(str(exc)))
 
 
 def _endpoint(scheme: str, config: dict[str, Any]) -> str:
@@ -110,18 +124,43 @@ class ConditionalStore:
             ) from None
 
     def create(self, relative: str, data: bytes) -> bool:
-        """Write ``relative`` only if no object has that name; False if one already does."""
+        """Write ``relative`` only if no object has that name; False if one already does.
+
+        S3 answers 409 (``ConditionalRequestConflict``) while another conditional write to the
+        same name is in flight, which says nothing about whether that one lands: the answer is
+        confirmed by looking, and the create tried again while nothing is there."""
         import obstore
         from obstore.exceptions import AlreadyExistsError, PreconditionError
 
+        for attempt in range(_CONFLICT_ATTEMPTS):
+            try:
+                obstore.put(self._store, relative, data, mode="create")
+                return True
+            except (AlreadyExistsError, PreconditionError) as exc:
+                if not _in_flight(exc) or self._exists(relative):
+                    return False
+            except Exception as exc:
+                if not _in_flight(exc):
+                    raise StorageError(
+                        f"cannot write {self._where(relative)}: {_first_line(exc)}"
+                    ) from None
+                if self._exists(relative):
+                    return False
+            time.sleep(_CONFLICT_PAUSE * (attempt + 1))
+        raise ConflictError(
+            f"{self._where(relative)}: other conditional writes to it kept the store busy "
+            f"({_CONFLICT_ATTEMPTS} tries): nothing was written; retry"
+        )
+
+    def _exists(self, relative: str) -> bool:
+        import obstore
+
         try:
-            obstore.put(self._store, relative, data, mode="create")
-        except (AlreadyExistsError, PreconditionError):
+            obstore.head(self._store, relative)
+        except FileNotFoundError:
             return False
         except Exception as exc:
-            raise StorageError(
-                f"cannot write {self._where(relative)}: {_first_line(exc)}"
-            ) from None
+            raise StorageError(f"cannot read {self._where(relative)}: {_first_line(exc)}") from None
         return True
 
     def replace(self, relative: str, data: bytes, version: Version, what: str) -> None:
@@ -143,6 +182,11 @@ class ConditionalStore:
                 "read: nothing was overwritten"
             ) from None
         except Exception as exc:
+            if _in_flight(exc):  # S3's 409: another writer's conditional write was under way
+                raise ConflictError(
+                    f"{what} {self._where(relative)} was being written by another writer at "
+                    "the same moment (409 ConditionalRequestConflict): nothing was overwritten"
+                ) from None
             raise StorageError(
                 f"cannot write {self._where(relative)}: {_first_line(exc)}"
             ) from None

@@ -87,8 +87,8 @@ def main() -> int:
 
             commit_data = LocalStorage.commit_data
 
-            def commit_then_pause(self, staged, name):
-                done = commit_data(self, staged, name)
+            def commit_then_pause(self, staged, name, size=None):
+                done = commit_data(self, staged, name, size)
                 time.sleep(args.pause_after_rename)
                 return done
 
