@@ -144,3 +144,19 @@ def test_wide_rows_make_smaller_row_groups(tmp_path: Path) -> None:
     metadata = pq.read_metadata(facts.path)
     assert metadata.num_rows == 8000 and metadata.num_row_groups >= 2
     assert max(metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)) < 4000
+
+
+def test_a_spark_type_without_an_arrow_form_is_named() -> None:
+    """Refused on the driver, before any job, naming the column and the way out."""
+    import pytest
+    from pyspark.sql.types import LongType, StructField, StructType, YearMonthIntervalType
+
+    from odf_chain.errors import SchemaError
+    from odf_chain.spark.arrow_tasks import arrow_schema_of
+
+    schema = StructType(
+        [StructField("id", LongType()), StructField("age", YearMonthIntervalType())]
+    )
+    with pytest.raises(SchemaError, match="column 'age' has Spark type interval year to month"):
+        arrow_schema_of(schema)
+    assert arrow_schema_of(StructType(schema.fields[:1])).names == ["id"]

@@ -32,6 +32,7 @@ from datetime import UTC, datetime, timedelta
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from odf_chain.errors import SchemaError
 from odf_chain.slice_writer import SliceSpec, write_slices
 from odf_chain.spark.sizing import PlannedSlice
 
@@ -106,9 +107,20 @@ def stored_arrow_type(t: pa.DataType) -> pa.DataType:
 def arrow_schema_of(spark_schema) -> pa.Schema:
     """The Arrow schema of a Spark schema's rows as stored (see :func:`stored_arrow_type`)."""
     from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import StructType
 
-    arrow = to_arrow_schema(spark_schema, timezone="UTC")
-    return pa.schema([f.with_type(stored_arrow_type(f.type)) for f in arrow])
+    fields = []
+    for field in spark_schema.fields:
+        try:
+            (arrow,) = to_arrow_schema(StructType([field]), timezone="UTC")
+        except Exception as exc:  # PySparkTypeError: intervals of months, CHAR/VARCHAR, UDTs
+            raise SchemaError(
+                f"column {field.name!r} has Spark type {field.dataType.simpleString()}, which "
+                "has no Arrow form for the tasks to write: cast it (to a string, say), or pass "
+                f"writer='spark' ({type(exc).__name__})"
+            ) from None
+        fields.append(arrow.with_type(stored_arrow_type(arrow.type)))
+    return pa.schema(fields)
 
 
 # -- the task ------------------------------------------------------------------------------------
