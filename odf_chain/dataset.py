@@ -6,6 +6,7 @@ import contextlib
 import itertools
 import os
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import BinaryIO
 
@@ -275,16 +276,13 @@ class Dataset:
                 state, SetDataSchema.from_arrow(schema), system_time=system_time
             )
             state = schema_block.after
-        lineage_block = None
-        if lineage is not None:
-            event = lineage.event(
-                started_at=started_at,
-                ended_at=system_time,
-                offsets=OffsetInterval(state.next_offset, state.next_offset + table.num_rows - 1),
+        offsets = OffsetInterval(state.next_offset, state.next_offset + table.num_rows - 1)
+        if lineage is not None:  # checked by every rule before any file is written ...
+            settled_lineage = replay.settle_lineage(
+                lineage.event(started_at=started_at, ended_at=system_time, offsets=offsets),
+                state.schema,
             )
-            event = replay.settle_lineage(event, state.schema)
-            lineage_block = chain.prepare(state, event, system_time=system_time)
-            state = lineage_block.after
+            chain.prepare(state, settled_lineage, system_time=system_time)
         spec = slice_writer.SliceSpec(
             schema,
             state.vocab,
@@ -318,7 +316,13 @@ class Dataset:
                 ) from exc
             except pa.ArrowException as exc:
                 raise SchemaError(f"cannot write the slice as Parquet: {exc}") from None
-            blocks = [b for b in (schema_block, lineage_block) if b is not None]
+            blocks = [] if schema_block is None else [schema_block]
+            if lineage is not None:  # ... and recorded as ending when its slices are written
+                run = replace(settled_lineage.run, ended_at=chain.now(system_time))
+                blocks.append(
+                    chain.prepare(state, replace(settled_lineage, run=run), system_time=system_time)
+                )
+                state = blocks[-1].after
             for n, facts in enumerate(written):
                 extra = transaction_extra(*transaction) if transaction and n == 0 else None
                 add_block = chain.prepare(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from datetime import timedelta
 from pathlib import Path
 
 import pyarrow as pa
@@ -49,7 +51,7 @@ def test_write_with_lineage_and_replay_across_datasets(users: Dataset, tmp_path:
     assert kinds == ["SetDataSchema", "AddFieldLineage", "AddData"]
     event = blocks[1].block.event
     assert isinstance(event, AddFieldLineage) and event.run.offsets == OffsetInterval(0, 1)
-    assert event.run.started_at <= event.run.ended_at == blocks[2].block.system_time
+    assert event.run.started_at <= blocks[2].block.system_time <= event.run.ended_at
     assert isinstance(blocks[2].block.event, AddData)
     assert out.verify().ok
 
@@ -66,6 +68,33 @@ def test_write_with_lineage_and_replay_across_datasets(users: Dataset, tmp_path:
     down = {r.field for r in graph.downstream(replayed.field("id", src), depth=None)}
     assert down == {FieldRef(people, "[version=2.0].[type=long].id")}
     assert graph.run_for_offset(people, 1).run_id == "run-1"
+
+
+def test_a_run_ends_when_its_slices_are_written(users, tmp_path, monkeypatch) -> None:
+    """The run's end is taken after the slices are written, not when the write begins."""
+    from datetime import UTC, datetime
+
+    from odf_chain import slice_writer
+
+    written_at = []
+    real = slice_writer.write_slices
+
+    def write_slowly(*args, **kwargs):  # the real writer, then a pause a clock can see
+        facts = real(*args, **kwargs)
+        time.sleep(0.05)
+        written_at.append(datetime.now(UTC))
+        return facts
+
+    monkeypatch.setattr(slice_writer, "write_slices", write_slowly)
+    before = datetime.now(UTC)
+    blocks = Dataset.create(tmp_path / "people").write(
+        pa.table({"id": [1, 2], "name": ["Ada L", "Alan T"]}), lineage=_recorder(users)
+    )
+    run = blocks[1].block.event.run
+    assert before.replace(microsecond=before.microsecond // 1000 * 1000) <= run.started_at
+    (done,) = written_at
+    assert run.ended_at >= done.replace(microsecond=done.microsecond // 1000 * 1000)
+    assert run.ended_at - run.started_at >= timedelta(milliseconds=50)
 
 
 def test_lineage_naming_a_field_the_input_lacks_is_refused(users: Dataset, tmp_path: Path) -> None:

@@ -441,6 +441,10 @@ def test_in_memory_rows_odd_names_and_session_settings(spark, tmp_path):
     assert table.column("a.b`c").to_pylist()[:2] == ["v0", "v1"]
     (source,) = result.lineage.inputs  # rows made in the driver, named as such
     assert source.uri == "spark:local-rows" and source.dataset_id is None
+    # the run lasts from before the count to after the slices are written
+    run = result.lineage.run
+    took = result.timings["offsets"] + result.timings["sizing"] + result.timings["task_write"]
+    assert (run.ended_at - run.started_at).total_seconds() >= took - 0.002
     check_clean(tmp_path / "mem")
 
 

@@ -657,7 +657,7 @@ def write(
                 job_name=job_name or spark.conf.get("spark.app.name", "spark"),
                 run_id=str(uuid.uuid4()),
                 started_at=started_at,
-                ended_at=system_time,
+                ended_at=chain.now(system_time),  # the slices are written: the run is done
                 offsets=OffsetInterval(current.next_offset, current.next_offset + total - 1),
             ),
             vocab=vocab,
