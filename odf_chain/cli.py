@@ -14,6 +14,7 @@ import os
 import shutil
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from odf_chain import lineage_dot, lineage_render
@@ -440,14 +441,22 @@ def cmd_lineage(args: argparse.Namespace) -> int:
             _emit(dot, args.output)
             return EXIT_OK
         binary = shutil.which("dot")
-        if binary is None:
+        if binary is None:  # no SVG: the DOT text instead, never under the SVG's name
+            if args.output is None:
+                instead = "this is the DOT text instead of SVG"
+            else:
+                svg_path = Path(args.output)
+                dot_path = svg_path.with_suffix(".dot")
+                if dot_path == svg_path:
+                    dot_path = svg_path.with_name(svg_path.name + ".dot")
+                instead = f"wrote the DOT text to {dot_path} instead of SVG to {svg_path}"
             print(
-                "odf-chain: Graphviz is not installed (no 'dot' on PATH), so this is the DOT "
-                f"text instead of SVG; install it with {lineage_dot.GRAPHVIZ_INSTALL}",
+                f"odf-chain: Graphviz is not installed (no 'dot' on PATH), so {instead}; "
+                f"install it with {lineage_dot.GRAPHVIZ_INSTALL}",
                 file=sys.stderr,
             )
-            _emit(dot, None)
-            return EXIT_OK
+            _emit(dot, None if args.output is None else str(dot_path))
+            return EXIT_FAILED
         _emit(lineage_dot.svg_from_dot(dot, binary), args.output)
         return EXIT_OK
 

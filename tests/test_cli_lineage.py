@@ -905,19 +905,26 @@ def test_svg_with_graphviz(chain: Chain, tmp_path: Path) -> None:
     assert len(_svg_groups(svg, "node")) == 5
 
 
-def test_svg_without_graphviz_prints_dot(chain: Chain, tmp_path: Path) -> None:
+def test_svg_without_graphviz_gives_the_dot_text_and_fails(chain: Chain, tmp_path: Path) -> None:
+    """Asked for SVG without Graphviz: the DOT text, never under the SVG's name, a line saying
+    what happened and how to install Graphviz, and exit code 1 (a script must notice)."""
     no_tools = tmp_path / "bin"
     no_tools.mkdir()
     env = {**os.environ, "PATH": str(no_tools)}
+    dot = ok(run("spend", "--format", "dot", cwd=chain.root))
     target = tmp_path / "graph.svg"
     p = run("spend", "--format", "svg", "-o", target, cwd=chain.root, env=env)
-    assert p.returncode == 0, p.stderr
-    assert p.stdout == ok(run("spend", "--format", "dot", cwd=chain.root))
+    assert p.returncode == 1 and p.stdout == "", p.stderr
     (line,) = p.stderr.splitlines()
-    assert line.startswith("odf-chain: Graphviz is not installed (no 'dot' on PATH)")
+    assert line.startswith("odf-chain: Graphviz is not installed (no 'dot' on PATH), so wrote")
+    assert f"the DOT text to {tmp_path / 'graph.dot'} instead of SVG to {target}" in line
     for hint in ("apt install graphviz", "brew install graphviz", "conda install graphviz"):
         assert hint in line
     assert not target.exists()  # DOT text is not passed off as an SVG file
+    assert (tmp_path / "graph.dot").read_text() == dot
+    p = run("spend", "--format", "svg", cwd=chain.root, env=env)  # to stdout: the DOT text
+    assert p.returncode == 1 and p.stdout == dot
+    assert "this is the DOT text instead of SVG" in p.stderr
 
 
 @pytest.mark.parametrize("how", ["absolute", "dot-relative"])
