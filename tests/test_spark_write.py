@@ -650,3 +650,31 @@ def test_both_writers_declare_the_same_schema_and_store_the_same_rows(spark, tmp
     ntz = spark_rows.column("ntz").to_pylist()
     assert set(ntz) == {datetime(2024, 2, 1, 1, 2, 3, 456789)}
     assert schemas["arrow"].field("offset").nullable is False
+
+
+def test_a_job_run_by_the_venv_python_without_activation(tmp_path):
+    """``.venv/bin/python job.py`` in a new shell: ``python3`` on PATH is another Python without
+    pyarrow, and nothing names an interpreter for Spark's workers; the local workers run this
+    one."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    system = shutil.which("python3", path="/usr/bin:/bin")
+    if system is None or subprocess.run([system, "-c", "import pyarrow"]).returncode == 0:
+        pytest.skip("needs a python3 on /usr/bin:/bin without pyarrow, as a new shell has")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK_", "VIRTUAL_ENV"))}
+    env.update(PATH="/usr/bin:/bin", SPARK_LOCAL_IP="127.0.0.1")
+    script = Path(__file__).parent / "scripts" / "venv_job.py"
+    done = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "ds")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().endswith("rows 100 slices 1")
+    _rows_once(tmp_path / "ds", 100)
+    check_clean(tmp_path / "ds")

@@ -820,9 +820,11 @@ def ingest_files(
     """
     from odf_chain.dataset import Dataset
     from odf_chain.replay import ingested_inputs
+    from odf_chain.spark.workers import use_this_python
     from odf_chain.spark.writer import write
 
     _check_format(fmt, options)
+    use_this_python(spark)
     files = _expand(paths)
     target: str | Path | Dataset = dataset
     if not isinstance(target, Dataset):

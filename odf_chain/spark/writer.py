@@ -93,6 +93,7 @@ from odf_chain.spark.sizing import (
     target_slice_bytes as checked_target,
 )
 from odf_chain.spark.storage_failures import storage_failures
+from odf_chain.spark.workers import use_this_python
 from odf_chain.state import SOURCE_KEY, DatasetState, Vocabulary, transaction_extra
 
 _PART = re.compile(r"^part-(\d+)-.*\.parquet$")
@@ -562,6 +563,7 @@ def write(
     """
     from pyspark import StorageLevel
 
+    use_this_python(df.sparkSession)
     if transaction is not None:  # refused before anything is opened or created
         transaction = rules.transaction_argument(transaction)
     target = checked_target(target_slice_bytes)
@@ -1081,6 +1083,7 @@ def read(spark, dataset: str | Path | Dataset, at: str | int = "head"):
         return spark.createDataFrame([], from_arrow_schema(state.schema))
     if not isinstance(storage.filesystem, pafs.LocalFileSystem):
         # Spark's own reader needs the store's Hadoop connector: read through Arrow instead
+        use_this_python(spark)
         return read_in_tasks(
             spark, storage.filesystem, [storage.fs_path(f"data/{n}") for n in names], state.schema
         )
