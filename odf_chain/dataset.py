@@ -8,14 +8,14 @@ import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 
 from odf_chain import chain, replay, rules, slice_writer, slices
 from odf_chain.chain import BlockEntry
-from odf_chain.errors import NotFoundError, SchemaError, StorageError
+from odf_chain.errors import NotFoundError, OdfChainError, SchemaError, StorageError
 from odf_chain.events import (
     MetadataEvent,
     OffsetInterval,
@@ -215,7 +215,7 @@ class Dataset:
 
     def write(
         self,
-        table: pa.Table,
+        table: pa.Table | pa.RecordBatch | pa.RecordBatchReader | Any,
         *,
         lineage: LineageRecorder | None = None,
         evolve: bool = False,
@@ -224,6 +224,11 @@ class Dataset:
     ) -> list[BlockEntry]:
         """Append ``table`` as one Parquet slice (or several, see ``target_slice_bytes``);
         return the blocks appended.
+
+        ``table`` is a pyarrow Table, RecordBatch or RecordBatchReader, a pandas DataFrame (its
+        index is not kept), or anything that speaks the Arrow C stream interface
+        (``__arrow_c_stream__``: polars DataFrames, DuckDB results, ...); it is read whole into
+        memory. Anything else is an :class:`OdfChainError` naming what was given.
 
         ``evolve``: allow columns (or struct fields) the schema in force lacks; without it such
         a write raises :class:`NewColumnsError` naming them, before any file is written (a
@@ -253,6 +258,7 @@ class Dataset:
         nothing.
         """
         started_at = chain.now()
+        table = as_arrow_table(table)
         if transaction is not None:
             transaction = rules.transaction_argument(transaction)
         state = self.refresh()
@@ -353,3 +359,26 @@ class Dataset:
                 self.storage.remove_data(name)
             raise
         return self._commit(*blocks, created_data=created)
+
+
+def as_arrow_table(data: Any) -> pa.Table:
+    """``data`` as a pyarrow Table (see :meth:`Dataset.write` for what is taken)."""
+    if isinstance(data, pa.Table):
+        return data
+    if isinstance(data, pa.RecordBatch):
+        return pa.Table.from_batches([data])
+    if isinstance(data, pa.RecordBatchReader):
+        return data.read_all()
+    kind = type(data)
+    try:
+        if kind.__module__.split(".")[0] == "pandas" and kind.__name__ == "DataFrame":
+            return pa.Table.from_pandas(data, preserve_index=False)
+        if hasattr(data, "__arrow_c_stream__"):
+            return pa.table(data)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
+        raise SchemaError(f"cannot read the {kind.__qualname__} as Arrow data: {exc}") from None
+    raise OdfChainError(
+        f"Dataset.write takes a pyarrow Table, RecordBatch or RecordBatchReader, a pandas "
+        f"DataFrame, or an object with __arrow_c_stream__ (polars, DuckDB); got "
+        f"{kind.__module__}.{kind.__qualname__}"
+    )

@@ -655,3 +655,44 @@ def test_reserved_column_names_are_rejected(tmp_path: Path, column: str) -> None
     with pytest.raises(OdfChainError, match=rf"\b{column}\b.*reserved"):
         ds.set_schema(bad.schema)
     assert snapshot_tree(ds.path) == before
+
+
+def test_write_takes_what_speaks_arrow_and_names_what_does_not(tmp_path: Path) -> None:
+    """pyarrow tables, batches and readers, pandas, and any __arrow_c_stream__ object; a
+    mixed-type pandas column and a plain list are refused in one line naming them."""
+    import pandas as pd
+
+    from odf_chain.errors import OdfChainError, SchemaError
+
+    class Stream:  # what polars and DuckDB hand over: only the C stream interface
+        def __init__(self, table: pa.Table) -> None:
+            self._table = table
+
+        def __arrow_c_stream__(self, requested_schema=None):
+            return self._table.__arrow_c_stream__(requested_schema)
+
+    schema = pa.schema([("id", pa.int64()), ("name", pa.string())])
+    ds = Dataset.create(tmp_path / "ds")
+    ds.write(pa.table({"id": [1], "name": ["a"]}, schema=schema))
+    ds.write(pa.record_batch({"id": [2], "name": ["b"]}, schema=schema))
+    third = pa.record_batch([[3], ["c"]], schema=schema)
+    ds.write(pa.RecordBatchReader.from_batches(schema, [third]))
+    ds.write(pd.DataFrame({"id": [4, 5], "name": ["d", "e"]}, index=[10, 11]))
+    ds.write(Stream(pa.table({"id": [6], "name": ["f"]}, schema=schema)))
+    before = ds.refresh().head
+    with pytest.raises(SchemaError, match=r"DataFrame as Arrow data: .*name"):
+        ds.write(pd.DataFrame({"id": [7], "name": [object()]}))
+    with pytest.raises(OdfChainError, match=r"got builtins\.list$"):
+        ds.write([{"id": 8, "name": "h"}])
+    assert ds.refresh().head == before
+    names = [
+        n
+        for e in ds.blocks()
+        if isinstance(e.block.event, AddData)
+        for n in pq.read_table(ds.path / "data" / str(e.block.event.new_data.physical_hash))
+        .column("name")
+        .to_pylist()
+    ]
+    assert names == ["a", "b", "c", "d", "e", "f"]
+    assert ds.state.schema.names[-2:] == ["id", "name"]  # no pandas index column
+    assert ds.verify().ok
