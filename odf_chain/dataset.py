@@ -8,9 +8,10 @@ import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
 from odf_chain import chain, replay, rules, slice_writer, slices
@@ -29,6 +30,9 @@ from odf_chain.receipt import Receipt, check_key_path, create_key_file, load_key
 from odf_chain.schema.evolution import check_new_columns
 from odf_chain.state import EMPTY, DatasetState, transaction_extra
 from odf_chain.storage import LocalStorage, Storage, create_storage, local_path, open_storage
+
+if TYPE_CHECKING:
+    import pyarrow.dataset as pads
 from odf_chain.verify import VerifyReport, verify
 
 
@@ -149,6 +153,43 @@ class Dataset:
         """The state as of ``ref`` (see :mod:`odf_chain.replay`), through the index: a bounded
         number of blocks, whatever the chain's length."""
         return replay.state_at(self.storage, ref)
+
+    def to_pyarrow_dataset(self, at: replay.Ref = "head") -> pads.Dataset:
+        """The data as of block ``at`` as a ``pyarrow.dataset.Dataset``: exactly the slices the
+        chain names up to it, read with the schema in force there (a slice from before an
+        evolution reads its newer columns as nulls). For pandas, DuckDB and polars::
+
+            ds.to_table(at=7).to_pandas()
+            duckdb.sql("select * from data").df()  # with data = ds.to_pyarrow_dataset()
+            polars.scan_pyarrow_dataset(ds.to_pyarrow_dataset())
+
+        Each slice is checked first as verify reads it (a regular file of the dataset: no
+        symlink, no FIFO); its content is not hashed here (``verify`` does that)."""
+        import pyarrow.dataset as pads
+
+        state, found = replay.slices_at(self.storage, at)
+        if state.schema is None:
+            raise NotFoundError(f"{self.location} has no schema at block {state.sequence_number}")
+        names = [str(s.physical_hash) for s in found]
+        self.storage.check_layout()
+        for name in names:
+            self.storage.open_data(name).close()
+        paths = [self.storage.fs_path(f"data/{name}") for name in names]
+        return pads.dataset(
+            paths, schema=state.schema, format="parquet", filesystem=self.storage.filesystem
+        )
+
+    def to_table(
+        self,
+        at: replay.Ref = "head",
+        *,
+        columns: Sequence[str] | None = None,
+        filter: pc.Expression | None = None,
+    ) -> pa.Table:
+        """The data as of block ``at`` (see :meth:`to_pyarrow_dataset`) as one table, with
+        only ``columns`` and the rows ``filter`` keeps (a ``pyarrow.compute`` expression such
+        as ``pc.field("station") == "a"``), both pushed down to the Parquet reader."""
+        return self.to_pyarrow_dataset(at).to_table(columns=columns, filter=filter)
 
     def lineage(
         self, at: replay.Ref = "head", *, follow_inputs: bool = True

@@ -19,8 +19,21 @@ from pathlib import Path
 import pyarrow as pa
 
 from odf_chain.chain import BlockEntry, advance, read_head, walk_back
-from odf_chain.errors import FormatError, NotFoundError, OdfChainError, RuleViolation
-from odf_chain.events import AddData, AddFieldLineage, LineageInput, SetDataSchema
+from odf_chain.errors import (
+    FormatError,
+    IntegrityError,
+    NotFoundError,
+    OdfChainError,
+    RuleViolation,
+)
+from odf_chain.events import (
+    AddData,
+    AddFieldLineage,
+    DataSlice,
+    ExecuteTransform,
+    LineageInput,
+    SetDataSchema,
+)
 from odf_chain.format.multihash import Multihash
 from odf_chain.index import read as index_read
 from odf_chain.lineage.graph import FieldGraph, FieldRef
@@ -133,6 +146,27 @@ def state_at(storage: Storage, ref: Ref = "head") -> DatasetState:
         if violation.sequence_number is not None and wanted >= violation.sequence_number:
             raise
         return fold(entries[: wanted + 1])
+
+
+def slices_at(storage: Storage, ref: Ref = "head") -> tuple[DatasetState, list[DataSlice]]:
+    """The state as of block ``ref`` and the data slices the chain names up to it, oldest
+    first: exactly what a reader of the data as of ``ref`` reads. Every block up to ``ref``
+    may name a slice, so they are walked back from it (each checked against its hash); the
+    count must be the state's."""
+    state = state_at(storage, ref)
+    found: list[DataSlice] = []
+    if state.head is not None:
+        for entry in walk_back(storage, state.head):
+            event = entry.block.event
+            if isinstance(event, AddData | ExecuteTransform) and event.new_data is not None:
+                found.append(event.new_data)
+    found.reverse()
+    if len(found) != state.num_slices:
+        raise IntegrityError(
+            f"the chain up to block {state.sequence_number} names {len(found)} slices, its state "
+            f"counts {state.num_slices}"
+        )
+    return state, found
 
 
 @dataclass(frozen=True)

@@ -73,10 +73,10 @@ from odf_chain import chain, rules
 from odf_chain.chain import BlockEntry
 from odf_chain.dataset import Dataset
 from odf_chain.errors import NotFoundError, OdfChainError, SchemaError, StorageError
-from odf_chain.events import AddData, AddFieldLineage, LineageRun, OffsetInterval, SetDataSchema
+from odf_chain.events import AddFieldLineage, LineageRun, OffsetInterval, SetDataSchema
 from odf_chain.format.multihash import BLAKE3, Multihash
 from odf_chain.lineage.recorder import LineageRecorder
-from odf_chain.replay import load_chain, select, settle_lineage
+from odf_chain.replay import settle_lineage, slices_at
 from odf_chain.schema.convert import AVRO_SCHEMA_KEY, avro_to_arrow
 from odf_chain.schema.evolution import check_new_columns
 from odf_chain.slice_writer import SliceSpec, slice_schema
@@ -1062,14 +1062,8 @@ def read(spark, dataset: str | Path | Dataset, at: str | int = "head"):
     if not isinstance(dataset, Dataset):
         dataset = Dataset.open(dataset)
     storage = dataset.storage
-    entries = load_chain(dataset.storage)
-    upto = entries[: select(entries, at) + 1]
-    state = dataset.state_at(upto[-1].hash)
-    names = [
-        str(e.block.event.new_data.physical_hash)
-        for e in upto
-        if isinstance(e.block.event, AddData) and e.block.event.new_data is not None
-    ]
+    state, found = slices_at(storage, at)
+    names = [str(s.physical_hash) for s in found]
     # Spark follows symlinks and waits on FIFOs: what it is given is checked as verify reads
     # it (real directories, regular files of the dataset), each slice opened and closed once.
     storage.check_layout()
