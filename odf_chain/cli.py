@@ -314,16 +314,19 @@ def _skipped_lines(skipped: Sequence[SkippedInput]) -> list[str]:
 
 def cmd_ingest(args: argparse.Namespace) -> int:
     from odf_chain.spark.sizing import target_slice_bytes
-    from odf_chain.spark.sources import ingest_files
+    from odf_chain.spark.sources import expand_inputs, ingest_files
 
-    target = target_slice_bytes(args.target_slice_bytes)  # refused before Spark starts
+    # what can be refused is refused before Spark starts (~10 s): the slice size, a missing
+    # input, a missing dataset without --create
+    target = target_slice_bytes(args.target_slice_bytes)
+    expand_inputs(list(args.inputs))
     dataset: str | Dataset = args.dir
-    if args.single_writer:  # the declaration travels with the opened dataset
-        try:
-            dataset = Dataset.open(args.dir, single_writer=True)
-        except NotFoundError:
-            if not args.create:
-                raise
+    try:
+        dataset = Dataset.open(args.dir, single_writer=args.single_writer)
+    except NotFoundError as missing:
+        if not args.create:
+            raise NotFoundError(f"{missing}; pass --create to create it") from None
+        if args.single_writer:  # the declaration travels with the opened dataset
             dataset = Dataset.create(args.dir, hash=args.hash, single_writer=True)
     spark = _spark_session(args.master)
     spark.sparkContext.setLogLevel("ERROR")
@@ -501,11 +504,21 @@ def _add_verify_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("odf-chain")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "(not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="odf-chain",
         description="Tamper-evident ODF metadata chains next to Parquet data slices.",
     )
+    parser.add_argument("--version", action="version", version=f"odf-chain {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     init = commands.add_parser("init", help="create a dataset (writes the Seed block)")

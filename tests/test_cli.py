@@ -415,3 +415,29 @@ def test_ingest_refuses_a_misspelt_column_until_evolve(tmp_path: Path) -> None:
     assert state.schema.field("temperature").type == pa.float64()
     assert state.next_offset == 2  # the CSV's one row went in after the first
     assert Dataset.open(root).verify().problems == []
+
+
+def test_ingest_refuses_before_spark_starts(tmp_path: Path) -> None:
+    """A missing dataset (without --create) or a missing input is one line, said before Spark
+    starts: none of Spark's start-up lines appear."""
+    (tmp_path / "in.csv").write_text("a,b\n1,2\n")
+    missing = _ingest("nowhere", "in.csv", "--format", "csv", cwd=tmp_path)
+    assert_clean(missing)
+    assert missing.returncode != 0 and "log4j" not in missing.stderr, missing.stderr
+    (line,) = missing.stderr.splitlines()
+    assert line.startswith("odf-chain: error:") and "nowhere" in line
+    assert line.endswith("; pass --create to create it")
+    Dataset.create(tmp_path / "ds")
+    absent = _ingest("ds", "in.csv", "gone.csv", "--format", "csv", cwd=tmp_path)
+    assert_clean(absent)
+    assert absent.returncode != 0 and "log4j" not in absent.stderr, absent.stderr
+    (line,) = absent.stderr.splitlines()
+    assert line.startswith("odf-chain: error:") and "gone.csv" in line
+    assert not (tmp_path / "nowhere").exists()
+
+
+def test_version() -> None:
+    from importlib.metadata import version
+
+    done = run("--version")
+    assert done.returncode == 0 and done.stdout.strip() == f"odf-chain {version('odf-chain')}"

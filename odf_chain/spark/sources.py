@@ -305,6 +305,13 @@ def _expand_one(spec: str) -> list[_Located]:
     return out
 
 
+def expand_inputs(paths: Iterable[str]) -> list[str]:
+    """The input files ``paths`` name (globs expanded, folders listed), as URIs; a missing
+    input raises :class:`NotFoundError` naming it. Reads listings only: callers check inputs
+    with it before starting Spark."""
+    return [located.uri for located in _expand(paths)]
+
+
 def _expand(paths: Iterable[str]) -> list[_Located]:
     if isinstance(paths, str | bytes | os.PathLike):
         raise OdfChainError("read_input takes a list of paths, not a single path")
