@@ -527,7 +527,7 @@ def _writer(root: str, ids: list[int], barrier, results, retry: bool) -> None:
     """Runs in a spawned process: open the dataset, wait for the others, write one table."""
     try:
         ds = Dataset.open(root)
-        barrier.wait(timeout=60)
+        barrier.wait(timeout=600)  # the last spawned process may take a minute to start
         attempts = 0
         while True:
             attempts += 1
@@ -557,7 +557,7 @@ def _run_writers(root: Path, n: int, retry: bool) -> list[tuple]:
     ]
     for p in procs:
         p.start()
-    out = [results.get(timeout=120) for _ in procs]
+    out = [results.get(timeout=600) for _ in procs]  # loaded 2-core machines start slowly
     for p in procs:
         p.join(timeout=60)
         assert p.exitcode == 0

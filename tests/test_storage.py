@@ -360,7 +360,9 @@ def test_concurrent_cas_exactly_one_wins(store: LocalStorage) -> None:
     ]
     for p in procs:
         p.start()
-    outcomes = dict(results.get(timeout=60) for _ in procs)
+    # generous: 8 spawned interpreters importing pyarrow take a minute or more on a loaded
+    # 2-core machine before the barrier lets them race (the race itself is instant)
+    outcomes = dict(results.get(timeout=600) for _ in procs)
     for p in procs:
         p.join(timeout=60)
         assert p.exitcode == 0
