@@ -47,6 +47,11 @@ class UsageError(OdfChainError):
     """A command line that does not make sense."""
 
 
+def _count(n: int, noun: str) -> str:
+    """``1 block``, ``2 blocks``, ``1,024 bytes``."""
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
+
+
 def _print_json(value: object) -> None:
     print(json.dumps(value, indent=2, sort_keys=False))
 
@@ -209,11 +214,12 @@ def cmd_verify(args: argparse.Namespace) -> int:
         for problem in report.problems:
             print(problem.line())
         verdict = "OK" if report.ok else "FAILED"
-        rows = f"{report.rows_checked:,} rows checked, " if report.deep else ""
+        rows = f"{_count(report.rows_checked, 'row')} checked, " if report.deep else ""
         print(
-            f"{verdict}: {report.blocks_checked} blocks, {report.slices_checked} slices, "
-            f"{rows}{report.bytes_hashed:,} bytes hashed, {len(report.errors)} errors, "
-            f"{len(report.warnings)} warnings; head {report.head}"
+            f"{verdict}: {_count(report.blocks_checked, 'block')}, "
+            f"{_count(report.slices_checked, 'slice')}, {rows}"
+            f"{_count(report.bytes_hashed, 'byte')} hashed, {_count(len(report.errors), 'error')}, "
+            f"{_count(len(report.warnings), 'warning')}; head {report.head}"
         )
         if report.receipts_checked:
             print(
@@ -301,7 +307,7 @@ def _skipped_lines(skipped: Sequence[SkippedInput]) -> list[str]:
         groups.setdefault(item.block, []).append(item.file.name + same)
     lines = []
     for block, names in sorted(groups.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)):
-        files = "1 file" if len(names) == 1 else f"{len(names)} files"
+        files = _count(len(names), "file")
         why = (
             "with the same content as an earlier input"
             if block is None
@@ -354,8 +360,9 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         return EXIT_OK
     for line in skipped:
         print(line)
-    print(f"ingested   {result.rows:,} rows from {len(done.inputs)} input file(s)")
-    print(f"slices     {result.slices} ({result.bytes:,} bytes of Parquet)")
+    inputs = _count(len(done.inputs), "input file")
+    print(f"ingested   {_count(result.rows, 'row')} from {inputs}")
+    print(f"slices     {result.slices} ({_count(result.bytes, 'byte')} of Parquet)")
     names = ", ".join(sorted({b.block.event_name for b in result.blocks})) or "none"
     print(f"blocks     {len(result.blocks)} appended ({names})")
     print(f"head       {result.head}")

@@ -441,3 +441,12 @@ def test_version() -> None:
 
     done = run("--version")
     assert done.returncode == 0 and done.stdout.strip() == f"odf-chain {version('odf-chain')}"
+
+
+def test_counts_are_spelt_for_their_number(tmp_path: Path) -> None:
+    ds = Dataset.create(tmp_path / "one")
+    ds.write(pa.table({"a": [1]}))
+    done = run("verify", tmp_path / "one", "--deep")
+    assert_clean(done)
+    assert done.stdout.startswith("OK: 3 blocks, 1 slice, 1 row checked, "), done.stdout
+    assert ", 0 errors, 0 warnings; head " in done.stdout

@@ -405,7 +405,7 @@ def test_cli_ingests_only_new_contents_and_each_once(spark, tmp_path: Path) -> N
     assert lines[:3] == [
         f"skipped 1 file already ingested at block {at} (old.csv)",
         "skipped 1 file with the same content as an earlier input (new-copy.csv = new.csv)",
-        "ingested   3 rows from 1 input file(s)",
+        "ingested   3 rows from 1 input file",
     ]
     assert stored_rows(path) == [1, 2, 3, 4, 5]
     last = adds(Dataset.open(path))[-1].block.event.extra[SOURCE_KEY]

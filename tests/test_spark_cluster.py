@@ -65,7 +65,7 @@ def test_ingest_and_a_derived_write_on_a_standalone_cluster(cluster, spark, tmp_
         cwd=tmp_path,
     )
     assert ingest.returncode == 0, ingest.stderr[-3000:] + cluster.log()
-    assert "ingested   5 rows from 2 input file(s)" in ingest.stdout
+    assert "ingested   5 rows from 2 input files" in ingest.stdout
     raw = Dataset.open(upstream)
     assert raw.state.num_records == 5 and verify_path(upstream).ok
 
