@@ -166,9 +166,11 @@ def test_write_to_a_read_only_dataset(read_only: tuple[Path, Callable[[], None]]
     assert str(place / "new") in lines[0]
 
 
-def test_spark_write_on_a_full_disk(spark, tmpfs: Path) -> None:
-    """Spark's own write fails inside its tasks; the driver turns the Java trace into the
-    dataset's StorageError (it used to say only "An error occurred while calling o127.parquet")."""
+@pytest.mark.parametrize("writer", ["arrow", "spark"])
+def test_spark_write_on_a_full_disk(spark, tmpfs: Path, writer: str) -> None:
+    """The write fails inside the tasks (Arrow's or Spark's own); the driver turns the worker's
+    or the Java trace into the dataset's StorageError naming the file (it used to say only "An
+    error occurred while calling o127.parquet")."""
     from pyspark.sql import functions as F
 
     from odf_chain.spark import write
@@ -180,7 +182,7 @@ def test_spark_write_on_a_full_disk(spark, tmpfs: Path) -> None:
         F.sha2(F.col("id").cast("string"), 256).alias("h")
     )
     with pytest.raises(StorageError) as caught:
-        write(df, root)
+        write(df, root, writer=writer)
     message = str(caught.value)
     assert message.startswith(f"dataset {root}: Spark could not write {root}/.staging/spark-")
     assert message.endswith(": No space left on device")

@@ -32,8 +32,9 @@ from datetime import UTC, datetime, timedelta
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from odf_chain.errors import SchemaError
+from odf_chain.errors import SchemaError, StorageError
 from odf_chain.slice_writer import SliceSpec, write_slices
+from odf_chain.slices import os_reason
 from odf_chain.spark.sizing import PlannedSlice
 
 FACTS_DDL = (
@@ -183,13 +184,16 @@ def write_partition(
     spec: SliceSpec,
     filesystem: pafs.FileSystem,
     folder: str,
+    dataset: str = "",
 ) -> list[TaskSlice]:
     """Write one partition's rows as its planned slices into ``folder``; return their facts.
+    A store's refusal is a :class:`StorageError` naming ``dataset`` and the file.
 
     Each slice is a file of its own, named by partition, slice and task attempt (a retried or
     speculative attempt never writes over another's file; the driver keeps the files of the
     attempts whose results it got, and the staging folder goes with the rest).
     """
+    where = f"dataset {dataset}: " if dataset else ""
     rows = _Rows(batches)
     if plan and (width := rows.bytes_per_row()):
         fitting = max(1024, int(ROW_GROUP_BYTES / width))
@@ -204,14 +208,17 @@ def write_partition(
             return sinks[-1]
 
         try:
-            written = write_slices(
-                rows.take(planned.rows),
-                replace(spec, first_offset=planned.interval.start, target_slice_bytes=None),
-                open_sink,
-            )
-        finally:
-            for sink in sinks:
-                sink.close()
+            try:
+                written = write_slices(
+                    rows.take(planned.rows),
+                    replace(spec, first_offset=planned.interval.start, target_slice_bytes=None),
+                    open_sink,
+                )
+            finally:
+                for sink in sinks:
+                    sink.close()
+        except OSError as exc:  # the store refused (a full disk, no permission): say which file
+            raise StorageError(f"{where}Spark could not write {path}: {os_reason(exc)}") from None
         for facts in written:  # none when the partition ran out of rows before this slice
             moment = facts.max_event_time
             found.append(
@@ -246,6 +253,7 @@ def write_in_tasks(
     spec: SliceSpec,
     filesystem: pafs.FileSystem,
     folder: str,
+    dataset: str = "",
 ) -> list[TaskSlice]:
     """Run :func:`write_partition` in a Spark task per partition of ``df`` (its columns are the
     slice's user columns and event time; the writer builds the system columns) and collect
@@ -272,6 +280,7 @@ def write_in_tasks(
             spec=spec,
             filesystem=filesystem,
             folder=folder,
+            dataset=dataset,
         )
         if found:
             rows = [{name: getattr(f, name) for name in _FACTS_SCHEMA.names} for f in found]

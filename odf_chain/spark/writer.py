@@ -827,7 +827,9 @@ def _write_in_tasks(
                 f"{os_reason(exc)}"
             ) from exc
     try:
-        found = write_in_tasks(frame, planned, spec, storage.filesystem, staging)
+        found = write_in_tasks(
+            frame, planned, spec, storage.filesystem, staging, dataset=storage.location
+        )
     except Exception as exc:  # py4j / Spark errors: the job failed, nothing appended
         raise _spark_failure("write the slices", exc) from exc
     surplus = [f for f in found if f.file_number == SURPLUS]
