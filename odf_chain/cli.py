@@ -173,6 +173,8 @@ def _schema_history(directory: str, as_json: bool) -> int:
         )
         if change.diff is None:
             print(f"  initial schema: {len(change.schema)} fields")
+            for line in change.schema.to_string(show_schema_metadata=False).splitlines():
+                print(f"    {line}")
         for line in change.diff.lines() if change.diff is not None else ():
             print(f"  {line}")
     return EXIT_OK
