@@ -101,7 +101,8 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 def _print_fields(fields: list[FieldInfo]) -> None:
-    width = max((len(f.path) for f in fields), default=0)
+    width = max((len(f.path) for f in fields), default=len("PATH"))
+    print(f"{'PATH':<{width}}  {'TYPE':<8}  {'VALUES':<8}  NATIVE TYPE")
     for f in fields:
         flag = "nullable" if f.nullable else "required"
         print(f"{f.path:<{width}}  {f.type:<8}  {flag:<8}  {f.native_type}")

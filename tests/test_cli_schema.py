@@ -186,7 +186,8 @@ def avro_record(name: str, *fields: tuple[str, object]) -> dict:
 def field_table(stdout: str) -> tuple[str, list[list[str]]]:
     """The header line and the rows (path, type, nullable|required, native type) of
     ``odf-chain fields`` text output."""
-    header, *rows = stdout.splitlines()
+    header, columns, *rows = stdout.splitlines()
+    assert columns.split() == ["PATH", "TYPE", "VALUES", "NATIVE", "TYPE"], columns
     parsed = []
     for row in rows:
         cells = row.split(None, 3)
