@@ -394,7 +394,7 @@ def test_a_failure_at_any_step_leaves_the_chain_as_it_was(spark, dataset, monkey
         staging = (dataset / ".staging" / "spark-tasks").absolute()
         monkeypatch.setattr(LocalStorage, "staging_area", lambda self, prefix: str(staging))
         (staging / "part-00001-0000-a0.parquet").mkdir(parents=True)
-        expected, writer = IngestError, "arrow"
+        expected, writer = StorageError, "arrow"  # the store refused: it names the file
     elif step == "data-rename":
         _fail_on_call(monkeypatch, LocalStorage, "commit_data", 3, StorageError("disk gone"))
     elif step == "block-write":
