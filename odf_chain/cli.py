@@ -284,19 +284,14 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def _spark_session(master: str):
-    """A SparkSession for the CLI: local by default, any cluster with --master."""
-    from pyspark.sql import SparkSession
+    """A SparkSession for the CLI: local by default, any cluster with --master; Java checked
+    first, and Spark's own output kept in a log file (:mod:`odf_chain.spark.session`)."""
+    from odf_chain.spark.session import start_quiet_session
 
     # Python workers run this interpreter (with odf_chain and pyarrow), not whatever python3
     # is first on PATH; a cluster sets its own.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    return (
-        SparkSession.builder.master(master)
-        .appName("odf-chain ingest")
-        .config("spark.ui.showConsoleProgress", "true")  # Spark's own progress bar on stderr
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
+    return start_quiet_session(master, "odf-chain ingest", {"spark.sql.session.timeZone": "UTC"})
 
 
 def _skipped_lines(skipped: Sequence[SkippedInput]) -> list[str]:
@@ -337,11 +332,10 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             raise NotFoundError(f"{missing}; pass --create to create it") from None
         if args.single_writer:  # the declaration travels with the opened dataset
             dataset = Dataset.create(args.dir, hash=args.hash, single_writer=True)
-    spark = _spark_session(args.master)
-    spark.sparkContext.setLogLevel("ERROR")
+    session = _spark_session(args.master)
     try:
         done = ingest_files(
-            spark,
+            session.spark,
             dataset,
             list(args.inputs),
             args.format,
@@ -354,8 +348,12 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             evolve=args.evolve,
             target_slice_bytes=target,
         )
-    finally:
-        spark.stop()
+    except BaseException as exc:
+        if isinstance(exc, Exception):
+            exc.add_note(session.hint())
+        session.stop(keep_log=True)
+        raise
+    session.stop(keep_log=False)
     skipped = _skipped_lines(done.skipped)
     result = done.result
     if result is None:  # every input is in the dataset already
@@ -773,6 +771,8 @@ def _run(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace)
         return handler(args)
     except OdfChainError as exc:
         print(f"odf-chain: error: {exc}", file=sys.stderr)
+        for note in getattr(exc, "__notes__", ()):  # at most one: where to look next
+            print(f"hint: {note}", file=sys.stderr)
         return EXIT_ERROR
     except BrokenPipeError:  # `odf-chain log DIR | head`: the reader has seen enough
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - keeps interpreter exit quiet
@@ -793,6 +793,8 @@ def _run(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace)
             "ODF_CHAIN_DEBUG=1 shows the traceback)",
             file=sys.stderr,
         )
+        for note in getattr(exc, "__notes__", ()):
+            print(f"hint: {note}", file=sys.stderr)
         return EXIT_INTERNAL
 
 

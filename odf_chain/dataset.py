@@ -93,6 +93,24 @@ class Dataset:
         return dataset
 
     @classmethod
+    def lay_out(
+        cls, location: str | Path, hash: str = BLAKE3
+    ) -> tuple[Dataset, chain.PreparedBlock]:
+        """The layout of a new dataset at ``location`` and its Seed, built and checked but not
+        written: a writer that creates the dataset commits the Seed with its first
+        transaction, so a write that fails creates no dataset (:meth:`abandon_layout` then
+        removes the empty folders). Until that commit the location is not a dataset."""
+        check_algorithm(hash)
+        dataset = cls(create_storage(location))
+        return dataset, chain.prepare(EMPTY, Seed(dataset_id=DatasetId.generate()), algorithm=hash)
+
+    def abandon_layout(self) -> None:
+        """Remove the empty folders :meth:`lay_out` made, when no head was ever written there;
+        anything that holds a file, or a head, is left alone."""
+        if self.storage.read_head() is None:
+            self.storage.remove_empty_layout()
+
+    @classmethod
     def open(
         cls,
         location: str | Path,

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from odf_chain.dataset import Dataset
@@ -398,12 +399,16 @@ def test_ingest_refuses_a_misspelt_column_until_evolve(tmp_path: Path) -> None:
     p = _ingest(*args, cwd=tmp_path)
     assert_clean(p)
     assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
-    # Spark's own start-up lines and progress bar share stderr; ours is the one error line
-    ours = [line for line in p.stderr.splitlines() if line.startswith("odf-chain:")]
-    assert ours == [
+    # Spark's own output goes to a log file the hint line names: stderr is our two lines
+    error, hint = p.stderr.splitlines()
+    assert error == (
         "odf-chain: error: sensors: new column(s) temperature (did you mean temperature_c?); "
         "pass evolve=True (--evolve) to add them"
-    ], p.stderr
+    ), p.stderr
+    assert hint.startswith("hint: Spark's own output is in "), p.stderr
+    log = Path(hint.removeprefix("hint: Spark's own output is in "))
+    assert "log4j" in log.read_text(errors="replace")  # Spark's lines, kept there
+    log.unlink()
     assert p.stdout == ""
     assert snapshot_tree(root) == before
 
@@ -434,6 +439,63 @@ def test_ingest_refuses_before_spark_starts(tmp_path: Path) -> None:
     (line,) = absent.stderr.splitlines()
     assert line.startswith("odf-chain: error:") and "gone.csv" in line
     assert not (tmp_path / "nowhere").exists()
+
+
+def _two_lines_at_most(p: subprocess.CompletedProcess[str], *fragments: str) -> str:
+    """A failed ingest: exit 2, our error line and at most a hint line on stderr, nothing of
+    Spark's (no trace, no raw bytes); returns the error line."""
+    assert_clean(p)
+    assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
+    lines = [line for line in p.stderr.splitlines() if line.strip()]
+    assert 1 <= len(lines) <= 2 and lines[0].startswith("odf-chain: error: "), p.stderr
+    assert all(c.isprintable() for c in "".join(lines)), p.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+    if len(lines) == 2:
+        assert lines[1].startswith("hint: "), p.stderr
+    return lines[0]
+
+
+def test_ingest_errors_from_spark_are_one_line_and_create_nothing(tmp_path: Path) -> None:
+    """Inputs Spark cannot read, each with --create: one line naming the file (and a hint
+    line), and no dataset left behind."""
+    pq.write_table(pa.table({"a": [1, 2, 3], "b": ["x", "y", "z"]}), tmp_path / "t.parquet")
+    (tmp_path / "ragged.csv").write_text("id,name,v\n1,a,2\n2,b\n3,c,4,5\n")
+    (tmp_path / "plain.csv").write_text("id,name\n1,a\n2,b\n")
+    cases = {
+        "binary": (("t.parquet", "--format", "csv"), "t.parquet"),
+        "ragged": (("ragged.csv", "--format", "csv"), "ragged.csv"),
+        "not-json": (("plain.csv", "--format", "json"), "plain.csv"),
+    }
+    for name, (args, named) in cases.items():
+        p = _ingest(name, *args, "--create", "--master", "local[1]", cwd=tmp_path)
+        _two_lines_at_most(p, named)
+        assert not (tmp_path / name).exists(), (name, sorted((tmp_path / name).rglob("*")))
+
+
+def test_ingest_without_java_is_one_line_before_spark(tmp_path: Path) -> None:
+    (tmp_path / "in.csv").write_text("a,b\n1,2\n")
+    env = {**os.environ, "JAVA_HOME": str(tmp_path / "no-jdk")}
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "odf_chain.cli",
+            "ingest",
+            "ds",
+            "in.csv",
+            "--format=csv",
+            "--create",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=120,
+    )
+    line = _two_lines_at_most(p, "JAVA_HOME=", "no-jdk", "Java 17")
+    assert "internal error" not in line
+    assert not (tmp_path / "ds").exists()
 
 
 def test_version() -> None:

@@ -431,3 +431,40 @@ def test_a_failure_at_any_step_leaves_the_chain_as_it_was(spark, dataset, monkey
     ), [p.line() for p in warnings]
     assert list((dataset / ".staging").iterdir()) == []
     follow_up(spark, dataset, BASE_ROWS, {"base": BASE_ROWS})
+
+
+@pytest.mark.parametrize("step", ["input", "task-write"])
+def test_a_write_that_creates_the_dataset_and_fails_leaves_no_dataset(
+    spark, tmp_path, monkeypatch, step
+):
+    """``create=True``: the Seed is committed with the write's own blocks, so a write that
+    fails (its input, or a task that cannot store its slice) leaves nothing at the path."""
+    from pyspark.sql.types import LongType
+
+    (tmp_path / "new").mkdir()  # a folder that existed before the write is not the write's
+    root = tmp_path / "new" / "ds"
+    df = frame(spark, BASE_ROWS, 1000, 4, "failed")
+    if step == "input":
+        df = df.withColumn("v", F.udf(_failing_rows, LongType(), useArrow=False)(F.col("v")))
+        expected: type[OdfChainError] = IngestError
+    else:  # the staging folder is a file: no task can create its slice under it
+        (root / ".staging").mkdir(parents=True)
+        (root / ".staging" / "in-the-way").write_bytes(b"a file, not a folder")
+        monkeypatch.setattr(
+            LocalStorage,
+            "staging_area",
+            lambda self, prefix: str(self.root / ".staging/in-the-way"),
+        )
+        expected = StorageError
+    with pytest.raises(expected):
+        write(df, root, create=True, target_slice_bytes=None)
+    monkeypatch.undo()
+    if step == "input":
+        assert not root.exists(), sorted(root.rglob("*"))
+    else:  # the file in the way is not the write's: it stays, with the folder holding it
+        left = sorted(p.relative_to(root).as_posix() for p in root.rglob("*"))
+        assert left == [".staging", ".staging/in-the-way"], left
+    assert (tmp_path / "new").is_dir()
+    # the path still takes a dataset: nothing half-made is in the way
+    assert write(df.limit(0), root, create=True).rows == 0
+    assert Dataset.open(root).state.sequence_number == 0

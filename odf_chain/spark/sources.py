@@ -423,8 +423,18 @@ def _short(message: str) -> str:
     """The first part of a Spark error message, without py4j's preamble and the JVM stack."""
     for marker in ("\nJVM stacktrace:", "\n\tat ", "\n\nJVM"):
         message = message.split(marker, 1)[0]
-    message = _PY4J_NOISE.sub("", message).strip()
+    message = printable(_PY4J_NOISE.sub("", message).strip())
     return message if len(message) <= _MESSAGE_LIMIT else message[:_MESSAGE_LIMIT] + " ..."
+
+
+def printable(message: str) -> str:
+    """``message`` on one line, cut where it turns into raw bytes (Spark quotes the record it
+    could not parse: a Parquet file read as CSV is binary), which would garble a terminal."""
+    flat = " ".join(message.split())
+    cut = next((i for i, c in enumerate(flat) if c == "\ufffd" or not c.isprintable()), None)
+    if cut is None:
+        return flat
+    return flat[:cut].rstrip() + " <binary data: is the input in the format given?>"
 
 
 def _name_file(message: str, files: list[_Located]) -> str:
@@ -867,8 +877,8 @@ def ingest_files(
     frame = _read_probed(spark, [k[0] for k in kept], [k[1] for k in kept], fmt, options)
 
     def not_ingested_meanwhile(written: Dataset, state: DatasetState) -> None:
-        if allow_duplicates or state.head == base:
-            return
+        if allow_duplicates or base is None or state.head == base:
+            return  # (base None: a new dataset, whose first head move expects no head at all)
         meanwhile = ingested_inputs(written.storage, state.head, since=base)
         clash = [i for i in frame.inputs if i.blake3 in meanwhile]
         if clash:

@@ -573,149 +573,160 @@ def write(
     timings: dict[str, float] = {}
     started_at = chain.now()
     clock = time.perf_counter()
-    dataset = _open(dataset, create=create, hash=hash)
-    path = dataset.path
-    storage = dataset.storage
-    state = dataset.refresh()
-    if _check_state is not None:  # ingest_files: were its inputs ingested meanwhile?
-        _check_state(dataset, state)
-    if transaction is not None and rules.transaction_recorded(state, *transaction):
-        return IngestResult(path, 0, 0, 0, [], state.head, timings, skipped_transaction=transaction)
-    vocab = state.vocab
-    algorithm = state.hash_algorithm or BLAKE3
-    system_time = chain.now(state.system_time)
-    spark = df.sparkSession
-
-    _refuse_duplicate_columns(df)
-    check_nesting(df.schema)
-    shaped = _with_system_columns(df, vocab, system_time, event_time, state.schema)
-    check_new_columns(
-        state.schema, _names_only(shaped.schema), evolve=evolve, dataset=dataset.location
-    )
-    if persist is None:
-        persist = _shuffles(shaped)
-    if persist:
-        shaped = shaped.persist(StorageLevel.MEMORY_AND_DISK)
-    in_tasks = writer != "spark"
-    staging = storage.staging_area("spark")
+    dataset, seed = _open(dataset, create=create, hash=hash)
     try:
-        with _session_conf(spark, _WRITE_CONF):
-            try:
-                counts = _count_partitions(shaped, vocab, check_timestamps=not truncate_timestamps)
-            except Exception as exc:  # a task of the input's own plan failed: nothing appended
-                raise _spark_failure("count the input", exc) from exc
-            total = sum(counts.values())
-            timings["offsets"] = time.perf_counter() - clock
-            if total == 0:
-                return IngestResult(path, 0, 0, 0, [], state.head, timings)
-
-            clock = time.perf_counter()
-            framed, counts, records = _size_slices(shaped, counts, vocab, target)
-            planned = planned_slices(counts, state.next_offset, records)
-            timings["sizing"] = time.perf_counter() - clock
-
-            clock = time.perf_counter()
-            if in_tasks:
-                written, schema, watermark = _write_in_tasks(
-                    framed,
-                    planned,
-                    state,
-                    system_time,
-                    algorithm,
-                    avro_schema,
-                    storage,
-                    staging,
-                    truncate_timestamps=truncate_timestamps,
-                )
-                timings["task_write"] = time.perf_counter() - clock
-            else:
-                written, schema, watermark = _write_with_spark(
-                    framed,
-                    counts,
-                    planned,
-                    records,
-                    state,
-                    algorithm,
-                    avro_schema,
-                    storage,
-                    staging,
-                    timings,
-                )
-        clock = time.perf_counter()
-        prepared: list[chain.PreparedBlock] = []
-        if state.schema is None or not schema.equals(state.schema, check_metadata=True):
-            prepared.append(
-                chain.prepare(state, SetDataSchema.from_arrow(schema), system_time=system_time)
+        path = dataset.path
+        storage = dataset.storage
+        state = seed.after if seed is not None else dataset.refresh()
+        if _check_state is not None:  # ingest_files: were its inputs ingested meanwhile?
+            _check_state(dataset, state)
+        if transaction is not None and rules.transaction_recorded(state, *transaction):
+            return IngestResult(
+                path, 0, 0, 0, [], state.head, timings, skipped_transaction=transaction
             )
-        current = prepared[-1].after if prepared else state
-        timings["renames"] = time.perf_counter() - clock
+        vocab = state.vocab
+        algorithm = state.hash_algorithm or BLAKE3
+        system_time = chain.now(state.system_time)
+        spark = df.sparkSession
 
-        clock = time.perf_counter()
-        event = _lineage_event(
-            shaped,  # with the system columns: event_time's source shows, literals do not
-            lineage,
-            schema,
-            run=LineageRun(
-                job_name=job_name or spark.conf.get("spark.app.name", "spark"),
-                run_id=str(uuid.uuid4()),
-                started_at=started_at,
-                ended_at=chain.now(system_time),  # the slices are written: the run is done
-                offsets=OffsetInterval(current.next_offset, current.next_offset + total - 1),
-            ),
-            vocab=vocab,
+        _refuse_duplicate_columns(df)
+        check_nesting(df.schema)
+        shaped = _with_system_columns(df, vocab, system_time, event_time, state.schema)
+        check_new_columns(
+            state.schema, _names_only(shaped.schema), evolve=evolve, dataset=dataset.location
         )
-        if event is not None:
-            prepared.append(chain.prepare(current, event, system_time=system_time))
-            current = prepared[-1].after
-        timings["lineage"] = time.perf_counter() - clock
-        clock = time.perf_counter()
-        extra = None if source is None else {SOURCE_KEY: dict(source)}
-        for n, (slice_info, plan) in enumerate(zip(written, planned, strict=True)):
-            if plan.interval.start != current.next_offset:  # _check_files laid them end to end
-                raise IngestError(f"{slice_info.file_name}: offsets out of order")
-            block = chain.prepare(
-                current,
-                add_data_for(
-                    current,
-                    physical_hash=Multihash.from_multibase(slice_info.physical_hash),
-                    logical_hash=Multihash.from_multibase(slice_info.logical_hash),
-                    size=slice_info.size,
-                    num_rows=slice_info.num_rows,
-                    watermark=watermark,
-                    extra=_with_transaction(extra, transaction) if n == 0 else extra,
-                ),
-                system_time=system_time,
-            )
-            prepared.append(block)
-            current = block.after
-
-        created = [
-            slice_info.physical_hash
-            for slice_info in written
-            if storage.commit_data(
-                f"{staging}/{slice_info.file_name}", slice_info.physical_hash, slice_info.size
-            ).created
-        ]
-        timings["renames"] += time.perf_counter() - clock
-
-        clock = time.perf_counter()
-        new_state = chain.commit(storage, *prepared, created_data=created)
-        timings["blocks"] = time.perf_counter() - clock
-        dataset.refresh()
-        return IngestResult(
-            dataset=path,
-            rows=total,
-            slices=len(written),
-            bytes=sum(w.size for w in written),
-            blocks=[p.entry for p in prepared],
-            head=new_state.head,
-            timings=timings,
-            lineage=event,
-        )
-    finally:
+        if persist is None:
+            persist = _shuffles(shaped)
         if persist:
-            shaped.unpersist()
-        storage.discard_area(staging)
+            shaped = shaped.persist(StorageLevel.MEMORY_AND_DISK)
+        in_tasks = writer != "spark"
+        staging = storage.staging_area("spark")
+        try:
+            with _session_conf(spark, _WRITE_CONF):
+                try:
+                    counts = _count_partitions(
+                        shaped, vocab, check_timestamps=not truncate_timestamps
+                    )
+                except Exception as exc:  # a task of the input's own plan failed: nothing appended
+                    raise _spark_failure("count the input", exc) from exc
+                total = sum(counts.values())
+                timings["offsets"] = time.perf_counter() - clock
+                if total == 0:
+                    if seed is not None:  # an empty first write still creates the dataset
+                        chain.commit(storage, seed)
+                    return IngestResult(path, 0, 0, 0, [], state.head, timings)
+
+                clock = time.perf_counter()
+                framed, counts, records = _size_slices(shaped, counts, vocab, target)
+                planned = planned_slices(counts, state.next_offset, records)
+                timings["sizing"] = time.perf_counter() - clock
+
+                clock = time.perf_counter()
+                if in_tasks:
+                    written, schema, watermark = _write_in_tasks(
+                        framed,
+                        planned,
+                        state,
+                        system_time,
+                        algorithm,
+                        avro_schema,
+                        storage,
+                        staging,
+                        truncate_timestamps=truncate_timestamps,
+                    )
+                    timings["task_write"] = time.perf_counter() - clock
+                else:
+                    written, schema, watermark = _write_with_spark(
+                        framed,
+                        counts,
+                        planned,
+                        records,
+                        state,
+                        algorithm,
+                        avro_schema,
+                        storage,
+                        staging,
+                        timings,
+                    )
+            clock = time.perf_counter()
+            prepared: list[chain.PreparedBlock] = [] if seed is None else [seed]
+            if state.schema is None or not schema.equals(state.schema, check_metadata=True):
+                prepared.append(
+                    chain.prepare(state, SetDataSchema.from_arrow(schema), system_time=system_time)
+                )
+            current = prepared[-1].after if prepared else state
+            timings["renames"] = time.perf_counter() - clock
+
+            clock = time.perf_counter()
+            event = _lineage_event(
+                shaped,  # with the system columns: event_time's source shows, literals do not
+                lineage,
+                schema,
+                run=LineageRun(
+                    job_name=job_name or spark.conf.get("spark.app.name", "spark"),
+                    run_id=str(uuid.uuid4()),
+                    started_at=started_at,
+                    ended_at=chain.now(system_time),  # the slices are written: the run is done
+                    offsets=OffsetInterval(current.next_offset, current.next_offset + total - 1),
+                ),
+                vocab=vocab,
+            )
+            if event is not None:
+                prepared.append(chain.prepare(current, event, system_time=system_time))
+                current = prepared[-1].after
+            timings["lineage"] = time.perf_counter() - clock
+            clock = time.perf_counter()
+            extra = None if source is None else {SOURCE_KEY: dict(source)}
+            for n, (slice_info, plan) in enumerate(zip(written, planned, strict=True)):
+                if plan.interval.start != current.next_offset:  # _check_files laid them end to end
+                    raise IngestError(f"{slice_info.file_name}: offsets out of order")
+                block = chain.prepare(
+                    current,
+                    add_data_for(
+                        current,
+                        physical_hash=Multihash.from_multibase(slice_info.physical_hash),
+                        logical_hash=Multihash.from_multibase(slice_info.logical_hash),
+                        size=slice_info.size,
+                        num_rows=slice_info.num_rows,
+                        watermark=watermark,
+                        extra=_with_transaction(extra, transaction) if n == 0 else extra,
+                    ),
+                    system_time=system_time,
+                )
+                prepared.append(block)
+                current = block.after
+
+            created = [
+                slice_info.physical_hash
+                for slice_info in written
+                if storage.commit_data(
+                    f"{staging}/{slice_info.file_name}", slice_info.physical_hash, slice_info.size
+                ).created
+            ]
+            timings["renames"] += time.perf_counter() - clock
+
+            clock = time.perf_counter()
+            new_state = chain.commit(storage, *prepared, created_data=created)
+            timings["blocks"] = time.perf_counter() - clock
+            dataset.refresh()
+            return IngestResult(
+                dataset=path,
+                rows=total,
+                slices=len(written),
+                bytes=sum(w.size for w in written),
+                blocks=[p.entry for p in prepared],
+                head=new_state.head,
+                timings=timings,
+                lineage=event,
+            )
+        finally:
+            if persist:
+                shaped.unpersist()
+            storage.discard_area(staging)
+    except BaseException:
+        if seed is not None:  # this call laid the dataset out: no head, so no dataset
+            dataset.abandon_layout()
+        raise
 
 
 def _schema_to_declare(
@@ -895,16 +906,20 @@ def _lineage_event(
     return settle_lineage(event, schema)
 
 
-def _open(dataset: str | Path | Dataset, *, create: bool, hash: str) -> Dataset:
+def _open(
+    dataset: str | Path | Dataset, *, create: bool, hash: str
+) -> tuple[Dataset, chain.PreparedBlock | None]:
+    """The dataset, and its unwritten Seed when it is new: the Seed is committed with the
+    write's blocks, so a write that fails leaves no dataset behind."""
     if isinstance(dataset, Dataset):
         dataset.refresh()
-        return dataset
+        return dataset, None
     try:
-        return Dataset.open(dataset)
+        return Dataset.open(dataset), None
     except NotFoundError:
         if not create:
             raise
-    return Dataset.create(dataset, hash=hash)
+    return Dataset.lay_out(dataset, hash=hash)
 
 
 def _part_files(filesystem: pafs.FileSystem, folder: str) -> list[str]:
@@ -1048,11 +1063,13 @@ def _first_line(exc: BaseException) -> str:
     """What went wrong, in one line: Spark's wrappers ("An error occurred while calling
     o104.parquet.", "An exception was thrown from the Python worker") say where, not what; the
     last ``SomeError: message`` line of the text they carry does."""
+    from odf_chain.spark.sources import printable
+
     lines = str(exc).strip().splitlines()
     causes = [m.group(1) + ": " + m.group(2) for m in map(_CAUSE.match, lines) if m]
     if causes:
-        return causes[-1]
-    return lines[0] if lines else type(exc).__name__
+        return printable(causes[-1])
+    return printable(lines[0]) if lines else type(exc).__name__
 
 
 def read(spark, dataset: str | Path | Dataset, at: str | int = "head"):

@@ -354,6 +354,11 @@ class FsStorage:
         with contextlib.suppress(OSError):
             self._fs.delete_dir(area)
 
+    def remove_empty_layout(self) -> None:
+        """Nothing to remove: an object store has no folders of its own (a marker a create may
+        leave does not make a dataset), and deleting a "folder" there deletes every object under
+        it, which another writer may be putting there right now."""
+
     def data_path(self, name: str) -> str:
         return self._join(f"data/{check_name(name, 'data slice name')}")
 

@@ -223,8 +223,9 @@ def _install_new(source: Path | str, target: Path) -> bool:
 class LocalStorage:
     """The files of one dataset. Knows bytes and names only, never what a block means."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, made_root: bool = False) -> None:
         self._root = root
+        self._made_root = made_root  # create() made the root folder itself
         self._claims: dict[str, int] = {}  # staged path -> descriptor holding its shared lock
         self._held: dict[str, int] | None = None  # directory descriptors kept by derived_batch
 
@@ -242,6 +243,7 @@ class LocalStorage:
         with _os_errors("create a dataset in", root):
             if root.exists() and not root.is_dir():
                 raise OdfChainError(f"cannot create a dataset in {root}: not a directory")
+            made_root = not root.exists()
             root.mkdir(parents=True, exist_ok=True)
             head = root / "refs" / "head"
             if head.exists() or head.is_symlink():
@@ -249,7 +251,7 @@ class LocalStorage:
             for sub in _SUBDIRS:
                 (root / sub).mkdir(exist_ok=True)
             fsync_dir(root)
-        return cls(root)
+        return cls(root, made_root=made_root)
 
     @classmethod
     def open(cls, root: str | Path) -> LocalStorage:
@@ -676,6 +678,18 @@ class LocalStorage:
         ):
             if stat.S_ISDIR(_lstat(name, dir_fd).st_mode):
                 shutil.rmtree(name, dir_fd=dir_fd, onerror=_missing_is_fine)
+
+    def remove_empty_layout(self) -> None:
+        """Remove the layout's folders that are empty, and the root if :meth:`create` made it
+        and it is then empty (best effort). ``rmdir`` removes nothing but an empty folder and
+        never follows a symlink: whatever holds a file stays."""
+        with contextlib.suppress(OSError, OdfChainError), self._dir("") as root_fd:
+            for sub in LAYOUT:
+                with contextlib.suppress(OSError):
+                    os.rmdir(sub, dir_fd=root_fd)
+        if self._made_root:
+            with contextlib.suppress(OSError):
+                os.rmdir(self._root)
 
     def _remove_entry(self, directory: str, name: str) -> None:
         """Remove ``directory/name``: a folder with everything in it (symlinks inside are

@@ -1,0 +1,138 @@
+"""The command line's SparkSession: Java checked first, Spark's own output kept in a log file.
+
+A Spark job that fails prints its failure many times over on the JVM's stderr (log4j lines,
+stack traces, the Python workers' tracebacks, raw bytes of a malformed record), before the
+command can say in one line what went wrong. The command line therefore starts the JVM with
+its stderr on a pipe: a thread copies everything into a log file, and forwards only Spark's
+progress bar to a terminal. A failure is then one line of odf_chain's, plus where the log is.
+The library never does this: a job's own SparkSession is the job's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import IO, Any
+
+from odf_chain.errors import OdfChainError
+
+
+class SparkStartError(OdfChainError):
+    """Spark could not start (no Java, a broken JAVA_HOME, a master that does not answer)."""
+
+
+def find_java() -> str:
+    """The ``java`` Spark's launcher will run: ``$JAVA_HOME/bin/java``, else the first on PATH.
+    Checked before Spark starts, which would otherwise fail after a while with a trace."""
+    home = os.environ.get("JAVA_HOME")
+    if home:
+        java = os.path.join(home, "bin", "java")
+        if os.path.isfile(java) and os.access(java, os.X_OK):
+            return java
+        raise SparkStartError(
+            f"JAVA_HOME={home} has no bin/java: Spark needs Java 17 or later; "
+            "set JAVA_HOME to a JDK or unset it to use the java on PATH"
+        )
+    java = shutil.which("java")
+    if java is None:
+        raise SparkStartError(
+            "no java on PATH and JAVA_HOME is not set: Spark needs Java 17 or later "
+            "(install a JDK, e.g. openjdk-17-jre-headless, or set JAVA_HOME)"
+        )
+    return java
+
+
+@dataclass
+class _Relay:
+    """Copies the JVM's stderr to the log; forwards progress-bar updates to a terminal."""
+
+    source: int
+    log: IO[bytes]
+    terminal: IO[bytes] | None
+
+    def run(self) -> None:
+        pending = b""
+        with os.fdopen(self.source, "rb", buffering=0) as pipe:
+            while chunk := pipe.read(65536):
+                self.log.write(chunk)
+                self.log.flush()
+                if self.terminal is not None:
+                    pending = self._forward_progress(pending + chunk)
+
+    def _forward_progress(self, data: bytes) -> bytes:
+        """Spark draws its bar as ``\\r[Stage 3:>   (1 + 2) / 4]`` and clears it with spaces
+        between two ``\\r``: forward those pieces, nothing else. Returns the unfinished tail."""
+        pieces = data.replace(b"\n", b"\r\n").split(b"\r")
+        *done, tail = pieces
+        for piece in done:
+            if piece.startswith(b"[Stage") or (piece and not piece.strip(b" ")):
+                with contextlib.suppress(OSError):
+                    self.terminal.write(b"\r" + piece)
+                    self.terminal.flush()
+        return b"\r" + tail if tail else b""
+
+
+@dataclass
+class QuietSession:
+    """A SparkSession and the file that holds everything Spark printed."""
+
+    spark: Any  # a pyspark.sql.SparkSession
+    log_path: str
+
+    def hint(self) -> str:
+        return f"Spark's own output is in {self.log_path}"
+
+    def stop(self, *, keep_log: bool) -> None:
+        """Stop Spark; the log stays only when there is something to look for in it."""
+        self.spark.stop()
+        if not keep_log:
+            with contextlib.suppress(OSError):
+                os.unlink(self.log_path)
+
+
+@contextlib.contextmanager
+def _stderr_to(fd: int) -> Iterator[None]:
+    """Point this process's fd 2 at ``fd`` while a child (the JVM) is started, so it inherits
+    it; this process's own stderr is back once the block ends."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        os.dup2(fd, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def start_quiet_session(master: str, app_name: str, conf: dict[str, str]) -> QuietSession:
+    """A SparkSession whose JVM (and Python workers) write their stderr to a log file."""
+    from pyspark.sql import SparkSession
+
+    find_java()
+    log = tempfile.NamedTemporaryFile(  # noqa: SIM115 - the relay thread owns it
+        prefix="odf-chain-spark-", suffix=".log", delete=False
+    )
+    read_end, write_end = os.pipe()
+    terminal = sys.stderr.buffer if sys.stderr.isatty() else None
+    relay = _Relay(read_end, log, terminal)
+    threading.Thread(target=relay.run, name="spark-stderr", daemon=True).start()
+    builder = SparkSession.builder.master(master).appName(app_name)
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    builder = builder.config("spark.ui.showConsoleProgress", str(terminal is not None).lower())
+    try:
+        with _stderr_to(write_end):
+            spark = builder.getOrCreate()
+    except Exception as exc:
+        raise SparkStartError(
+            f"Spark did not start ({type(exc).__name__}); its output is in {log.name}"
+        ) from None
+    finally:
+        os.close(write_end)  # the JVM holds its own copy
+    return QuietSession(spark, log.name)
