@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -48,6 +49,9 @@ def find_java() -> str:
     return java
 
 
+_BAR = re.compile(rb"(?:\[Stage [^\]\r\n]*\])+")  # one bar per running stage, side by side
+
+
 @dataclass
 class _Relay:
     """Copies the JVM's stderr to the log; forwards progress-bar updates to a terminal."""
@@ -71,9 +75,11 @@ class _Relay:
         pieces = data.replace(b"\n", b"\r\n").split(b"\r")
         *done, tail = pieces
         for piece in done:
-            if piece.startswith(b"[Stage") or (piece and not piece.strip(b" ")):
+            bar = _BAR.match(piece)  # a log line may follow the bar without a \r
+            shown = bar.group(0) if bar else piece if piece and not piece.strip(b" ") else None
+            if shown is not None:
                 with contextlib.suppress(OSError):
-                    self.terminal.write(b"\r" + piece)
+                    self.terminal.write(b"\r" + shown)
                     self.terminal.flush()
         return b"\r" + tail if tail else b""
 

@@ -586,7 +586,8 @@ def write(
             )
         vocab = state.vocab
         algorithm = state.hash_algorithm or BLAKE3
-        system_time = chain.now(state.system_time)
+        # one time for the transaction's blocks and rows (a new dataset's Seed is one of them)
+        system_time = seed.entry.block.system_time if seed else chain.now(state.system_time)
         spark = df.sparkSession
 
         _refuse_duplicate_columns(df)
