@@ -460,6 +460,29 @@ def test_malformed_files(spark, tmp_path: Path) -> None:
         source.df.collect()  # (count() alone does not parse the columns)
 
 
+@pytest.mark.parametrize("case", ["ragged-csv", "csv-as-json", "parquet-as-csv"])
+def test_inputs_spark_cannot_read_are_one_line_and_create_nothing(spark, tmp_path, case) -> None:
+    """ingest_files(create=True) on input Spark refuses: one printable line naming the file,
+    and no dataset at the path (its Seed would have been committed with the data)."""
+    from odf_chain.spark.sources import ingest_files
+
+    if case == "parquet-as-csv":
+        pq.write_table(_table(0, 5), tmp_path / "in.bin")
+        name, fmt, said = "in.bin", "csv", "<binary data: is the input in the format given?>"
+    elif case == "ragged-csv":
+        (tmp_path / "in.csv").write_text("id,name,v\n1,a,2\n2,b\n3,c,4,5\n")
+        name, fmt, said = "in.csv", "csv", "Malformed CSV record: 2,b"  # the row, quoted
+    else:
+        (tmp_path / "in.csv").write_text("id,name\n1,a\n2,b\n")
+        name, fmt, said = "in.csv", "json", "Malformed records"
+    with pytest.raises(OdfChainError) as caught:
+        ingest_files(spark, tmp_path / "ds", [str(tmp_path / name)], fmt, create=True)
+    message = str(caught.value)
+    assert "\n" not in message and message.isprintable(), message
+    assert name in message and said in message, message
+    assert not (tmp_path / "ds").exists(), sorted((tmp_path / "ds").rglob("*"))
+
+
 def test_ingest_lineage_copies_each_column_from_every_file(spark, avro_files: list[Path]) -> None:
     """The lineage odf-chain ingest states: each column from the column of the same name (its
     Avro v2 path) in every input file, the files pinned by the hashes taken when listed; the
