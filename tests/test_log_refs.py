@@ -187,14 +187,17 @@ def test_schema_and_fields_take_a_hash_prefix(dataset: Path, length: int) -> Non
 
 def test_the_short_hash_log_prints_is_a_ref(dataset: Path) -> None:
     names = chain_names(dataset)
-    for line in run("log", dataset).stdout.splitlines()[1:]:
-        seq, short = line.split()[:2]
+    lines = [line.split() for line in run("log", dataset).stdout.splitlines()[1:]]
+    for seq, short, time, *_ in lines:
         p = run("fields", dataset, "--at", short, "--json")
         assert p.returncode == 0, p.stderr
         assert (json.loads(p.stdout)["block"], json.loads(p.stdout)["head"]) == (
             int(seq),
             names[int(seq)],
         )
+        # the time it prints names the last block of that millisecond
+        p = run("fields", dataset, "--at", time, "--json")
+        assert json.loads(p.stdout)["block"] == max(int(s) for s, _, t, *_ in lines if t == time)
 
 
 def test_an_upper_case_prefix_is_the_same_ref(dataset: Path) -> None:
