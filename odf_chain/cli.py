@@ -1,8 +1,15 @@
 """The ``odf-chain`` and ``chain-verify`` commands.
 
-Each command is one library call plus formatting. Every :class:`OdfChainError` becomes one line
-on stderr and exit code 2; ``verify`` exits 1 when the dataset fails verification; anything else
-(a bug) is one line too, exit code 3 (``ODF_CHAIN_DEBUG=1`` shows its traceback).
+Each command is one library call plus formatting. Exit codes:
+
+- 0: done;
+- 1: the answer is "no": ``verify`` found the dataset broken, ``schema check`` found the two
+  schemas incompatible, ``lineage --format svg`` had no Graphviz (and wrote the DOT text);
+- 2: an error the user can fix: every :class:`OdfChainError` (a missing dataset, a bad ref, a
+  damaged block) and every usage error (an unknown command or option, a missing argument, a bad
+  number), each one line on stderr, a usage error with one ``try: ... --help`` line after it;
+- 3: a bug of odf_chain's, one line too (``ODF_CHAIN_DEBUG=1`` shows its traceback);
+- 130: interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ import shutil
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from odf_chain import lineage_dot, lineage_render
 from odf_chain.dataset import Dataset
@@ -24,7 +31,13 @@ from odf_chain.format.multihash import BLAKE3, SHA3_256
 from odf_chain.gc import DEFAULT_MIN_AGE, collect_garbage_path
 from odf_chain.index.read import check_index
 from odf_chain.receipt import write_receipt
-from odf_chain.render import block_to_jsonable, log_line, schema_to_jsonable, state_to_jsonable
+from odf_chain.render import (
+    block_to_jsonable,
+    log_header,
+    log_line,
+    schema_to_jsonable,
+    state_to_jsonable,
+)
 from odf_chain.schema.evolution import check_evolution, diff_schemas
 from odf_chain.schema.fields import FieldInfo
 from odf_chain.schema_files import load_schema_file
@@ -35,7 +48,10 @@ from odf_chain.verify import verify_path
 if TYPE_CHECKING:
     from odf_chain.spark.sources import SkippedInput
 
-REF_HELP = "'head' (default), a block hash, a sequence number or an ISO-8601 time"
+REF_HELP = (
+    "'head' (default), a block hash or a unique prefix of one (the 16 characters 'log' "
+    "prints), a sequence number or an ISO-8601 time (the last block at or before it)"
+)
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -60,9 +76,13 @@ def cmd_log(args: argparse.Namespace) -> int:
     entries = Dataset.open(args.dir).log(args.max_count)  # newest first, read as printed
     if args.json:
         _print_json([block_to_jsonable(e) for e in entries])
-    else:
-        for entry in entries:
-            print(log_line(entry))
+        return EXIT_OK
+    seq_width = None
+    for entry in entries:
+        if seq_width is None:  # the newest block has the widest sequence number
+            seq_width = max(3, len(str(entry.block.sequence_number)))
+            print(log_header(seq_width, full=args.full))
+        print(log_line(entry, full=args.full, seq_width=seq_width))
     return EXIT_OK
 
 
@@ -521,8 +541,46 @@ def _version() -> str:
         return "(not installed)"
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its errors as the CLI's other errors: one line (and a hint), exit 2.
+    Subparsers are made of the same class (``add_subparsers`` takes the parent's)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_ERROR, f"{self.prog}: error: {message}\ntry: {self.prog} --help\n")
+
+
+def _block_count(text: str) -> int:
+    try:
+        count = int(text)
+    except ValueError:
+        count = -1
+    if count < 0:
+        raise argparse.ArgumentTypeError(f"expected a number of blocks (0 or more), not {text!r}")
+    return count
+
+
+def _command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace):
+    """The parser of the (sub)command ``args`` chose: the one whose --help explains it."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            chosen = action.choices.get(getattr(args, action.dest, None))
+            if chosen is not None:
+                return _command_parser(chosen, args)
+    return parser
+
+
+def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """``parse_args``, with arguments the command does not take reported by that command's
+    parser (argparse reports them as the top-level program's, whose --help does not list
+    them)."""
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        _command_parser(parser, args).error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="odf-chain",
         description="Tamper-evident ODF metadata chains next to Parquet data slices.",
     )
@@ -558,15 +616,25 @@ def build_parser() -> argparse.ArgumentParser:
     )
     init.set_defaults(run=cmd_init)
 
-    log = commands.add_parser("log", help="list blocks, newest first")
+    log = commands.add_parser(
+        "log",
+        help="list blocks, newest first",
+        description="Blocks newest first, one line each within 100 columns: sequence number, "
+        "the first 16 characters of the block hash (give them to --at), system time (UTC, "
+        "ISO-8601), event and a summary cut to fit. Streams: a line is printed as its block is "
+        "read.",
+    )
     log.add_argument(
         "dir", help="dataset directory or pyarrow.fs URI (s3://..., gs://..., hdfs://...)"
     )
     log.add_argument("--json", action="store_true", help="full blocks as JSON")
     log.add_argument(
+        "--full", action="store_true", help="whole block hashes and whole summaries (wide lines)"
+    )
+    log.add_argument(
         "-n",
         "--max-count",
-        type=int,
+        type=_block_count,
         metavar="N",
         help="show only the N newest blocks (reads only those)",
     )
@@ -697,7 +765,9 @@ def build_parser() -> argparse.ArgumentParser:
             "dir", help="dataset directory or pyarrow.fs URI (s3://..., gs://..., hdfs://...)"
         )
         sub.add_argument("-o", "--output", required=True, metavar="FILE", help="file to write")
-        sub.add_argument("--at", default="head", metavar="REF", help="block to export as of")
+        sub.add_argument(
+            "--at", default="head", metavar="REF", help=f"block to export as of: {REF_HELP}"
+        )
         if target == "datahub":
             sub.add_argument("--platform", default="odf", help="DataHub platform (default odf)")
             sub.add_argument("--env", default="PROD", help="DataHub environment (default PROD)")
@@ -808,19 +878,19 @@ def _tolerant_stdout() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     _tolerant_stdout()
-    args = build_parser().parse_args(argv)
+    args = _parse(build_parser(), argv)
     return _run(args.run, args)
 
 
 def chain_verify_main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="chain-verify",
         description="Prove that a dataset's blocks and data are intact and every rule holds "
         "(same as 'odf-chain verify').",
     )
     _add_verify_arguments(parser)
     _tolerant_stdout()
-    return _run(cmd_verify, parser.parse_args(argv))
+    return _run(cmd_verify, _parse(parser, argv))
 
 
 if __name__ == "__main__":

@@ -31,6 +31,10 @@ class NotFoundError(OdfChainError):
     """A dataset, block, data slice or ref that should exist does not."""
 
 
+class AmbiguousRefError(NotFoundError):
+    """A block hash prefix that more than one block starts with: it names no single block."""
+
+
 class StorageError(OdfChainError):
     """The filesystem refused an operation (permissions, a read-only or full disk, a file where
     a directory should be); the message names the path."""

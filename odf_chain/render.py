@@ -5,8 +5,9 @@ from __future__ import annotations
 import base64
 import dataclasses
 import enum
+import unicodedata
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
@@ -25,7 +26,7 @@ from odf_chain.events import (
 )
 from odf_chain.format.did import DatasetId
 from odf_chain.format.multihash import Multihash
-from odf_chain.state import DatasetState
+from odf_chain.state import DatasetState, Vocabulary
 
 
 def to_jsonable(value: Any) -> Any:
@@ -93,7 +94,12 @@ def summarize_event(event: Any) -> str:
                 schema = event.to_arrow()
             except FormatError as exc:
                 return f"unreadable schema: {exc}"
-            return f"{_count(len(schema), 'field')}: {', '.join(schema.names)}"
+            # the dataset's own columns first: a line cut to fit keeps them, not ODF's
+            system = dataclasses.astuple(Vocabulary())
+            own = [name for name in schema.names if name not in system]
+            rest = [name for name in schema.names if name in system]
+            listed = ", ".join(own) + (f" (and {', '.join(rest)})" if own and rest else "")
+            return f"{_count(len(schema), 'field')}: {listed or ', '.join(rest)}"
         case AddData() | ExecuteTransform():
             parts = []
             if event.new_data is not None:
@@ -104,7 +110,7 @@ def summarize_event(event: Any) -> str:
                     f"{_count(event.new_data.size, 'byte')}) -> data/{event.new_data.physical_hash}"
                 )
             if event.new_watermark is not None:
-                parts.append(f"watermark {event.new_watermark.isoformat()}")
+                parts.append(f"watermark {log_time(event.new_watermark)}")
             if isinstance(event, AddData) and event.new_source_state is not None:
                 parts.append(f"source {event.new_source_state.source_name}")
             return "; ".join(parts) or "no data"
@@ -132,13 +138,82 @@ def summarize_event(event: Any) -> str:
             return ""
 
 
-def log_line(entry: BlockEntry) -> str:
-    block = entry.block
-    time = block.system_time.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+LOG_WIDTH = 100
+"""Columns a ``log`` line fits in (the summary is cut with an ellipsis to fit)."""
+SHORT_HASH = 16
+"""Characters of a block hash ``log`` shows: a prefix of the full text, so it can be pasted
+back as a ref. The first 5 are the same for every block (``f1e20``: base16, BLAKE3, 32 bytes),
+the other 11 are 44 bits of the digest: a chain of a million blocks holds a pair that shares
+them with a chance of about 3%, and such a prefix is refused as ambiguous, never misread."""
+_EVENT_WIDTH = len("AddFieldLineage")
+_UNPRINTABLE = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
+
+
+def short_hash(block_hash: Multihash) -> str:
+    return str(block_hash)[:SHORT_HASH]
+
+
+def log_time(moment: datetime) -> str:
+    """``2026-11-24T10:15:00.123Z``: UTC, in milliseconds (the resolution odf_chain writes
+    system times in, so the text given back as a ref names the same block)."""
+    utc = moment.astimezone(UTC) if moment.tzinfo else moment
+    return f"{utc:%Y-%m-%dT%H:%M:%S}.{utc.microsecond // 1000:03d}Z"
+
+
+def _printable(text: str) -> str:
+    """``text`` on one line: control, format and separator characters (a newline, a
+    right-to-left override in a field name) escaped."""
+    if text.isprintable():
+        return text
+    return "".join(
+        ch.encode("unicode_escape").decode("ascii")
+        if unicodedata.category(ch) in _UNPRINTABLE
+        else ch
+        for ch in text
+    )
+
+
+def _columns(ch: str) -> int:
+    if unicodedata.combining(ch):
+        return 0
+    return 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
+
+
+def fit(text: str, width: int) -> str:
+    """``text`` cut to ``width`` terminal columns, ending in an ellipsis when cut."""
+    if sum(map(_columns, text)) <= width:
+        return text
+    used, out = 0, []
+    for ch in text:
+        used += _columns(ch)
+        if used > width - 1:
+            break
+        out.append(ch)
+    return "".join(out).rstrip() + "…"
+
+
+def log_header(seq_width: int = 3, *, full: bool = False) -> str:
+    """The column names above log lines of the same ``seq_width`` and ``full``."""
+    block_width = len(str(Multihash("blake3", bytes(32)))) if full else SHORT_HASH
     return (
-        f"{block.sequence_number:>6}  {entry.hash}  {time}  "
-        f"{block.event_name}  {summarize_event(block.event)}"
-    ).rstrip()
+        f"{'SEQ':>{seq_width}}  {'BLOCK':<{block_width}}  {'SYSTEM TIME (UTC)':<24}  "
+        f"{'EVENT':<{_EVENT_WIDTH}}  SUMMARY"
+    )
+
+
+def log_line(entry: BlockEntry, *, full: bool = False, seq_width: int = 3) -> str:
+    """One block as ``odf-chain log`` shows it: sequence number, hash, system time, event and
+    what it did, within :data:`LOG_WIDTH` columns; ``full``: the whole hash and summary."""
+    block = entry.block
+    head = (
+        f"{block.sequence_number:>{seq_width}}  "
+        f"{str(entry.hash) if full else short_hash(entry.hash)}  "
+        f"{log_time(block.system_time)}  {block.event_name:<{_EVENT_WIDTH}}  "
+    )
+    summary = _printable(summarize_event(block.event))
+    if not full:
+        summary = fit(summary, max(LOG_WIDTH - len(head), 1))
+    return (head + summary).rstrip()
 
 
 def state_to_jsonable(state: DatasetState) -> dict[str, Any]:

@@ -1,7 +1,14 @@
 """Replay: the dataset state at any block.
 
-A *ref* names a block: ``"head"``, a block hash (``f1e20…``), a sequence number (``7`` or
-``"7"``), or an ISO-8601 time, meaning the last block written at or before it.
+A *ref* names a block: ``"head"`` (any case: ``HEAD``), a block hash (``f1e20…``, the full
+multibase text, its hex in either case) or a unique prefix of one (at least :data:`MIN_PREFIX`
+characters, such as the 16 ``odf-chain log`` prints), a sequence number (``7`` or ``"7"``), or
+an ISO-8601 time, meaning the last block written at or before it.
+
+A prefix is resolved as git resolves a short hash: by listing the block files that start with
+it (:func:`resolve_ref`; a listing, no block read, no fold), so it is ambiguous when two block
+files share it, even if one of them is not in the chain (a losing writer's block, say); the
+one it names must then be in the chain, which the index checks.
 
 States, schema history and lineage are answered through the derived index
 (:mod:`odf_chain.index.read`): a checked snapshot plus a bounded number of blocks, folded by
@@ -20,6 +27,7 @@ import pyarrow as pa
 
 from odf_chain.chain import BlockEntry, advance, read_head, walk_back
 from odf_chain.errors import (
+    AmbiguousRefError,
     FormatError,
     IntegrityError,
     NotFoundError,
@@ -43,6 +51,13 @@ from odf_chain.storage import Storage
 
 Ref = str | int | datetime | Multihash
 
+MIN_PREFIX = 8
+"""Shortest hash prefix a ref may be: the multibase and multihash header (``f1e20``, ``f1620``)
+is the same for every block of a dataset, so 8 characters hold 3 hex digits of the digest."""
+_FULL = len(str(Multihash("blake3", bytes(32))))  # 69: "f", code, length, 32 digest bytes
+_HEX = frozenset("0123456789abcdef")
+_CANDIDATES = 100  # block files listed for an ambiguous prefix before "or more"
+
 
 def load_chain(storage: Storage) -> list[BlockEntry]:
     """Every block of the chain, oldest first, each checked against its hash."""
@@ -62,11 +77,13 @@ class _Selector:
     """A parsed ref: exactly one of the fields is set (none means head)."""
 
     block_hash: Multihash | None = None
+    prefix: str | None = None  # the start of a block hash's multibase text
     sequence_number: int | None = None
     time: datetime | None = None
 
 
 def parse_ref(ref: Ref) -> _Selector:
+    """What ``ref`` names, without looking at any dataset (see the module for the forms)."""
     if isinstance(ref, Multihash):
         return _Selector(block_hash=ref)
     if isinstance(ref, datetime):
@@ -74,25 +91,74 @@ def parse_ref(ref: Ref) -> _Selector:
     if isinstance(ref, int):
         return _Selector(sequence_number=ref)
     text = ref.strip()
-    if text == "head":
+    if text.lower() == "head":
         return _Selector()
-    if text.isdigit():
+    if text.isascii() and text.isdigit():
         return _Selector(sequence_number=int(text))
-    if text.startswith("f") and len(text) > 8:
+    if text[:1] in ("f", "F") and _HEX.issuperset(text[1:].lower()):
+        text = "f" + text[1:].lower()  # base16 in either case (multibase's 'f' and 'F')
+    if text.startswith("f") and _HEX.issuperset(text[1:]) and len(text) < _FULL:
+        if len(text) < MIN_PREFIX:
+            raise FormatError(
+                f"block hash prefix {text!r} is too short: give at least {MIN_PREFIX} "
+                "characters (every block hash starts with the same 5)"
+            )
+        return _Selector(prefix=text)
+    if text.startswith("f") and len(text) > MIN_PREFIX:
         return _Selector(block_hash=Multihash.from_multibase(text))
     try:
         moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         raise FormatError(
-            f"unrecognised ref {ref!r}: expected 'head', a block hash (f…), a sequence number "
-            "or an ISO-8601 time"
+            f"unrecognised ref {ref!r}: expected 'head', a block hash or a unique prefix of one "
+            f"(f…, {MIN_PREFIX}+ characters), a sequence number or an ISO-8601 time"
         ) from None
     return _Selector(time=moment if moment.tzinfo else moment.replace(tzinfo=UTC))
 
 
-def select(entries: list[BlockEntry], ref: Ref) -> int:
-    """Index into ``entries`` (oldest first) of the block ``ref`` names."""
+def _one_match(prefix: str, names: list[str], where: str, complete: bool = True) -> str:
+    """The one name of ``names`` (those starting with ``prefix``), or why there is none."""
+    if len(names) == 1:
+        return names[0]
+    if not names:
+        raise NotFoundError(f"no block of {where} starts with {prefix!r}")
+    count = f"{len(names)}{'' if complete else ' or more'}"
+    shown = ", ".join(name[: max(16, len(prefix) + 4)] + "…" for name in names[:3])
+    raise AmbiguousRefError(
+        f"ambiguous ref {prefix!r}: {count} blocks of {where} start with it ({shown}"
+        f"{', …' if len(names) > 3 else ''}); give more characters"
+    )
+
+
+def resolve_ref(storage: Storage, ref: Ref) -> Ref:
+    """``ref`` with a hash prefix replaced by the one block hash it starts (other refs as they
+    are). Lists the block files with that prefix (bounded; no block read, no fold): none is a
+    NotFoundError, several an AmbiguousRefError. Whether that block is in the chain is left to
+    the reader that uses it (the index checks it)."""
     sel = parse_ref(ref)
+    if sel.prefix is None:
+        return ref
+    names = []
+    for name in storage.block_names_starting(sel.prefix, _CANDIDATES):
+        try:
+            names.append(Multihash.from_multibase(name))
+        except FormatError:  # a stray file in blocks/ that is no block's name
+            continue
+    found = _one_match(
+        sel.prefix, [str(n) for n in names], storage.location, len(names) < _CANDIDATES
+    )
+    return Multihash.from_multibase(found)
+
+
+def select(entries: list[BlockEntry], ref: Ref) -> int:
+    """Index into ``entries`` (oldest first) of the block ``ref`` names. A hash prefix is
+    matched against these entries' hashes; give a ref from :func:`resolve_ref` to count every
+    block file of the dataset, as readers through the index do."""
+    sel = parse_ref(ref)
+    if sel.prefix is not None:
+        names = [str(entry.hash) for entry in entries]
+        found = _one_match(sel.prefix, [n for n in names if n.startswith(sel.prefix)], "the chain")
+        return names.index(found)
     if sel.block_hash is not None:
         for i, entry in enumerate(entries):
             if entry.hash == sel.block_hash:
@@ -120,6 +186,8 @@ def select(entries: list[BlockEntry], ref: Ref) -> int:
 
 def _state_in(index: index_read.ChainIndex, ref: Ref) -> DatasetState:
     sel = parse_ref(ref)
+    if sel.prefix is not None:  # resolve_ref first: a listing must not run inside answer()
+        raise ValueError(f"unresolved hash prefix {sel.prefix!r}")
     if sel.block_hash is not None:
         return index.state_at_seq(index.seq_of_hash(sel.block_hash))
     if sel.sequence_number is not None:
@@ -138,6 +206,7 @@ def state_at(storage: Storage, ref: Ref = "head") -> DatasetState:
     broken one (an auditor's question: what did it look like then?): the index cannot be built
     over such a chain, so the blocks are walked from the head (hashes checked) and folded only
     up to ``ref``. The broken block itself, and any after it, are refused, naming the rule."""
+    ref = resolve_ref(storage, ref)
     try:
         return index_read.answer(storage, lambda index: _state_in(index, ref))
     except RuleViolation as violation:
@@ -291,6 +360,7 @@ def lineage_at(
     from odf_chain.storage import open_storage
 
     opener = open_input or open_storage
+    ref = resolve_ref(storage, ref)
     own, blocks = index_read.answer(storage, lambda index: _lineage_upto(index, ref))
     if own.dataset_id is None:
         raise NotFoundError(f"{storage.location} has no Seed at that block")

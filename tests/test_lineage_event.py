@@ -229,12 +229,12 @@ def test_verify_names_a_slice_without_data_while_lineage_is_uncovered(tmp_path) 
 def test_log_line_summarises_the_run(tmp_path) -> None:
     ds = with_schema(tmp_path)
     entry = promise(ds, lineage(OffsetInterval(0, 2)))
-    line = log_line(entry)
+    line = log_line(entry, full=True)  # the whole summary, not cut to 100 columns
     assert line.endswith(
         "AddFieldLineage  job import-people run run-1: 1 input, 3 operations; offsets 0..2"
     )
     ds.write(rows(1, 2, 3))
-    none = log_line(ds.append(lineage(None)))
+    none = log_line(ds.append(lineage(None)), full=True)
     assert none.endswith("1 input, 3 operations; no records")
 
 

@@ -304,7 +304,7 @@ def measures(n: int, odf: Path, delta: Path | None, log_n: bool) -> list[tuple[M
 
     if log_n:
         argv = _odf_cli("log", str(odf), "-n", str(LOG_LINES))
-        log = process("odf", "log", argv, f"{last}", LOG_LINES)
+        log = process("odf", "log", argv, f"{last}", 1 + LOG_LINES)  # a header, then the lines
     else:
         argv = _odf_cli("log", str(odf))
         log = Measure("odf", lambda: {"log": time_first_lines(argv, LOG_LINES)})

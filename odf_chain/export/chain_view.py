@@ -137,6 +137,7 @@ def _view(location: str, entries: list[BlockEntry], upto: int) -> ChainView:
 
 def view_dataset(dataset: Dataset, at: replay.Ref = "head") -> ChainView:
     """``dataset`` as of block ``at`` (any ref :mod:`odf_chain.replay` accepts)."""
+    at = replay.resolve_ref(dataset.storage, at)  # a prefix counts every block file, as elsewhere
     entries = dataset.blocks()
     return _view(dataset.location, entries, replay.select(entries, at))
 

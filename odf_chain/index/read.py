@@ -198,17 +198,31 @@ class ChainIndex:
         return _checked(lambda: advance(state, block, loaded.hash))
 
     def seq_of_hash(self, block_hash: Multihash) -> int:
-        """The sequence number of ``block_hash`` in this chain."""
+        """The sequence number of ``block_hash`` in this chain.
+
+        A block file that is not in the chain (an orphan: a losing or crashed writer's block,
+        one a rollback left behind) is told apart without a fold when its sequence number is
+        past the head, or when the table's block at that number loads (hash checked) and is
+        another block of that number: the trust a fold through the table gives its blocks."""
         try:
             loaded = load_block(self.storage, block_hash)
         except NotFoundError:
             raise NotFoundError(f"block {block_hash} is not in this chain") from None
         self.block_reads += 1
         seq = loaded.block.sequence_number
-        if seq < self.length and self.entry(seq).block_hash == block_hash:
+        orphan = NotFoundError(
+            f"block {block_hash} (sequence number {seq}) is a block file of "
+            f"{self.storage.location} but not in its chain (an orphan; verify lists them)"
+        )
+        if seq >= self.length:
+            raise orphan
+        listed = self.entry(seq).block_hash
+        if listed == block_hash:
             return seq
         if self.rebuilt:
-            raise NotFoundError(f"block {block_hash} is not in this chain")
+            raise orphan
+        if self._load(listed).block.sequence_number == seq:
+            raise orphan
         raise IndexDamage(f"block {block_hash} is not where the table says")
 
     def seq_at_time(self, moment: datetime) -> int:

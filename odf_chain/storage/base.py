@@ -144,6 +144,11 @@ class Storage(Protocol):
 
     def has_block(self, name: str) -> bool: ...
     def block_names(self) -> list[str]: ...
+    def block_names_starting(self, prefix: str, limit: int) -> list[str]:
+        """At most ``limit`` names of block files starting with ``prefix`` (a hash prefix a
+        user typed), sorted: a listing, no block read. Regular files only (no symlink
+        followed, as :meth:`block_names`)."""
+
     def remove_block(self, name: str) -> bool: ...
 
     # data slices

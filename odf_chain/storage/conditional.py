@@ -152,6 +152,39 @@ class ConditionalStore:
             f"({_CONFLICT_ATTEMPTS} tries): nothing was written; retry"
         )
 
+    def names_starting(self, relative: str, limit: int) -> list[str]:
+        """The last path part of at most ``limit`` objects whose keys start with ``relative``
+        and lie directly in its folder (``blocks/f1e20ab`` lists ``blocks/f1e20ab…``, not
+        ``blocks/f1e20ab…/x``).
+
+        obstore's prefixes are whole path parts, so the listing starts *after* ``relative``
+        (S3's ``start-after``, GCS's ``startOffset``) and stops at the first key past the
+        prefix: S3, GCS and Azure list keys in lexicographic order, so only the matching keys
+        and one more are fetched, whatever the number of blocks."""
+        import obstore
+
+        folder, _, _ = relative.rpartition("/")
+        found: list[str] = []
+        try:
+            stream = obstore.list(
+                self._store, prefix=folder, offset=relative, chunk_size=min(limit + 1, 1000)
+            )
+            for chunk in stream:
+                for meta in chunk:
+                    path = meta["path"]
+                    if not path.startswith(relative):
+                        return found
+                    name = path.removeprefix(folder + "/")
+                    if "/" not in name:
+                        found.append(name)
+                        if len(found) >= limit:
+                            return found
+        except Exception as exc:
+            raise StorageError(
+                f"cannot list {self._where(relative)}*: {_first_line(exc)}"
+            ) from None
+        return found
+
     def _exists(self, relative: str) -> bool:
         import obstore
 

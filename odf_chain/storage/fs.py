@@ -288,6 +288,17 @@ class FsStorage:
     def block_names(self) -> list[str]:
         return self._names("blocks")
 
+    def block_names_starting(self, prefix: str, limit: int) -> list[str]:
+        """At most ``limit`` block names starting with ``prefix``. An object store lists by key
+        prefix itself (one request per 1,000 matches, not a listing of every block); other
+        filesystems list ``blocks/`` and filter."""
+        check_name(prefix, "block hash prefix")
+        if self._conditional is not None:
+            names = self._conditional.names_starting(f"blocks/{prefix}", limit)
+        else:
+            names = [n for n in self._names("blocks") if n.startswith(prefix)]
+        return sorted(n for n in names if _is_name(n))[:limit]
+
     def remove_block(self, name: str) -> bool:
         return self._remove(f"blocks/{check_name(name, 'block name')}")
 

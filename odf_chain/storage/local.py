@@ -519,6 +519,30 @@ class LocalStorage:
     def block_names(self) -> list[str]:
         return self._names("blocks")
 
+    def block_names_starting(self, prefix: str, limit: int) -> list[str]:
+        """At most ``limit`` regular files of ``blocks/`` whose names start with ``prefix``:
+        one pass over the directory listing (its own entry types: no stat, no symlink
+        followed), stopping at ``limit``; no block is read."""
+        check_name(prefix, "block hash prefix")
+        path = self._root / "blocks"
+        found: list[str] = []
+        try:
+            with self._dir("blocks") as dir_fd, os.scandir(dir_fd) as it:
+                for e in it:
+                    if (
+                        e.name.startswith(prefix)
+                        and _is_name(e.name)
+                        and e.is_file(follow_symlinks=False)
+                    ):
+                        found.append(e.name)
+                        if len(found) >= limit:
+                            break
+        except FileNotFoundError:
+            raise NotFoundError(f"{path} is missing") from None
+        except OSError as exc:
+            raise _storage_error(exc, "list", path) from exc
+        return sorted(found)
+
     def remove_block(self, name: str) -> bool:
         """Delete ``blocks/<name>``; True if it was there. Checks nothing: meant for a writer
         removing the block it created (``write_block`` returned True) after losing the head
