@@ -130,6 +130,16 @@ def _drops(drops) -> set[tuple]:
         (MASK, UDF, Transformation(T.DIRECT, S.TRANSFORMATION, masking=True, opaque=True)),
         # An INDIRECT step with a direct subtype still makes the chain indirect.
         (Transformation(T.INDIRECT, S.TRANSFORMATION), IDENT, Transformation(T.INDIRECT, 1)),
+        # An older chain's DIRECT CONDITIONAL (a value chosen among candidates) is read as
+        # OpenLineage's DIRECT TRANSFORMATION, and composes as one.
+        (Transformation(T.DIRECT, S.CONDITIONAL), IDENT, TRANSFORM),
+        (Transformation(T.DIRECT, S.CONDITIONAL), AGGREGATE, AGGREGATE),
+        (
+            Transformation(T.DIRECT, S.CONDITIONAL, masking=True),
+            FILTER,
+            Transformation(T.INDIRECT, S.FILTER, masking=True),
+        ),
+        (Transformation(T.DIRECT, S.WINDOW), SORT, SORT),
     ],
 )
 def test_combine(first, then, expected) -> None:

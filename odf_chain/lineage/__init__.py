@@ -33,6 +33,9 @@ from odf_chain.lineage.transformations import (
     combine,
     combine_all,
     default_type,
+    in_openlineage_vocabulary,
+    openlineage_form,
+    openlineage_names,
     transformation,
 )
 
@@ -61,7 +64,10 @@ __all__ = [
     "combine_all",
     "copies_pairwise",
     "default_type",
+    "in_openlineage_vocabulary",
     "input_key",
+    "openlineage_form",
+    "openlineage_names",
     "resolve",
     "transformation",
 ]
