@@ -293,3 +293,23 @@ def test_lag(spark, t1):
     )
     assert fields == {"l": {("a", TRANSFORMATION), ("b", WINDOW), ("c", WINDOW)}}
     assert dataset == set()
+
+
+# -- odf_chain's deliberate differences ---------------------------------------------------------
+
+
+def test_nanvl_reads_like_coalesce(spark, t1):
+    # openlineage-spark has no visitor for NaNvl (each argument TRANSFORMATION only); nanvl(x,
+    # y) tests x for NaN and returns x or y, as COALESCE tests for null: both kinds, as there
+    fields, _ = captured(spark, "SELECT nanvl(CAST(a AS DOUBLE), CAST(b AS DOUBLE)) AS n FROM t1")
+    assert fields == {
+        "n": {("a", TRANSFORMATION), ("a", CONDITIONAL), ("b", TRANSFORMATION), ("b", CONDITIONAL)}
+    }
+
+
+def test_a_filter_on_a_hash_decides_rows_by_a_masked_value(spark, t1):
+    # TransformationInfo.merge ORs masking whatever the type: the filter's input is
+    # INDIRECT FILTER with masking
+    fields, dataset = captured(spark, "SELECT a FROM t1 WHERE sha1(s) = 'x'")
+    assert fields == {"a": {("a", IDENTITY)}}
+    assert dataset == {("s", ("INDIRECT", "FILTER", True))}
