@@ -3,7 +3,8 @@ and SVG drawn by Graphviz's ``dot`` when it is installed.
 
 One cluster per dataset (dashed for external sources), a node per field (its v2 path as the
 tooltip), edges labelled with the transformation: dashed for INDIRECT, red for masked, an open
-head for opaque; drops end in octagons.
+head for opaque; drops end in octagons, fields read and then used by nothing in a note named
+after the operation that read them.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Iterable, Sequence
 
 from odf_chain.errors import GraphvizError
 from odf_chain.events import Transformation, TransformationType
-from odf_chain.lineage.graph import EventRef, FieldDrop, FieldEdge, FieldRef
+from odf_chain.lineage.graph import EventRef, FieldDrop, FieldEdge, FieldRef, FieldUnused
 from odf_chain.lineage_render import (
     LineageView,
     event_order,
@@ -53,9 +54,10 @@ def dot_text(
     tooltip: the dataset id), a node per field (label: plain name, tooltip: v2 path), an edge
     per source, target and transformation (label: the transformation; dashed when INDIRECT,
     red when masked, an open circle head when opaque), and drops as edges into a node per drop
-    operation of a dataset's runs. ``nodes``:
-    only these fields and the edges among them (default: everything); ``dropping``: the fields
-    whose drops are drawn (default: all when ``nodes`` is None, else none)."""
+    operation of a dataset's runs (fields read and used by nothing likewise, into a node per
+    operation that read them). ``nodes``: only these fields and the edges among them (default:
+    everything); ``dropping``: the fields whose drops and unused reads are drawn (default: all
+    when ``nodes`` is None, else none)."""
     graph = view.graph
     if nodes is None:
         nodes = {FieldRef(d, p) for d in graph.datasets() for p in graph.fields(d)}
@@ -80,6 +82,17 @@ def dot_text(
             sorted(drops, key=lambda k: (k[0] != view.dataset, view.name(k[0]), k[1]))
         )
     }
+    unused: dict[tuple[str, str], list[FieldUnused]] = {}  # (dataset of the run, op) -> fields
+    for ref in order:
+        if ref in dropping:
+            for found in graph.unused_of(ref):
+                unused.setdefault((found.event.dataset, found.operation), []).append(found)
+    unused_ids = {
+        key: f"u{i}"
+        for i, key in enumerate(
+            sorted(unused, key=lambda k: (k[0] != view.dataset, view.name(k[0]), k[1]))
+        )
+    }
 
     clusters: dict[str, list[str]] = {}
     for ref in order:
@@ -97,6 +110,18 @@ def dot_text(
         }
         clusters.setdefault(dataset, []).append(
             f"{drop_ids[(dataset, operation)]} {_attrs(attrs)};"
+        )
+    for (dataset, operation), found_unused in unused.items():
+        attrs = {
+            "label": operation,
+            "tooltip": f"read by {operation} in {_runs_tip(u.event for u in found_unused)}, "
+            "then used by nothing",
+            "shape": "note",
+            "style": "dashed",
+            "color": "gray50",
+        }
+        clusters.setdefault(dataset, []).append(
+            f"{unused_ids[(dataset, operation)]} {_attrs(attrs)};"
         )
 
     lines = [
@@ -145,6 +170,10 @@ def dot_text(
         for ref in _unique_refs(d.field for d in found):
             attrs = {"label": "drop", "style": "dotted", "arrowhead": "tee", "color": "gray50"}
             lines.append(f"  {ids[ref]} -> {drop_ids[key]} {_attrs(attrs)};")
+    for key, found_unused in unused.items():
+        for ref in _unique_refs(u.field for u in found_unused):
+            attrs = {"label": "unused", "style": "dotted", "arrowhead": "none", "color": "gray50"}
+            lines.append(f"  {ids[ref]} -> {unused_ids[key]} {_attrs(attrs)};")
     lines.append("}")
     return "\n".join(lines) + "\n"
 

@@ -23,6 +23,7 @@ from odf_chain.lineage.graph import (
     FieldEdge,
     FieldGraph,
     FieldRef,
+    FieldUnused,
     Reached,
     RunOperations,
     input_key,
@@ -49,6 +50,12 @@ def _all_drops(graph: FieldGraph) -> Iterator[FieldDrop]:
     for dataset in graph.datasets():
         for path in graph.fields(dataset):
             yield from graph.drops_of(FieldRef(dataset, path))
+
+
+def _all_unused(graph: FieldGraph) -> Iterator[FieldUnused]:
+    for dataset in graph.datasets():
+        for path in graph.fields(dataset):
+            yield from graph.unused_of(FieldRef(dataset, path))
 
 
 @dataclass(frozen=True)
@@ -80,6 +87,8 @@ class LineageView:
             note(edge.source_input)
         for drop in _all_drops(replay.graph):
             note(drop.source_input)
+        for unused in _all_unused(replay.graph):
+            note(unused.source_input)
         for key in replay.graph.datasets():
             found.setdefault(key, key)
         # Two datasets shown under one name (a location reused) are told apart by their ids.
@@ -261,6 +270,41 @@ def _grouped_drops(view: LineageView, drops: Iterable[FieldDrop]) -> list[Doc]:
     return out
 
 
+def _grouped_unused(view: LineageView, unused: Iterable[FieldUnused]) -> list[Doc]:
+    """Fields read and then used by nothing, by field, operation and output, runs merged."""
+    groups: dict[tuple, list[EventRef]] = {}
+    for found in unused:
+        key = (
+            found.field,
+            found.source_input.name,
+            found.operation,
+            found.output,
+            found.operations,
+            found.transformation,
+            found.only_unused,
+        )
+        runs = groups.setdefault(key, [])
+        if found.event not in runs:
+            runs.append(found.event)
+    out = [
+        {
+            "field": field_json(view, field),
+            "input": alias,
+            "operation": operation,
+            "output": output,
+            "operations": list(operations),
+            "transformation": transformation_json(step),
+            "only_unused": only,
+            "runs": [run_json(view, r) for r in sorted(runs, key=event_order)],
+        }
+        for (field, alias, operation, output, operations, step, only), runs in groups.items()
+    ]
+    out.sort(
+        key=lambda d: (d["field"]["dataset_name"], d["field"]["name"], d["operation"], d["input"])
+    )
+    return out
+
+
 # -- the whole graph ------------------------------------------------------------------------------
 
 
@@ -273,20 +317,29 @@ def _section_order(view: LineageView) -> list[str]:
 
 def graph_json(view: LineageView) -> Doc:
     """Per dataset that recorded lineage: the inputs its runs read, its runs, each written field
-    with its direct sources, and its drops."""
+    with its direct sources, its drops, and the fields its runs read and used for nothing."""
     drops: dict[str, list[FieldDrop]] = {}
     for drop in _all_drops(view.graph):
         drops.setdefault(drop.event.dataset, []).append(drop)
+    unused: dict[str, list[FieldUnused]] = {}
+    for found in _all_unused(view.graph):
+        unused.setdefault(found.event.dataset, []).append(found)
     doc = _header(view, {"mode": "graph", "field": None, "depth": None})
-    doc["graph"] = [_section_json(view, key, drops.get(key, [])) for key in _section_order(view)]
+    doc["graph"] = [
+        _section_json(view, key, drops.get(key, []), unused.get(key, []))
+        for key in _section_order(view)
+    ]
     return doc
 
 
-def _section_json(view: LineageView, key: str, drops: list[FieldDrop]) -> Doc:
+def _section_json(
+    view: LineageView, key: str, drops: list[FieldDrop], unused: list[FieldUnused]
+) -> Doc:
     graph = view.graph
     inputs: dict[str, set[str]] = {}  # input name -> dataset keys
     for item in [
         *drops,
+        *unused,
         *(e for p in graph.fields(key) for e in graph.edges_into(FieldRef(key, p))),
     ]:
         inputs.setdefault(item.source_input.name, set()).add(input_key(item.source_input))
@@ -308,6 +361,7 @@ def _section_json(view: LineageView, key: str, drops: list[FieldDrop]) -> Doc:
             if _written_by(graph, ref)
         ],
         "drops": _grouped_drops(view, drops),
+        "unused": _grouped_unused(view, unused),
     }
 
 
@@ -348,7 +402,7 @@ def _written_by(graph: FieldGraph, ref: FieldRef) -> bool:
     wrote it or not: without sources it is not listed as written.)"""
     if graph.edges_into(ref):
         return True
-    reads = graph.edges_out_of(ref) or graph.drops_of(ref)
+    reads = graph.edges_out_of(ref) or graph.drops_of(ref) or graph.unused_of(ref)
     return not reads
 
 
@@ -377,6 +431,7 @@ def summary_json(view: LineageView, field: FieldRef) -> Doc:
             for f in sorted(outgoing.destinations, key=lambda r: field_sort_key(view, r))
         ],
         "drops": _grouped_drops(view, outgoing.drops),
+        "unused": _grouped_unused(view, outgoing.unused),
         "runs": _runs_json(view, outgoing.runs),
     }
     return doc
@@ -539,10 +594,27 @@ def graph_text(doc: Doc) -> str:
                     "    ",
                 )
             )
+        if section["unused"]:
+            lines.append("  read, then used by nothing")
+            lines.extend(_table(_unused_rows(section["unused"], "input"), "    "))
     if not doc["graph"]:
         lines.append("no field lineage recorded")
     lines.extend(_warnings(doc))
     return "\n".join(lines) + "\n"
+
+
+def _unused_rows(unused: Sequence[Doc], owner: str) -> list[list[str]]:
+    """``owner``: "input" (the run's name for the input) or "dataset" (its readable name)."""
+    return [
+        [
+            u["input"] if owner == "input" else u["field"]["dataset_name"],
+            u["field"]["name"],
+            f"by {u['operation']}"
+            + (f" as {u['output']}" if u["output"] != u["field"]["path"] else ""),
+            _runs_label(u["runs"]),
+        ]
+        for u in unused
+    ]
 
 
 def _interleave(table: list[str], marks: list[tuple[int, str]]) -> list[str]:
@@ -617,6 +689,9 @@ def summary_text(doc: Doc) -> str:
                 "    ",
             )
         )
+    if outgoing["unused"]:
+        lines.append("  read, then used by nothing")
+        lines.extend(_table(_unused_rows(outgoing["unused"], "dataset"), "    "))
     if outgoing["runs"]:
         lines.append("  operations, nearest run first")
         lines.extend(_table(_run_rows(outgoing["runs"]), "    "))

@@ -31,6 +31,9 @@ lineage-structure         a lineage event is well formed: input and operation na
                           distinct from each other; each input a pinned dataset (dataset_id and
                           block_hash) or an external source (uri); every input field read from
                           an input or from an output of another operation; no cycles
+lineage-writes            a lineage event writes at least one field: some operation writes into
+                          the dataset (``writes``) and names an output (CDAP refuses an
+                          operation set without a write)
 lineage-outputs           every field a lineage operation writes is a v2 path of the schema in
                           force
 lineage-data              the offsets a lineage event's run wrote start at the next offset and
@@ -413,6 +416,29 @@ def check_lineage_structure(
         raise RuleViolation("lineage-structure", _joined(problems))
 
 
+def check_lineage_writes(state: DatasetState, block: MetadataBlock, block_hash: Multihash) -> None:
+    """CDAP's FieldLineageInfo refuses operations without a WRITE: lineage that reaches no field
+    of the dataset says nothing about it. Here a write is an operation with ``writes`` set and
+    at least one output."""
+    event = block.event
+    if not isinstance(event, AddFieldLineage) or not event.operations:
+        return  # an event without operations is a no-op (rule no-op)
+    if any(op.writes and op.outputs for op in event.operations):
+        return
+    shown = [
+        f"{op.name!r} ({'no outputs' if not op.outputs else 'intermediate outputs only'})"
+        for op in event.operations[:_SHOWN]
+    ]
+    more = len(event.operations) - len(shown)
+    listed = ", ".join(shown) + (f" and {more} more" if more > 0 else "")
+    raise RuleViolation(
+        "lineage-writes",
+        f"AddFieldLineage for run {event.run.run_id!r} of job {event.run.job_name!r} writes no "
+        f"field of the dataset: expected an operation that writes an output into it, found "
+        f"{listed}",
+    )
+
+
 def check_lineage_outputs(state: DatasetState, block: MetadataBlock, block_hash: Multihash) -> None:
     event = block.event
     if not isinstance(event, AddFieldLineage):
@@ -606,6 +632,7 @@ RULES: tuple[Rule, ...] = (
     check_dataset_kind,
     check_vocab,
     check_lineage_structure,
+    check_lineage_writes,
     check_lineage_outputs,
     check_lineage_data,
     check_transaction,

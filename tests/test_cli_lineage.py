@@ -504,7 +504,7 @@ def test_summary_and_reached_json(chain: Chain) -> None:
         ("o-1", ["read", "write"]),
         ("o-2", ["read", "write"]),
     ]
-    assert doc["outgoing"] == {"destinations": [], "drops": [], "runs": []}
+    assert doc["outgoing"] == {"destinations": [], "drops": [], "unused": [], "runs": []}
 
     doc = json.loads(ok(run("spend", "name", "--upstream", "--json", cwd=chain.root)))
     assert doc["query"]["mode"] == "upstream" and doc["query"]["depth"] == 1
@@ -934,3 +934,56 @@ def test_an_input_named_by_the_path_one_would_type(chain: Chain, how: str) -> No
     by_path = ok(run("spend", "id", "--dataset", typed, "--downstream", cwd=chain.root))
     by_name = ok(run("spend", "id", "--dataset", "customers", "--downstream", cwd=chain.root))
     assert by_path == by_name and "downstream of id in customers" in by_name
+
+
+# -- a field read and then used by nothing ---------------------------------------------------------
+
+
+def test_a_field_read_and_used_by_nothing_stays_in_the_graph_with_its_read(tmp_path: Path) -> None:
+    """CDAP keeps a field that a run read but no later operation used, with its read: the graph
+    lists it under the run's dataset, its summary names the read, the picture draws it."""
+    with contextlib.chdir(tmp_path):
+        people = Dataset.create("people")
+        rec = LineageRecorder("load-people", run_id="p-1")
+        raw = rec.external_input("people_csv", "file:///src/people.csv")
+        read = rec.read("read", raw, ["id", "nickname", "ssn"])
+        rec.write("write", {"id": read["id"]})
+        people.write(pa.table({"id": pa.array([1], pa.int64())}), lineage=rec)
+
+    text = ok(run("people", cwd=tmp_path))
+    assert "  read, then used by nothing\n" in text
+    lines = text.splitlines()
+    start = lines.index("  read, then used by nothing")
+    assert [line.split() for line in lines[start + 1 :]] == [
+        ["people_csv", "nickname", "by", "read", "load-people/p-1"],
+        ["people_csv", "ssn", "by", "read", "load-people/p-1"],
+    ]
+
+    doc = json.loads(ok(run("people", "--json", cwd=tmp_path)))
+    (section,) = doc["graph"]
+    assert [
+        (u["input"], u["field"]["path"], u["operation"], u["only_unused"])
+        for u in section["unused"]
+    ] == [
+        ("people_csv", "nickname", "read", True),
+        ("people_csv", "ssn", "read", True),
+    ]
+    assert section["inputs"] == [
+        {
+            "input": "people_csv",
+            "dataset": "file:///src/people.csv",
+            "dataset_name": "file:///src/people.csv",
+        }
+    ]
+
+    doc = json.loads(ok(run("people", "ssn", "--dataset", "people_csv", "--json", cwd=tmp_path)))
+    outgoing = doc["outgoing"]
+    assert outgoing["destinations"] == [] and outgoing["drops"] == []
+    assert [(u["field"]["path"], u["operation"]) for u in outgoing["unused"]] == [("ssn", "read")]
+    assert [(r["run"]["run_id"], r["operations"]) for r in outgoing["runs"]] == [("p-1", ["read"])]
+    text = ok(run("people", "ssn", "--dataset", "people_csv", cwd=tmp_path))
+    assert "  read, then used by nothing\n" in text
+
+    dot = ok(run("people", "--format", "dot", cwd=tmp_path))
+    assert 'shape="note"' in dot and 'label="unused"' in dot
+    assert dot.count('label="unused"') == 2  # nickname and ssn, into the one note of "read"

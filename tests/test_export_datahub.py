@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,18 @@ import pyarrow as pa
 import pytest
 
 from odf_chain import Dataset
-from odf_chain.events import AddData, AddFieldLineage, SetInfo, TransformationSubtype
+from odf_chain.events import (
+    AddData,
+    AddFieldLineage,
+    FieldOperation,
+    InputField,
+    LineageInput,
+    LineageRun,
+    SetInfo,
+    Transformation,
+    TransformationSubtype,
+    TransformationType,
+)
 from odf_chain.export.datahub import write_datahub_file
 from odf_chain.format.multihash import Multihash
 from odf_chain.lineage import LineageRecorder
@@ -138,6 +150,69 @@ def build_chains(root: Path) -> Chains:
     )
     ids = [d.state.dataset_id.to_did() for d in (users, summary)]
     return Chains(users, summary, users_first, users_second, *ids)
+
+
+# Steps an older chain may hold: DIRECT CONDITIONAL (the Spark capture's chosen value, before it
+# followed openlineage-spark) and INDIRECT IDENTITY (a recorder's type= override); with a
+# DIRECT CONDITIONAL masked step before an aggregation.
+LEGACY_STEPS = (
+    Transformation(TransformationType.DIRECT, TransformationSubtype.CONDITIONAL),
+    Transformation(TransformationType.INDIRECT, TransformationSubtype.IDENTITY),
+    Transformation(TransformationType.DIRECT, TransformationSubtype.CONDITIONAL, masking=True),
+    Transformation(TransformationType.DIRECT, TransformationSubtype.AGGREGATION),
+)
+
+
+@dataclass(frozen=True)
+class LegacyChain:
+    dataset: Dataset
+    did: str
+
+
+def build_legacy_chain(root: Path) -> LegacyChain:
+    """A dataset with columns x, y, z and one lineage event appended as is (no recorder, which
+    refuses these pairs now), reading a, b, c, d of ``file:///in/legacy.csv``."""
+    dataset = Dataset.create(root)
+    dataset.write(pa.table({"x": [1], "y": [2], "z": [3]}))
+    path = {name: f"[version=2.0].[type=long].{name}" for name in "xyz"}
+    pick, odd, hide, total = LEGACY_STEPS
+    dataset.append(
+        AddFieldLineage(
+            LineageRun("legacy", "old-1", datetime(2025, 1, 2, tzinfo=UTC)),
+            (LineageInput("src", uri="file:///in/legacy.csv"),),
+            (
+                FieldOperation(
+                    "pick", (InputField("src", "a"), InputField("src", "b")), (path["x"],), pick
+                ),
+                FieldOperation("odd", (InputField("src", "c"),), (path["y"],), odd),
+                FieldOperation("hide", (InputField("src", "d"),), ("h",), hide, writes=False),
+                FieldOperation("total", (InputField("hide", "h"),), (path["z"],), total),
+            ),
+        )
+    )
+    return LegacyChain(dataset, dataset.state.dataset_id.to_did())
+
+
+def test_an_older_chains_pairs_get_openlineages_names(tmp_path: Path) -> None:
+    """The same names as the OpenLineage export: DIRECT:TRANSFORMATION for an older DIRECT
+    CONDITIONAL, INDIRECT alone for an INDIRECT step with a direct subtype."""
+    legacy = build_legacy_chain(tmp_path / "legacy")
+    mcps = export(legacy.dataset, tmp_path / "legacy.json")
+    lineage = aspects(mcps)[(odf_urn(legacy.did), "upstreamLineage")]
+    csv = "urn:li:dataset:(urn:li:dataPlatform:file,file:///in/legacy.csv,PROD)"
+    assert sorted(fine_grained(lineage)) == [
+        (
+            field_urn(odf_urn(legacy.did), long("x")),
+            "DIRECT:TRANSFORMATION",
+            (field_urn(csv, "a"), field_urn(csv, "b")),
+        ),
+        (field_urn(odf_urn(legacy.did), long("y")), "INDIRECT", (field_urn(csv, "c"),)),
+        (
+            field_urn(odf_urn(legacy.did), long("z")),
+            "DIRECT:AGGREGATION,MASKED",
+            (field_urn(csv, "d"),),
+        ),
+    ]
 
 
 @pytest.fixture

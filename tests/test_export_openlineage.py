@@ -16,7 +16,14 @@ from openlineage.client.facet_v2 import column_lineage_dataset, schema_dataset
 from odf_chain import Dataset
 from odf_chain.events import AddData, AddFieldLineage
 from odf_chain.export.openlineage import external_name, write_openlineage_file
-from tests.test_export_datahub import CSV_HASH, UUID_RUN, Chains, build_chains
+from tests.test_export_datahub import (
+    CSV_HASH,
+    LEGACY_STEPS,
+    UUID_RUN,
+    Chains,
+    build_chains,
+    build_legacy_chain,
+)
 
 COLUMN_LINEAGE_URL = (
     "https://openlineage.io/spec/facets/1-2-0/ColumnLineageDatasetFacet.json"
@@ -372,3 +379,70 @@ def test_a_dataset_without_lineage_has_no_events(tmp_path: Path) -> None:
     empty = Dataset.create(tmp_path / "empty")
     assert write_openlineage_file(empty, tmp_path / "empty.jsonl") == 0
     assert (tmp_path / "empty.jsonl").read_text() == ""
+
+
+# -- OpenLineage's vocabulary ---------------------------------------------------------------------
+
+# The column lineage facet's vocabulary, as OpenLineage's documentation lists it
+# (website/docs/spec/facets/dataset-facets/column_lineage_facet.md, "Transformation Type") and
+# openlineage-spark's TransformationInfo pairs it: each subtype belongs to one type.
+VOCABULARY = {
+    "DIRECT": {"IDENTITY", "TRANSFORMATION", "AGGREGATION"},
+    "INDIRECT": {"JOIN", "GROUP_BY", "FILTER", "SORT", "WINDOW", "CONDITIONAL"},
+}
+
+
+def vocabulary_problems(events: list[dict[str, Any]]) -> list[str]:
+    """Every transformation of every event outside OpenLineage's vocabulary: a type that is not
+    DIRECT or INDIRECT, a subtype not paired with its type, a masking that is not a boolean."""
+    problems = []
+    for event in events:
+        for dataset in event["outputs"]:
+            facet = dataset["facets"].get("columnLineage", {"fields": {}})
+            for target, entry in facet["fields"].items():
+                for source in entry["inputFields"]:
+                    for t in source["transformations"]:
+                        where = f"{target} <- {source['field']}: {t}"
+                        if t["type"] not in VOCABULARY:
+                            problems.append(f"type: {where}")
+                        elif "subtype" in t and t["subtype"] not in VOCABULARY[t["type"]]:
+                            problems.append(f"subtype: {where}")
+                        if not isinstance(t.get("masking"), bool):
+                            problems.append(f"masking: {where}")
+    return problems
+
+
+def test_every_transformation_is_in_openlineages_vocabulary(chains: Chains, tmp_path: Path) -> None:
+    for name, dataset in (("users", chains.users), ("summary", chains.summary)):
+        events = export(dataset, tmp_path / f"{name}.jsonl")
+        assert any(lineage_of(e) for e in events if e["eventType"] == "COMPLETE")
+        assert vocabulary_problems(events) == []
+
+
+def test_an_older_chains_pairs_are_exported_in_openlineages_vocabulary(tmp_path: Path) -> None:
+    """A chain written before holds DIRECT CONDITIONAL (the Spark capture's value chosen among
+    candidates) and an INDIRECT step with a direct subtype (a recorder's type= override): the
+    export writes DIRECT TRANSFORMATION for the first, INDIRECT without a subtype for the
+    second, and the bytes of the chain keep what was recorded."""
+    legacy = build_legacy_chain(tmp_path / "legacy")
+    events = export(legacy.dataset, tmp_path / "legacy.jsonl")
+    complete = events[1]
+    assert vocabulary_problems(events) == []
+    facet = complete["outputs"][0]["facets"]["columnLineage"]["fields"]
+    src = ("file", "/in/legacy.csv")
+    assert {
+        (f, s["field"], t["type"], t.get("subtype"), t["masking"])
+        for f, entry in facet.items()
+        for s in entry["inputFields"]
+        for t in s["transformations"]
+        if (s["namespace"], s["name"]) == src
+    } == {
+        ("x", "a", "DIRECT", "TRANSFORMATION", False),
+        ("x", "b", "DIRECT", "TRANSFORMATION", False),
+        ("y", "c", "INDIRECT", None, False),
+        ("z", "d", "DIRECT", "AGGREGATION", True),
+    }
+    recorded = [
+        e.block.event for e in legacy.dataset.blocks() if e.block.event_name == "AddFieldLineage"
+    ]
+    assert [op.transformation for op in recorded[0].operations] == list(LEGACY_STEPS)

@@ -11,7 +11,14 @@ import pytest
 
 from odf_chain import Dataset, chain
 from odf_chain.errors import RuleViolation
-from odf_chain.events import AddData, AddFieldLineage, OffsetInterval, TransformationSubtype
+from odf_chain.events import (
+    AddData,
+    AddFieldLineage,
+    MetadataBlock,
+    OffsetInterval,
+    TransformationSubtype,
+)
+from odf_chain.format.codec import encode_block
 from odf_chain.format.multihash import Multihash
 from odf_chain.lineage import FieldRef, LineageRecorder
 from odf_chain.schema.paths import v1_path
@@ -227,3 +234,53 @@ def _slice(state) -> AddData:
         prev_offset=state.last_offset,
         new_data=DataSlice(h, h, OffsetInterval(state.next_offset, state.next_offset), 1),
     )
+
+
+# -- CDAP: an operation set that writes nothing ------------------------------------------------
+
+
+def _writes_nothing(users: Dataset) -> AddFieldLineage:
+    """users' fields read, one dropped, none written: CDAP refuses such an operation set."""
+    state = users.state
+    rec = LineageRecorder("peek", run_id="peek-1")
+    src = rec.dataset_input(
+        "users", state.dataset_id, state.head, uri=str(users.path), fields=state.field_paths
+    )
+    read = rec.read("read", src, ["id", "first"])
+    rec.drop("forget", [read["first"]])
+    return rec.event(started_at=state.system_time)
+
+
+def test_a_lineage_event_that_writes_nothing_is_refused(users, tmp_path) -> None:
+    out = _people(tmp_path)
+    before = snapshot_tree(tmp_path / "people")
+    with pytest.raises(RuleViolation, match=r"'read' \(intermediate outputs only\)") as caught:
+        out.append(_writes_nothing(users))
+    assert caught.value.rule == "lineage-writes"
+    assert "run 'peek-1' of job 'peek' writes no field" in str(caught.value)
+    assert snapshot_tree(tmp_path / "people") == before
+
+
+def test_verify_reports_a_lineage_event_that_writes_nothing(users, tmp_path) -> None:
+    """A chain written before the rule (or by another tool) holds such an event: the block is
+    encoded and stored directly, and verify names the rule, the block and the operations."""
+    out = _people(tmp_path)
+    state = out.refresh()
+    block = MetadataBlock(
+        system_time=state.system_time + timedelta(seconds=1),
+        prev_block_hash=state.head,
+        sequence_number=state.sequence_number + 1,
+        event=_writes_nothing(users),
+    )
+    data = encode_block(block)
+    block_hash = Multihash.digest(state.hash_algorithm, data)
+    out.storage.write_block(str(block_hash), data)
+    out.storage.compare_and_swap_head(str(state.head), str(block_hash))
+
+    report = out.verify()
+    (problem,) = report.errors
+    assert (problem.rule, problem.sequence_number) == ("lineage-writes", block.sequence_number)
+    assert problem.block_hash == str(block_hash)
+    assert "'read' (intermediate outputs only), 'forget' (no outputs)" in problem.message
+    line = problem.line()
+    assert f"block {block.sequence_number} {block_hash}" in line and "[lineage-writes]" in line

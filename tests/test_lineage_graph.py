@@ -36,6 +36,7 @@ from odf_chain.lineage import (
     combine,
     combine_all,
     copies_pairwise,
+    resolve,
 )
 
 T0 = datetime(2024, 3, 1, tzinfo=UTC)
@@ -130,6 +131,16 @@ def _drops(drops) -> set[tuple]:
         (MASK, UDF, Transformation(T.DIRECT, S.TRANSFORMATION, masking=True, opaque=True)),
         # An INDIRECT step with a direct subtype still makes the chain indirect.
         (Transformation(T.INDIRECT, S.TRANSFORMATION), IDENT, Transformation(T.INDIRECT, 1)),
+        # An older chain's DIRECT CONDITIONAL (a value chosen among candidates) is read as
+        # OpenLineage's DIRECT TRANSFORMATION, and composes as one.
+        (Transformation(T.DIRECT, S.CONDITIONAL), IDENT, TRANSFORM),
+        (Transformation(T.DIRECT, S.CONDITIONAL), AGGREGATE, AGGREGATE),
+        (
+            Transformation(T.DIRECT, S.CONDITIONAL, masking=True),
+            FILTER,
+            Transformation(T.INDIRECT, S.FILTER, masking=True),
+        ),
+        (Transformation(T.DIRECT, S.WINDOW), SORT, SORT),
     ],
 )
 def test_combine(first, then, expected) -> None:
@@ -223,6 +234,74 @@ def test_cdap_normalizer_edges_and_drops() -> None:
     assert lost.destinations == ()
     assert [(d.operation, d.only_dropped) for d in lost.drops] == [("drop secret", True)]
     assert lost.runs == (RunOperations(ref, ("read", "drop secret")),)
+
+
+def test_a_field_read_and_used_by_nothing_is_kept_with_its_read() -> None:
+    """CDAP keeps a field that is read but used by no later operation, with its read: here
+    ``nickname`` and ``ssn`` are read and go nowhere (``ssn`` is not even dropped), ``first``
+    is read twice, once into a write and once into nothing."""
+    event = AddFieldLineage(
+        _run("r1", 0),
+        (_pinned("users", A_ID, 4),),
+        (
+            _op("read", [("users", f) for f in ["uid", "nickname", "ssn"]], ["uid", "nick", "ssn"]),
+            _op("peek", [("users", "first")], ["first"]),
+            _op("name", [("users", "first")], ["name"], TRANSFORM),
+            _op("write", [("read", "uid"), ("name", "name")], ["uid", "name"], writes=True),
+        ),
+    )
+    graph = FieldGraph()
+    graph.add_event(B, event, (5, "fblock5"))
+    ref = EventRef(B, _run("r1", 0), BlockRef(5, "fblock5"))
+
+    def a(path: str) -> FieldRef:
+        return FieldRef(A, path)
+
+    assert set(graph.fields(A)) == {"uid", "nickname", "ssn", "first"}
+    kept = {
+        (u.field, u.operation, u.output, u.transformation, u.operations, u.only_unused)
+        for path in ("uid", "nickname", "ssn", "first")
+        for u in graph.unused_of(a(path))
+    }
+    assert kept == {
+        (a("nickname"), "read", "nick", IDENT, ("read",), True),
+        (a("ssn"), "read", "ssn", IDENT, ("read",), True),
+        (a("first"), "peek", "first", IDENT, ("peek",), False),  # it also reaches name
+    }
+    (unused,) = graph.unused_of(a("ssn"))
+    assert unused.event == ref and unused.source_input == _pinned("users", A_ID, 4)
+
+    lost = graph.outgoing(a("ssn"))
+    assert lost.destinations == () and lost.drops == ()
+    assert [(u.operation, u.output) for u in lost.unused] == [("read", "ssn")]
+    assert lost.runs == (RunOperations(ref, ("read",)),)  # CDAP's outgoing operations: the read
+    first = graph.outgoing(a("first"))
+    assert first.destinations == (FieldRef(B, "name"),)
+    assert first.runs == (RunOperations(ref, ("peek", "name", "write")),)
+
+    resolution = resolve(event)
+    assert {(u.source, u.operation, u.output) for u in resolution.unused} == {
+        ("nickname", "read", "nick"),
+        ("ssn", "read", "ssn"),
+        ("first", "peek", "first"),
+    }
+
+
+def test_outputs_that_are_dropped_or_written_are_not_unused() -> None:
+    event = AddFieldLineage(
+        _run("r1", 0),
+        (_external("raw", "file:///in/r.csv"),),
+        (
+            _op("read", [("raw", "a"), ("raw", "b")], ["a", "b"]),
+            _op("drop b", [("read", "b")]),
+            _op("write", [("read", "a")], ["a"], writes=True),
+        ),
+    )
+    assert resolve(event).unused == ()
+    graph = FieldGraph()
+    graph.add_event(B, event)
+    assert graph.unused_of(FieldRef("file:///in/r.csv", "b")) == ()
+    assert graph.outgoing(FieldRef("file:///in/r.csv", "b")).unused == ()
 
 
 def test_identity_copies_pairwise_every_other_operation_all_to_all() -> None:

@@ -194,7 +194,7 @@ def test_write_defaults_outputs_to_the_names_it_is_given() -> None:
         ({"subtype": S.SORT}, Transformation(T.INDIRECT, S.SORT)),
         ({"subtype": S.WINDOW}, Transformation(T.INDIRECT, S.WINDOW)),
         ({"subtype": S.CONDITIONAL}, Transformation(T.INDIRECT, S.CONDITIONAL)),
-        ({"subtype": S.WINDOW, "type": T.DIRECT}, Transformation(T.DIRECT, S.WINDOW)),
+        ({"subtype": S.WINDOW, "type": T.INDIRECT}, Transformation(T.INDIRECT, S.WINDOW)),
         ({"masking": True}, Transformation(T.DIRECT, S.TRANSFORMATION, masking=True)),
         ({"opaque": True}, Transformation(T.DIRECT, S.TRANSFORMATION, opaque=True)),
     ],
@@ -204,6 +204,30 @@ def test_transform_type_follows_the_subtype_unless_given(kwargs, expected) -> No
     raw = rec.external_input("raw", "file:///in/x.csv")
     op = rec.transform("t", [raw["a"]], ["b"], **kwargs)
     assert op.operation.transformation == expected
+
+
+@pytest.mark.parametrize(
+    ("subtype", "kind", "owner"),
+    [
+        (S.CONDITIONAL, T.DIRECT, "INDIRECT"),  # what the Spark capture once wrote
+        (S.WINDOW, T.DIRECT, "INDIRECT"),
+        (S.IDENTITY, T.INDIRECT, "DIRECT"),
+        (S.AGGREGATION, T.INDIRECT, "DIRECT"),
+    ],
+)
+def test_pairs_outside_openlineages_vocabulary_are_refused(subtype, kind, owner) -> None:
+    rec = _recorder()
+    raw = rec.external_input("raw", "file:///in/x.csv")
+    expected = (
+        rf"{kind.name} {subtype.name} is not in OpenLineage's vocabulary: "
+        rf"{subtype.name} is {owner}"
+    )
+    with pytest.raises(LineageError, match=rf"transform 't': {expected}"):
+        rec.transform("t", [raw["a"]], ["b"], subtype=subtype, type=kind)
+    hand_built = FieldOperation("h", (raw["a"],), ("b",), Transformation(kind, subtype))
+    with pytest.raises(LineageError, match=rf"operation 'h': {expected}"):
+        rec.record(hand_built)
+    assert rec.operations == ()
 
 
 def test_record_takes_a_hand_built_operation_and_checks_it() -> None:

@@ -682,7 +682,7 @@ def test_compatible_schema_change(case: str) -> None:
     assert c.state.schema_sequence_number == block.sequence_number
 
 
-# -- field lineage: no-op, lineage-structure, lineage-outputs, lineage-data -----------------------
+# -- field lineage: no-op, lineage-structure, lineage-writes, lineage-outputs, lineage-data -------
 
 ID = "[version=2.0].[type=long].id"  # SCHEMA's int64 column ``id``, lakehouse convention
 NAME = "[version=2.0].[type=string].name"
@@ -879,9 +879,34 @@ def test_lineage_writes_before_any_schema() -> None:
     c.reject(lineage(WRITE, READ), "lineage-outputs", "'write'", ID, "no schema is in force")
 
 
-def test_lineage_without_written_outputs_needs_no_schema() -> None:
-    c = seeded()
-    c.add(lineage(READ, op("drop", ("read", "id"))))  # an intermediate step and a drop
+def test_lineage_that_writes_nothing_is_refused() -> None:
+    """CDAP refuses an operation set without a write: an intermediate step and a drop reach no
+    field of the dataset (this event used to be accepted, with or without a schema)."""
+    for c in (seeded(), with_schema()):
+        c.reject(
+            lineage(READ, op("drop", ("read", "id"))),
+            "lineage-writes",
+            "run 'run-7' of job 'nightly' writes no field of the dataset",
+            "'read' (intermediate outputs only), 'drop' (no outputs)",
+        )
+
+
+@pytest.mark.parametrize(
+    ("operations", "listed"),
+    [
+        # a "write" that names no output, beside a read: nothing reaches the dataset
+        ((READ, op("write", ("read", "id"))), "'read' (intermediate outputs only), 'write'"),
+        # outputs, but none written into the dataset
+        ((op("t", ("src", "x"), outputs=("y",), writes=False),), "'t' (intermediate outputs"),
+    ],
+)
+def test_every_way_of_writing_nothing_names_the_operations(operations, listed) -> None:
+    with_schema().reject(lineage(*operations), "lineage-writes", listed)
+
+
+def test_one_written_field_is_enough() -> None:
+    c = with_schema()
+    c.add(lineage(READ, op("drop", ("read", "id")), op("w", ("read", "name"), outputs=(NAME,))))
 
 
 def test_intermediate_outputs_are_not_schema_paths() -> None:
@@ -1108,6 +1133,7 @@ RULE_TESTS = {
     "dataset-kind": test_execute_transform_in_a_root_dataset,
     "vocab-before-schema": test_set_vocab_after_the_schema,
     "lineage-structure": lambda: test_malformed_lineage_structure("two-step cycle"),
+    "lineage-writes": test_lineage_that_writes_nothing_is_refused,
     "lineage-outputs": test_lineage_writes_a_field_not_in_the_schema,
     "lineage-data": test_schema_between_lineage_and_its_data,
     "transaction-version": test_transaction_version_must_increase_per_app_id,
@@ -1132,6 +1158,7 @@ def test_every_documented_rule_is_exercised() -> None:
         "dataset-kind",
         "vocab-before-schema",
         "lineage-structure",
+        "lineage-writes",
         "lineage-outputs",
         "lineage-data",
         "transaction-version",

@@ -48,7 +48,6 @@ pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
 ID = "DIRECT IDENTITY"
 TRANSFORM = "DIRECT TRANSFORMATION"
 AGG = "DIRECT AGGREGATION"
-CHOSEN = "DIRECT CONDITIONAL"
 CONDITION = "INDIRECT CONDITIONAL"
 FILTER = "INDIRECT FILTER"
 JOIN = "INDIRECT JOIN"
@@ -337,14 +336,22 @@ def test_case_when(orders):
         "bucket": {
             (ORD, "amount", CONDITION),
             (ORD, "region", CONDITION),
-            (ORD, "region", CHOSEN),  # the value is region, as is or upper-cased, chosen
+            (ORD, "region", TRANSFORM),  # a value returned: region, as is or upper-cased
         }
     }
 
 
 def test_coalesce(people):
     got = lineage(people.select(F.coalesce("name", "addr.city").alias("label")))
-    assert got == {"label": {(PPL, "name", CHOSEN), (PPL, "addr.city", CHOSEN)}}
+    # each argument is tested for null (CONDITIONAL) and may be returned (TRANSFORMATION)
+    assert got == {
+        "label": {
+            (PPL, "name", TRANSFORM),
+            (PPL, "name", CONDITION),
+            (PPL, "addr.city", TRANSFORM),
+            (PPL, "addr.city", CONDITION),
+        }
+    }
 
 
 def test_nested_struct_fields_in(people):

@@ -50,7 +50,7 @@ from odf_chain.export.chain_view import (
     view_dataset,
     write_text,
 )
-from odf_chain.lineage import input_key, resolve
+from odf_chain.lineage import input_key, openlineage_names, resolve
 from odf_chain.schema.fields import FieldInfo
 
 DEFAULT_PLATFORM = "odf"
@@ -94,8 +94,11 @@ def schema_field_urn(dataset: str, path: str) -> str:
 
 
 def transform_operation(t: Transformation) -> str:
-    """``DIRECT:AGGREGATION``, with ``,MASKED`` and ``,OPAQUE`` when they apply."""
-    text = f"{t.type.name}:{t.subtype.name}"
+    """``DIRECT:AGGREGATION``, with ``,MASKED`` and ``,OPAQUE`` when they apply: OpenLineage's
+    names, as in the OpenLineage export (an older chain's DIRECT CONDITIONAL is
+    ``DIRECT:TRANSFORMATION``; an INDIRECT step with a direct subtype is just ``INDIRECT``)."""
+    kind, subtype = openlineage_names(t)
+    text = kind if subtype is None else f"{kind}:{subtype}"
     return text + (",MASKED" if t.masking else "") + (",OPAQUE" if t.opaque else "")
 
 

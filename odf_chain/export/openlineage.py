@@ -28,7 +28,15 @@ the run's job name.
 Fields: OpenLineage names columns, not DataHub paths: a field is the dotted name of its v2 path
 (``[version=2.0].[type=struct].[type=struct].address.[type=string].city`` -> ``address.city``),
 matching the nested names of the ``schema`` facet. Each transformation says which operations of
-the run the value went through; an opaque step is named as such there.
+the run the value went through (its description); an opaque step is named as such there.
+
+Transformations use OpenLineage's vocabulary only: ``type`` DIRECT (subtype IDENTITY,
+TRANSFORMATION, AGGREGATION) or INDIRECT (JOIN, GROUP_BY, FILTER, SORT, WINDOW, CONDITIONAL),
+``masking`` a boolean. An older chain's DIRECT CONDITIONAL is written DIRECT TRANSFORMATION; an
+INDIRECT step recorded with a direct subtype is written without a subtype (the facet requires
+only the type); see :func:`odf_chain.lineage.openlineage_names`. As openlineage-spark does by
+default, the INDIRECT inputs that decide which rows exist are listed under each field (the
+facet's ``dataset`` list is left out).
 
 Events are built with the openlineage-python client's classes and written with its serializer
 (keys sorted); lists are sorted, so two exports of one chain are byte-identical.
@@ -81,7 +89,7 @@ from odf_chain.export.chain_view import (
     view_dataset,
     write_text,
 )
-from odf_chain.lineage import input_key, resolve
+from odf_chain.lineage import input_key, openlineage_names, resolve
 from odf_chain.schema.arrow_paths import is_list_like, unwrap_encoding
 from odf_chain.schema.paths import v1_path
 
@@ -221,7 +229,8 @@ def column_lineage_facet(
     for edge in resolve(event).edges:
         namespace, name = _input_name(edge.input)
         t = edge.transformation
-        step = (t.type.name, t.subtype.name, t.masking, _via(edge.operations, by_name))
+        kind, subtype = openlineage_names(t)
+        step = (kind, subtype or "", t.masking, _via(edge.operations, by_name))
         sources = fields.setdefault(v1_path(edge.target), {})
         sources.setdefault((namespace, name, v1_path(edge.source)), set()).add(step)
     return column_lineage_dataset.ColumnLineageDatasetFacet(
@@ -234,7 +243,10 @@ def column_lineage_facet(
                         field=field,
                         transformations=[
                             column_lineage_dataset.Transformation(
-                                type=kind, subtype=subtype, description=text, masking=masking
+                                type=kind,
+                                subtype=subtype or None,
+                                description=text,
+                                masking=masking,
                             )
                             for kind, subtype, masking, text in sorted(steps)
                         ],

@@ -5,9 +5,11 @@ its dataset id text (``did:odf:...``), the key of an external source its URI, so
 dataset writes and the same field read by a downstream dataset are one node, and graphs of
 several datasets joined with :meth:`FieldGraph.merge` connect through them. Each event adds
 direct edges, source field -> written field (see :mod:`odf_chain.lineage.resolve`), each with
-the run, the block, the operations on the way and the combined transformation, and the drops
-its source fields end in. Nodes carry no block: the pin of a read (the input's block hash) is
-on the edge (``source_input``).
+the run, the block, the operations on the way and the combined transformation, the drops its
+source fields end in, and the fields it read that no later operation used (kept with the
+operation that read them, as CDAP keeps them: such a field does not vanish from the graph).
+Nodes carry no block: the pin of a read (the input's block hash) is on the edge
+(``source_input``).
 
 Traversals are breadth-first over adjacency lists, without recursion.
 """
@@ -85,6 +87,25 @@ class FieldDrop:
 
 
 @dataclass(frozen=True, slots=True)
+class FieldUnused:
+    """``field`` became ``output`` of ``operation`` (typically a read) in the run of ``event``,
+    and no later operation used it. ``only_unused``: in that run it reached no written field."""
+
+    field: FieldRef
+    operation: str
+    output: str
+    transformation: Transformation
+    operations: tuple[str, ...]  # the run's operations on the way, ``operation`` last
+    event: EventRef
+    source_input: LineageInput
+    only_unused: bool
+
+    @property
+    def run(self) -> LineageRun:
+        return self.event.run
+
+
+@dataclass(frozen=True, slots=True)
 class Reached:
     """A field found by a traversal, ``distance`` edges away; ``edges``, when asked for, link it
     to the fields found one step nearer."""
@@ -116,13 +137,15 @@ class IncomingSummary:
 @dataclass(frozen=True, slots=True)
 class OutgoingSummary:
     """CDAP's outgoing summary: where a field's values go. ``destinations``: every field they
-    reach, in any dataset; ``drops``: the drops the field and those fields end in; ``runs``:
-    the operations on the way, run by run, nearest first."""
+    reach, in any dataset; ``drops``: the drops the field and those fields end in; ``unused``:
+    the operations where they were read and then used by nothing; ``runs``: the operations on
+    the way, run by run, nearest first (a read whose output nothing used among them)."""
 
     field: FieldRef
     destinations: tuple[FieldRef, ...]
     drops: tuple[FieldDrop, ...]
     runs: tuple[RunOperations, ...]
+    unused: tuple[FieldUnused, ...] = ()
 
 
 def input_key(pinned: LineageInput) -> str:
@@ -143,6 +166,7 @@ class _Recorded:
     drops: tuple[FieldDrop, ...]
     written: tuple[FieldRef, ...]
     order: Mapping[str, int]  # operation name -> position in the run
+    unused: tuple[FieldUnused, ...] = ()
 
 
 _EventKey = tuple[str, str | None, str]
@@ -158,6 +182,7 @@ class FieldGraph:
         self._into: dict[FieldRef, list[FieldEdge]] = {}
         self._out_of: dict[FieldRef, list[FieldEdge]] = {}
         self._drops: dict[FieldRef, list[FieldDrop]] = {}
+        self._unused: dict[FieldRef, list[FieldUnused]] = {}
         self._fields: dict[str, dict[str, None]] = {}
         self._spans: dict[str, list[tuple[int, int, EventRef]]] = {}
 
@@ -221,9 +246,22 @@ class FieldGraph:
             )
             for d in resolution.drops
         )
+        unused = tuple(
+            FieldUnused(
+                source(u.input, u.source),
+                u.operation,
+                u.output,
+                u.transformation,
+                u.operations,
+                ref,
+                u.input,
+                u.only_unused,
+            )
+            for u in resolution.unused
+        )
         written = tuple(target(path) for path in resolution.written)
         order = {name: position for position, name in enumerate(resolution.order)}
-        self._install(key, _Recorded(ref, edges, drops, written, order))
+        self._install(key, _Recorded(ref, edges, drops, written, order, unused))
         return True
 
     def merge(self, other: FieldGraph) -> None:
@@ -248,6 +286,9 @@ class FieldGraph:
         for drop in recorded.drops:
             self._drops.setdefault(drop.field, []).append(drop)
             fields.setdefault(drop.field.dataset, {})[drop.field.path] = None
+        for unused in recorded.unused:
+            self._unused.setdefault(unused.field, []).append(unused)
+            fields.setdefault(unused.field.dataset, {})[unused.field.path] = None
         for ref in recorded.written:
             fields.setdefault(ref.dataset, {})[ref.path] = None
         offsets = recorded.ref.run.offsets
@@ -278,6 +319,10 @@ class FieldGraph:
 
     def drops_of(self, field: FieldRef) -> tuple[FieldDrop, ...]:
         return tuple(self._drops.get(field, ()))
+
+    def unused_of(self, field: FieldRef) -> tuple[FieldUnused, ...]:
+        """Where runs read ``field`` and then used it for nothing."""
+        return tuple(self._unused.get(field, ()))
 
     @property
     def edge_count(self) -> int:
@@ -312,11 +357,21 @@ class FieldGraph:
             for drop in self._drops.get(node, ())
         ]
         drops.sort(key=lambda d: (d[0], _event_order(d[1].event), d[1].field, d[1].operation))
+        unused = [
+            (distance, found)
+            for node, distance in nodes.items()
+            for found in self._unused.get(node, ())
+        ]
+        unused.sort(
+            key=lambda u: (u[0], _event_order(u[1].event), u[1].field, u[1].operation, u[1].output)
+        )
+        ends = [(d + 1, end) for d, end in [*drops, *unused]]
         return OutgoingSummary(
             field,
             tuple(destinations),
             tuple(drop for _, drop in drops),
-            self._runs_of(edges, [(d + 1, drop) for d, drop in drops]),
+            self._runs_of(edges, ends),
+            tuple(found for _, found in unused),
         )
 
     def run_for_offset(self, dataset: str, offset: int) -> LineageRun | None:
@@ -334,7 +389,7 @@ class FieldGraph:
     def _runs_of(
         self,
         edges: Iterable[tuple[int, FieldEdge]],
-        drops: Iterable[tuple[int, FieldDrop]],
+        drops: Iterable[tuple[int, FieldDrop | FieldUnused]],
     ) -> tuple[RunOperations, ...]:
         """The operations of each run met, nearest run first (distance, then chain order)."""
         met: dict[EventRef, tuple[int, set[str]]] = {}

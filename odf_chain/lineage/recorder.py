@@ -44,7 +44,12 @@ from odf_chain.events import (
 )
 from odf_chain.format.did import DatasetId
 from odf_chain.format.multihash import Multihash
-from odf_chain.lineage.transformations import NEUTRAL, transformation
+from odf_chain.lineage.transformations import (
+    NEUTRAL,
+    default_type,
+    in_openlineage_vocabulary,
+    transformation,
+)
 from odf_chain.schema.paths import v1_path
 
 _SHOWN = 8  # known paths listed in an error message
@@ -230,13 +235,17 @@ class LineageRecorder:
         writes: bool = False,
     ) -> OperationHandle:
         """Outputs computed from inputs; every output derives from every input. The type
-        follows from the subtype unless given (FILTER, JOIN, ... are INDIRECT). ``writes``:
-        the outputs are fields of the dataset (then dotted names resolve)."""
+        follows from the subtype (FILTER, JOIN, ... are INDIRECT), as in OpenLineage; a
+        ``type`` given must agree. ``writes``: the outputs are fields of the dataset (then
+        dotted names resolve)."""
         if not outputs:
             raise LineageError(f"transform {name!r} has no outputs; record a drop instead")
         if writes:
             outputs = [self._output_path(out, name) for out in outputs]
-        step = transformation(subtype, type=type, masking=masking, opaque=opaque)
+        try:
+            step = transformation(subtype, type=type, masking=masking, opaque=opaque)
+        except LineageError as exc:
+            raise LineageError(f"transform {name!r}: {exc}") from None
         op = FieldOperation(name, tuple(inputs), tuple(outputs), step, description, writes)
         return self._add(op)
 
@@ -383,6 +392,12 @@ class LineageRecorder:
         self._check_new_name(op.name, "operation")
         if not isinstance(op.transformation, Transformation):
             raise LineageError(f"operation {op.name!r}: transformation must be a Transformation")
+        if not in_openlineage_vocabulary(op.transformation):
+            t = op.transformation
+            raise LineageError(
+                f"operation {op.name!r}: {t.type.name} {t.subtype.name} is not in OpenLineage's "
+                f"vocabulary: {t.subtype.name} is {default_type(t.subtype).name}"
+            )
         for ref in op.inputs:
             self._check_reference(ref, op.name)
         seen: set[str] = set()

@@ -4,7 +4,10 @@ run's inputs and the fields the run wrote.
 The meaning of an operation (also the rules' and the Spark capture's reading of the event):
 every output derives from every input, except an IDENTITY operation with as many outputs as
 inputs, which copies them pairwise in order (the i-th input becomes the i-th output), as a read
-or a write of several fields does. An operation with no outputs is a drop.
+or a write of several fields does. An operation with no outputs is a drop. An output that is
+not written into the dataset and that no operation reads (a field read and then used by
+nothing) ends there: as CDAP keeps such a field with its read operation, it is resolved as
+*unused*, so that the field stays in the graph.
 
 Resolution walks the operations once in a topological order and keeps, for each operation's
 output, which input fields reach it, by which combined transformation and through which
@@ -86,11 +89,27 @@ class ResolvedDrop:
 
 
 @dataclass(frozen=True, slots=True)
+class ResolvedUnused:
+    """``source`` (a field of ``input``) reaches ``output`` of ``operation`` (a read, say),
+    which no later operation reads and which is not written into the dataset. ``only_unused``:
+    the source reaches no written field in this event."""
+
+    input: LineageInput
+    source: str
+    operation: str
+    output: str
+    transformation: Transformation
+    operations: tuple[str, ...]
+    only_unused: bool
+
+
+@dataclass(frozen=True, slots=True)
 class Resolution:
     edges: tuple[ResolvedEdge, ...]
     drops: tuple[ResolvedDrop, ...]
     written: tuple[str, ...]  # every path the event writes, also those with no source field
     order: tuple[str, ...]  # the operation names in the topological order used
+    unused: tuple[ResolvedUnused, ...] = ()
 
 
 def copies_pairwise(operation: FieldOperation) -> bool:
@@ -201,8 +220,10 @@ def resolve(event: AddFieldLineage) -> Resolution:
 
     written: dict[str, _Reach] = {}  # written path -> what reaches it
     ended: list[tuple[int, _Reach]] = []  # drop operation -> what reaches it
+    read: set[tuple[str, str]] = set()  # (operation, output) some operation reads
     for i in order:
         op = operations[i]
+        read.update((f.origin, f.field) for f in op.inputs if f.origin not in inputs)
         step, here = _step(op.transformation), position[i]
         produced: dict[str, _Reach] = {}
         if copies_pairwise(op):
@@ -242,6 +263,13 @@ def resolve(event: AddFieldLineage) -> Resolution:
     reaching: set[_Source] = set()
     for reach in {id(r): r for r in written.values()}.values():  # shared reaches once
         reaching.update(reach)
+    unused = [
+        (i, out, reach)
+        for i in order
+        if not operations[i].writes
+        for out, reach in outputs.get(operations[i].name, {}).items()
+        if (operations[i].name, out) not in read
+    ]
     return Resolution(
         edges=tuple(
             ResolvedEdge(inputs[source[0]], source[1], target, _transformation(step), named(ops))
@@ -264,4 +292,18 @@ def resolve(event: AddFieldLineage) -> Resolution:
         ),
         written=tuple(written),
         order=tuple(names),
+        unused=tuple(
+            ResolvedUnused(
+                inputs[source[0]],
+                source[1],
+                operations[i].name,
+                out,
+                _transformation(step),
+                named(ops),
+                only_unused=source not in reaching,
+            )
+            for i, out, reach in unused
+            for source, paths in reach.items()
+            for step, ops in paths.items()
+        ),
     )

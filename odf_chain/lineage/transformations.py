@@ -16,6 +16,16 @@ rows the input decides: only their order, which branch computes a value, which r
 window, which rows exist, which rows exist and merge, which rows pair up and exist). Every
 indirect subtype outranks every direct one, so a chain whose type is INDIRECT because of an
 indirect subtype carries that subtype.
+
+OpenLineage's vocabulary (column lineage facet 1-2-0 and openlineage-spark's
+``TransformationInfo``) pairs each subtype with one type: IDENTITY, TRANSFORMATION and
+AGGREGATION are DIRECT; JOIN, GROUP_BY, FILTER, SORT, WINDOW and CONDITIONAL are INDIRECT.
+New operations keep to it (:func:`transformation` refuses any other pair). Chains written
+before may hold DIRECT CONDITIONAL (a value chosen among candidates, as the Spark capture once
+said): :func:`openlineage_form` reads a DIRECT step with an indirect subtype as DIRECT
+TRANSFORMATION, which is what openlineage-spark calls a returned value; :func:`combine` does
+so first, so every resolved edge, view and export speaks OpenLineage's vocabulary. The bytes
+keep what was recorded.
 """
 
 from __future__ import annotations
@@ -23,6 +33,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterable
 
+from odf_chain.errors import LineageError
 from odf_chain.events import Transformation, TransformationSubtype, TransformationType
 
 _S = TransformationSubtype
@@ -56,6 +67,29 @@ def default_type(subtype: TransformationSubtype) -> TransformationType:
     return TransformationType.DIRECT
 
 
+def in_openlineage_vocabulary(t: Transformation) -> bool:
+    """Is ``t``'s (type, subtype) a pair OpenLineage knows?"""
+    return t.type == default_type(t.subtype)
+
+
+def openlineage_form(t: Transformation) -> Transformation:
+    """``t`` in OpenLineage's vocabulary: a DIRECT step with an indirect subtype (DIRECT
+    CONDITIONAL in older chains) is DIRECT TRANSFORMATION. An INDIRECT step with a direct
+    subtype has no OpenLineage name and is left as it is (:func:`openlineage_names`)."""
+    if t.type == TransformationType.DIRECT and t.subtype in INDIRECT_SUBTYPES:
+        return Transformation(TransformationType.DIRECT, _S.TRANSFORMATION, t.masking, t.opaque)
+    return t
+
+
+def openlineage_names(t: Transformation) -> tuple[str, str | None]:
+    """OpenLineage's ``type`` and ``subtype`` for ``t``; the subtype is None (left out: the
+    facet requires only the type) for an INDIRECT step whose subtype is a direct one."""
+    t = openlineage_form(t)
+    if not in_openlineage_vocabulary(t):
+        return t.type.name, None
+    return t.type.name, t.subtype.name
+
+
 def transformation(
     subtype: TransformationSubtype = _S.IDENTITY,
     *,
@@ -63,14 +97,22 @@ def transformation(
     masking: bool = False,
     opaque: bool = False,
 ) -> Transformation:
-    """A transformation whose type, unless given, follows from its subtype."""
-    kind = default_type(subtype) if type is None else type
+    """A transformation whose type follows from its subtype; a ``type`` given must be that
+    one (:class:`LineageError` otherwise: OpenLineage knows no other pair)."""
+    kind = default_type(subtype)
+    if type is not None and type != kind:
+        raise LineageError(
+            f"{type.name} {subtype.name} is not in OpenLineage's vocabulary: "
+            f"{subtype.name} is {kind.name}"
+        )
     return Transformation(type=kind, subtype=subtype, masking=masking, opaque=opaque)
 
 
 @functools.lru_cache(maxsize=4096)
 def combine(first: Transformation, then: Transformation) -> Transformation:
-    """One transformation for ``first`` followed by ``then`` (associative and commutative)."""
+    """One transformation for ``first`` followed by ``then`` (associative and commutative),
+    each read in OpenLineage's vocabulary first (:func:`openlineage_form`)."""
+    first, then = openlineage_form(first), openlineage_form(then)
     direct = first.type == then.type == TransformationType.DIRECT
     subtype = max(first.subtype, then.subtype, key=_RANK.__getitem__)
     return Transformation(

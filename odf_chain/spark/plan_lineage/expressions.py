@@ -2,10 +2,18 @@
 
 Each expression class either passes values on unchanged (aliases, column references, struct
 field access, struct construction), changes them (anything else: casts, arithmetic, string
-functions), aggregates them, chooses between them (CASE, IF, COALESCE: values DIRECT
-CONDITIONAL, conditions INDIRECT CONDITIONAL), hides them (hash and mask functions: masking),
-or cannot be looked into (Python and Scala UDFs: opaque). Subquery expressions are walked as
-plans of their own, with the enclosing plan's columns in scope for their outer references.
+functions), aggregates them, chooses between them, hides them (hash and mask functions, and
+``count``: masking), or cannot be looked into (Python and Scala UDFs: opaque). Subquery
+expressions are walked as plans of their own, with the enclosing plan's columns in scope for
+their outer references.
+
+Choices follow openlineage-spark (its CaseWhenVisitor, IfVisitor and CoalesceVisitor): what
+*decides* the value is INDIRECT CONDITIONAL (the conditions of CASE and IF, and every argument
+of COALESCE, which is tested for null), what can be *returned* is DIRECT TRANSFORMATION (the
+branches, and again every argument of COALESCE). NVL, IFNULL, NVL2 and NULLIF are what Spark
+replaces them with (COALESCE, IF, and on Spark 4 a ``With`` whose ``NullIfResult`` tests the
+shared first argument and returns it). NANVL is read as COALESCE (openlineage-spark treats it
+as any function: its arguments DIRECT TRANSFORMATION only).
 """
 
 from __future__ import annotations
@@ -33,7 +41,13 @@ from odf_chain.spark.plan_lineage.tree import Expr
 MASKING_FUNCTIONS = frozenset(
     {"Sha1", "Sha2", "Md5", "Murmur3Hash", "XxHash64", "Crc32", "HiveHash", "Mask"}
 )
-CONDITIONAL_VALUE_FUNCTIONS = frozenset({"Coalesce", "NaNvl"})
+# Aggregates whose result reveals nothing of the values aggregated, only how many there are:
+# openlineage-spark's Count (count, count(DISTINCT)), and two it does not list: count_if (which
+# it meets as the Count Spark's optimizer turns it into) and approx_count_distinct's
+# HyperLogLogPlusPlus (a count of distinct values, estimated).
+MASKING_AGGREGATES = frozenset({"Count", "CountIf", "HyperLogLogPlusPlus"})
+# Every argument is both tested (is it null, is it NaN) and possibly returned.
+FIRST_AVAILABLE_FUNCTIONS = frozenset({"Coalesce", "NaNvl"})
 RANKING_FUNCTIONS = frozenset(
     {"RowNumber", "Rank", "DenseRank", "PercentRank", "CumeDist", "NTile"}
 )
@@ -82,7 +96,8 @@ _NO_INPUT = frozenset(
 
 TRANSFORM = Step(m.TRANSFORMATION)
 AGGREGATE = Step(m.AGGREGATION)
-CHOOSE = Step(m.CONDITIONAL_VALUE)
+COUNT = Step(m.MASKING_AGGREGATION)
+RETURNED = Step(m.TRANSFORMATION)  # a value a choice can return (a branch of CASE, IF)
 CONDITION = Step(m.CONDITION)
 AGG_FILTER = Step(m.FILTER)
 WINDOW = Step(m.WINDOW)
@@ -100,13 +115,20 @@ def expr_id(fields: dict[str, Any]) -> int | None:
 
 class Scope:
     """The columns an expression can refer to: attribute id -> field tree, then the enclosing
-    plan's (for a subquery's outer references)."""
+    plan's (for a subquery's outer references). ``commons``: the field trees of the common
+    expressions (``With``'s definitions) that a ``CommonExpressionRef`` here can stand for."""
 
-    __slots__ = ("attrs", "outer")
+    __slots__ = ("attrs", "commons", "outer")
 
-    def __init__(self, attrs: dict[int, FieldTree], outer: Scope | None = None) -> None:
+    def __init__(
+        self,
+        attrs: dict[int, FieldTree],
+        outer: Scope | None = None,
+        commons: tuple[FieldTree, ...] | None = None,
+    ) -> None:
         self.attrs = attrs
         self.outer = outer
+        self.commons = commons if commons is not None else outer.commons if outer else ()
 
     def find(self, attr_id: int) -> FieldTree | None:
         scope: Scope | None = self
@@ -175,6 +197,8 @@ class ExpressionLineage:
             return self._attr(fields, step, scope)
         if cls in ("Alias", "SortOrder", "KnownNotNull", "KnownFloatingPointNormalized"):
             return self._eval(kids[0], step, scope) if kids else {}
+        if cls == "CommonExpressionRef":
+            return self._common_ref(expr, step, scope)
         if cls == "OuterReference":
             inner = fields.get("e")
             if isinstance(inner, list) and inner and isinstance(inner[0], dict):
@@ -190,8 +214,10 @@ class ExpressionLineage:
             return handler(self, expr, step, scope)
         if cls in MASKING_FUNCTIONS:
             return self._whole_of_children(expr, then(step, MASK), scope)
-        if cls in CONDITIONAL_VALUE_FUNCTIONS:
-            return merge(self._eval(k, then(step, CHOOSE), scope) for k in kids)
+        if cls in FIRST_AVAILABLE_FUNCTIONS:
+            return self._choice(list(kids), list(kids), step, scope)
+        if cls in MASKING_AGGREGATES:
+            return self._whole_of_children(expr, then(step, COUNT), scope)
         if cls in AGGREGATE_FUNCTIONS:
             return self._whole_of_children(expr, then(step, AGGREGATE), scope)
         if cls in OPAQUE_UDFS:
@@ -300,10 +326,41 @@ class ExpressionLineage:
         kids = expr.children
         return self._choice(kids[:1], kids[1:], step, scope)
 
+    def _null_if_result(self, expr: Expr, step: Step, scope: Scope) -> FieldTree:
+        """Spark 4's NULLIF(a, b): ``With(a) { ref => NullIfResult(ref = b, ref) }``, null
+        when the predicate holds, else the value."""
+        predicate = expr.child_at("predicate")
+        value = expr.child_at("value")
+        if predicate is None or value is None:
+            return self._whole_of_children(expr, then(step, TRANSFORM), scope)
+        return self._choice([predicate], [value], step, scope)
+
+    def _with(self, expr: Expr, step: Step, scope: Scope) -> FieldTree:
+        """``With(child, defs)``: ``child`` with each common expression evaluated once and
+        referred to by ``CommonExpressionRef``. Spark's JSON leaves out the ids that pair a
+        reference with its definition, so with one definition in sight (NULLIF, BETWEEN) a
+        reference is that definition exactly; with several, it may be any of them."""
+        child = expr.child_at("child")
+        definitions = expr.children_at("defs")
+        if child is None:
+            return self._whole_of_children(expr, then(step, TRANSFORM), scope)
+        trees = tuple(
+            self._eval(d.children[0], m.NEUTRAL, scope) if d.children else {} for d in definitions
+        )
+        return self._eval(child, step, Scope({}, scope, (*trees, *scope.commons)))
+
+    def _common_ref(self, expr: Expr, step: Step, scope: Scope) -> FieldTree:
+        if not scope.commons:
+            self.unsupported.add("CommonExpressionRef outside a With")
+            return {}
+        return self.composer.tree(step, merge(scope.commons))
+
     def _choice(
         self, conditions: list[Expr], values: list[Expr], step: Step, scope: Scope
     ) -> FieldTree:
-        tree = merge(self._eval(v, then(step, CHOOSE), scope) for v in values)
+        """What decides the value (INDIRECT CONDITIONAL) and what can be returned (DIRECT
+        TRANSFORMATION); an expression can be both (a COALESCE argument)."""
+        tree = merge(self._eval(v, then(step, RETURNED), scope) for v in values)
         deciding: set = set()
         for condition in conditions:
             deciding.update(whole(self._eval(condition, then(step, CONDITION), scope)))
@@ -389,6 +446,8 @@ _HANDLERS: dict[str, _Handler] = {
     "UpdateFields": ExpressionLineage._update_fields,
     "CaseWhen": ExpressionLineage._case_when,
     "If": ExpressionLineage._if,
+    "NullIfResult": ExpressionLineage._null_if_result,
+    "With": ExpressionLineage._with,
     "AggregateExpression": ExpressionLineage._aggregate_expression,
     "WindowExpression": ExpressionLineage._window_expression,
     "PythonUDF": ExpressionLineage._python_udf,

@@ -30,8 +30,8 @@ S = TransformationSubtype
 IDENTITY = Transformation()
 TRANSFORMATION = Transformation(DIRECT, S.TRANSFORMATION)
 AGGREGATION = Transformation(DIRECT, S.AGGREGATION)
-CONDITIONAL_VALUE = Transformation(DIRECT, S.CONDITIONAL)
 MASKING = Transformation(DIRECT, S.TRANSFORMATION, masking=True)
+MASKING_AGGREGATION = Transformation(DIRECT, S.AGGREGATION, masking=True)
 CONDITION = Transformation(INDIRECT, S.CONDITIONAL)
 FILTER = Transformation(INDIRECT, S.FILTER)
 JOIN = Transformation(INDIRECT, S.JOIN)
@@ -40,13 +40,13 @@ SORT = Transformation(INDIRECT, S.SORT)
 WINDOW = Transformation(INDIRECT, S.WINDOW)
 
 # How much of the input survives in the output, least lossy first: when a value passes through
-# several steps the lossiest one names the edge (sum(cast(x)) is an aggregation of x).
+# several steps the lossiest one names the edge (sum(cast(x)) is an aggregation of x). This is
+# openlineage-spark's order (TransformationInfo.merge: AGGREGATION, then TRANSFORMATION, then
+# IDENTITY); the capture pairs no other subtype with DIRECT.
 _DIRECT_RANK = {
     S.IDENTITY: 0,
     S.TRANSFORMATION: 1,
-    S.CONDITIONAL: 2,
-    S.WINDOW: 3,
-    S.AGGREGATION: 4,
+    S.AGGREGATION: 2,
 }
 
 
@@ -152,18 +152,20 @@ NEUTRAL = Step()
 def compose_transformations(outer: Transformation, inner: Transformation) -> Transformation:
     """The transformation of a dependency ``inner`` seen through a later step ``outer``.
 
-    An INDIRECT outer step makes everything below it decide rows, not values (a filter on a
-    derived column depends on that column's inputs as a filter). Under a DIRECT step, an
-    INDIRECT dependency stays what it was; two DIRECT ones keep the lossier subtype. Masking
-    survives later DIRECT steps; opacity survives everything.
+    openlineage-spark's merge (``TransformationInfo.merge``): an INDIRECT outer step makes
+    everything below it decide rows, not values (a filter on a derived column depends on that
+    column's inputs as a filter). Under a DIRECT step, an INDIRECT dependency stays what it was;
+    two DIRECT ones keep the lossier subtype. Masking and opacity survive everything (a filter
+    on ``sha2(x)`` decides rows by a value that hides ``x``).
     """
     opaque = outer.opaque or inner.opaque
+    masking = outer.masking or inner.masking
     if outer.type is INDIRECT:
-        return Transformation(INDIRECT, outer.subtype, False, opaque)
+        return Transformation(INDIRECT, outer.subtype, masking, opaque)
     if inner.type is INDIRECT:
-        return Transformation(INDIRECT, inner.subtype, False, opaque)
+        return Transformation(INDIRECT, inner.subtype, masking, opaque)
     subtype = max(outer.subtype, inner.subtype, key=lambda s: _DIRECT_RANK.get(s, 1))
-    return Transformation(DIRECT, subtype, outer.masking or inner.masking, opaque)
+    return Transformation(DIRECT, subtype, masking, opaque)
 
 
 def then(first: Step, second: Step) -> Step:
