@@ -24,26 +24,26 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
-from odf_chain import lineage_dot, lineage_render
 from odf_chain.dataset import Dataset
 from odf_chain.errors import NotFoundError, OdfChainError, SchemaError
 from odf_chain.format.multihash import BLAKE3, SHA3_256
 from odf_chain.gc import DEFAULT_MIN_AGE, collect_garbage_path
 from odf_chain.index.read import check_index
 from odf_chain.receipt import write_receipt
-from odf_chain.render import (
-    block_to_jsonable,
-    log_header,
-    log_line,
-    schema_to_jsonable,
-    state_to_jsonable,
-)
 from odf_chain.schema.evolution import check_evolution, diff_schemas
 from odf_chain.schema.fields import FieldInfo
 from odf_chain.schema_files import load_schema_file
 from odf_chain.slices import with_system_fields
 from odf_chain.state import Vocabulary
 from odf_chain.verify import verify_path
+from odf_chain.views import lineage as lineage_view, lineage_dot
+from odf_chain.views.blocks import (
+    block_to_jsonable,
+    log_header,
+    log_line,
+    schema_to_jsonable,
+    state_to_jsonable,
+)
 
 if TYPE_CHECKING:
     from odf_chain.spark.sources import SkippedInput
@@ -455,7 +455,7 @@ def cmd_lineage(args: argparse.Namespace) -> int:
     depth = _lineage_depth(args.depth) if direction else None
     dataset = Dataset.open(args.dir)
     state = dataset.state_at(args.at)
-    view = lineage_render.LineageView.build(
+    view = lineage_view.LineageView.build(
         dataset.lineage(state.head), dataset.location, state.sequence_number, str(state.head)
     )
     field = None if args.field is None else view.field(args.field, args.dataset)
@@ -466,7 +466,7 @@ def cmd_lineage(args: argparse.Namespace) -> int:
         else:
             nodes, dropping = lineage_dot.neighbourhood(view, field, direction, depth)
             dot = lineage_dot.dot_text(view, nodes, dropping, highlight=field)
-        for warning in lineage_render.warnings(view):  # the DOT text has no room for them
+        for warning in lineage_view.warnings(view):  # the DOT text has no room for them
             print(f"odf-chain: {warning}", file=sys.stderr)
         if output == "dot":
             _emit(dot, args.output)
@@ -492,17 +492,17 @@ def cmd_lineage(args: argparse.Namespace) -> int:
         return EXIT_OK
 
     if args.offset is not None:
-        doc = lineage_render.offset_json(view, args.offset)
-        text = lineage_render.offset_text
+        doc = lineage_view.offset_json(view, args.offset)
+        text = lineage_view.offset_text
     elif field is None:
-        doc = lineage_render.graph_json(view)
-        text = lineage_render.graph_text
+        doc = lineage_view.graph_json(view)
+        text = lineage_view.graph_text
     elif direction is None:
-        doc = lineage_render.summary_json(view, field)
-        text = lineage_render.summary_text
+        doc = lineage_view.summary_json(view, field)
+        text = lineage_view.summary_text
     else:
-        doc = lineage_render.reached_json(view, field, direction, depth)
-        text = lineage_render.reached_text
+        doc = lineage_view.reached_json(view, field, direction, depth)
+        text = lineage_view.reached_text
     if output == "json":
         _emit(json.dumps(doc, indent=2) + "\n", args.output)
     else:

@@ -32,8 +32,8 @@ from odf_chain.events import (
 )
 from odf_chain.format.codec import decode_block, encode_block
 from odf_chain.format.multihash import Multihash
-from odf_chain.render import log_line
 from odf_chain.verify import verify_path
+from odf_chain.views.blocks import log_line
 
 ID = "[version=2.0].[type=long].id"
 NAME = "[version=2.0].[type=string].name"

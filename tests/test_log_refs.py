@@ -465,7 +465,7 @@ def test_help_and_version_still_exit_0() -> None:
 
 
 def test_log_times_are_one_utc_format() -> None:
-    from odf_chain.render import log_time
+    from odf_chain.views.blocks import log_time
 
     assert log_time(datetime(2026, 11, 24, 10, 15, 0, 123456, tzinfo=UTC)) == (
         "2026-11-24T10:15:00.123Z"

@@ -1,6 +1,6 @@
 """Lineage answers for people and programs: the field graph, a field's summaries, the fields
 reached up or down, the run of an offset, as JSON-ready documents and as text (pictures:
-:mod:`odf_chain.lineage_dot`).
+:mod:`odf_chain.views.lineage_dot`).
 
 Each answer is first built as one JSON-ready document (stable keys, full v2 paths and dataset
 ids); the text is rendered from that document, so ``--json`` always holds everything the text

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from odf_chain.errors import GraphvizError
 from odf_chain.events import Transformation, TransformationType
 from odf_chain.lineage.graph import EventRef, FieldDrop, FieldEdge, FieldRef, FieldUnused
-from odf_chain.lineage_render import (
+from odf_chain.views.lineage import (
     LineageView,
     event_order,
     field_sort_key,

@@ -1,0 +1,8 @@
+"""The presentation layer: what people and programs read, built from the core's answers.
+
+:mod:`~odf_chain.views.blocks` renders blocks, events, schemas and states (``log``, ``schema``,
+JSON); :mod:`~odf_chain.views.lineage` builds the lineage answers as JSON-ready documents and
+text; :mod:`~odf_chain.views.lineage_dot` draws them with Graphviz. Nothing here changes a
+dataset or decides a rule: the core (``chain``, ``rules``, ``replay``, ``verify``) does not
+import this package.
+"""
