@@ -369,11 +369,10 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             target_slice_bytes=target,
         )
     except BaseException as exc:
-        if isinstance(exc, Exception):
+        if session.stop(failed=True) and isinstance(exc, Exception):
             exc.add_note(session.hint())
-        session.stop(keep_log=True)
         raise
-    session.stop(keep_log=False)
+    session.stop(failed=False)
     skipped = _skipped_lines(done.skipped)
     result = done.result
     if result is None:  # every input is in the dataset already

@@ -76,3 +76,30 @@ def test_the_relay_logs_everything_and_shows_only_the_progress_bar(tmp_path: Pat
         b"\r[Stage 0:=====>           (2 + 2) / 4]"
         b"\r                                        "
     )
+
+
+class _Stopped:
+    """Stands in for the SparkSession, whose stop() is not what is tested here."""
+
+    def stop(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("failed", "logged", "kept"),
+    [
+        (True, b"26/11/24 21:30:36 ERROR Executor: Exception in task 0.0\n", True),
+        (True, b'Traceback (most recent call last):\n  File "worker.py"\n', True),
+        (True, b"26/11/24 21:30:36 WARN NativeCodeLoader: Unable to load\n", False),
+        (False, b"26/11/24 21:30:36 ERROR Executor: Exception in task 0.0\n", False),
+    ],
+)
+def test_the_log_is_kept_only_when_a_failure_may_be_explained_there(
+    tmp_path: Path, failed: bool, logged: bytes, kept: bool
+) -> None:
+    from odf_chain.spark.session import QuietSession
+
+    log = tmp_path / "spark.log"
+    log.write_bytes(b"Using Spark's default log4j profile\n" + b"x" * (3 << 20) + b"\n" + logged)
+    assert QuietSession(_Stopped(), str(log)).stop(failed=failed) is kept
+    assert log.exists() is kept

@@ -49,6 +49,7 @@ def find_java() -> str:
     return java
 
 
+_COMPLAINT = re.compile(rb" ERROR |Exception|Traceback \(most recent call last\)")
 _BAR = re.compile(rb"(?:\[Stage [^\]\r\n]*\])+")  # one bar per running stage, side by side
 
 
@@ -94,12 +95,28 @@ class QuietSession:
     def hint(self) -> str:
         return f"Spark's own output is in {self.log_path}"
 
-    def stop(self, *, keep_log: bool) -> None:
-        """Stop Spark; the log stays only when there is something to look for in it."""
+    def stop(self, *, failed: bool) -> bool:
+        """Stop Spark. The log is kept only when a failed command may find its cause there
+        (Spark logged an error or a trace); True when kept. A refusal of odf_chain's own (a
+        misspelt column, say) leaves nothing in it worth a second look."""
         self.spark.stop()
-        if not keep_log:
-            with contextlib.suppress(OSError):
-                os.unlink(self.log_path)
+        if failed and self._spark_complained():
+            return True
+        with contextlib.suppress(OSError):
+            os.unlink(self.log_path)
+        return False
+
+    def _spark_complained(self) -> bool:
+        tail = b""
+        try:
+            with open(self.log_path, "rb") as log:
+                while chunk := log.read(1 << 20):
+                    if _COMPLAINT.search(tail + chunk):
+                        return True
+                    tail = chunk[-64:]
+        except OSError:
+            return False
+        return False
 
 
 @contextlib.contextmanager
