@@ -461,9 +461,12 @@ def test_a_write_that_creates_the_dataset_and_fails_leaves_no_dataset(
     monkeypatch.undo()
     if step == "input":
         assert not root.exists(), sorted(root.rglob("*"))
-    else:  # the file in the way is not the write's: it stays, with the folder holding it
+    else:  # the file in the way is not the write's: it stays, and the layout with it (a file
+        # anywhere in it may be another writer's, creating the same dataset right now)
         left = sorted(p.relative_to(root).as_posix() for p in root.rglob("*"))
-        assert left == [".staging", ".staging/in-the-way"], left
+        layout = ["blocks", "checkpoints", "data", "info", "logs", "refs"]
+        assert left == sorted([".staging", ".staging/in-the-way", *layout]), left
+        assert not (root / "refs" / "head").exists()  # still no dataset
     assert (tmp_path / "new").is_dir()
     # the path still takes a dataset: nothing half-made is in the way
     assert write(df.limit(0), root, create=True).rows == 0

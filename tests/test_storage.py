@@ -560,3 +560,31 @@ def test_check_layout_refuses_a_symlinked_directory(store: LocalStorage, directo
     (store.root / directory).symlink_to(elsewhere)
     with pytest.raises(StorageError, match=rf"{directory} is a symlink, not a directory"):
         store.check_layout()
+
+
+def test_an_empty_layout_is_removed_and_nothing_else(tmp_path: Path) -> None:
+    """What a create that committed nothing leaves: removed when every folder is empty (the root
+    only if the create made it); kept whole when anything is in it, or a folder is a symlink."""
+    made = LocalStorage.create(tmp_path / "made")
+    made.remove_empty_layout()
+    assert not (tmp_path / "made").exists()
+
+    (tmp_path / "existing").mkdir()
+    LocalStorage.create(tmp_path / "existing").remove_empty_layout()
+    assert (tmp_path / "existing").is_dir() and list((tmp_path / "existing").iterdir()) == []
+
+    busy = LocalStorage.create(tmp_path / "busy")
+    (tmp_path / "busy" / ".staging").mkdir()
+    (tmp_path / "busy" / ".staging" / "another-writer.parquet").write_bytes(b"x")
+    busy.remove_empty_layout()
+    assert (tmp_path / "busy" / "blocks").is_dir()
+    assert (tmp_path / "busy" / ".staging" / "another-writer.parquet").exists()
+
+    linked = LocalStorage.create(tmp_path / "linked")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "linked" / "data").rmdir()
+    (tmp_path / "linked" / "data").symlink_to(elsewhere, target_is_directory=True)
+    linked.remove_empty_layout()
+    assert (tmp_path / "linked" / "data").is_symlink() and elsewhere.is_dir()
+    assert (tmp_path / "linked" / "blocks").is_dir()  # nothing removed at all

@@ -704,10 +704,15 @@ class LocalStorage:
                 shutil.rmtree(name, dir_fd=dir_fd, onerror=_missing_is_fine)
 
     def remove_empty_layout(self) -> None:
-        """Remove the layout's folders that are empty, and the root if :meth:`create` made it
-        and it is then empty (best effort). ``rmdir`` removes nothing but an empty folder and
-        never follows a symlink: whatever holds a file stays."""
+        """Remove the layout's folders, and the root if :meth:`create` made it, when every one
+        of them is empty (best effort). A file anywhere in the layout (another writer's staged
+        slice, a lock) keeps it all; ``rmdir`` removes nothing but an empty folder and never
+        follows a symlink."""
         with contextlib.suppress(OSError, OdfChainError), self._dir("") as root_fd:
+            for sub in LAYOUT:
+                with contextlib.suppress(FileNotFoundError), self._dir(sub) as sub_fd:
+                    if os.listdir(sub_fd):
+                        return
             for sub in LAYOUT:
                 with contextlib.suppress(OSError):
                     os.rmdir(sub, dir_fd=root_fd)
