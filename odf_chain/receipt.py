@@ -35,6 +35,7 @@ from odf_chain.events import Seed
 from odf_chain.format.did import SIGNATURE_SIZE, DatasetId, key_from_pem, key_to_pem
 from odf_chain.format.multihash import Multihash
 from odf_chain.storage.user_files import read_regular
+from odf_chain.walked import WalkedChain
 
 FORMAT = "odf-chain/1"
 MAX_RECEIPT_BYTES = 64 * 1024  # a receipt is ~500 bytes; anything near this is not one
@@ -360,10 +361,12 @@ def check_receipts(
 
 @dataclass(frozen=True, slots=True)
 class _ChainView:
-    """The walked blocks, indexed for the check."""
+    """The walked blocks, indexed for the check (by position: a block is decoded only when a
+    receipt names it)."""
 
-    by_seq: dict[int, BlockEntry]
-    by_hash: dict[Multihash, BlockEntry]
+    entries: Sequence[BlockEntry]
+    positions_by_seq: dict[int, int]
+    positions_by_hash: dict[str, int]
     head_seq: int | None  # None: no block was read
     low_seq: int | None  # the oldest block read
     dataset_id: DatasetId | None  # None: the Seed was not reached
@@ -371,15 +374,30 @@ class _ChainView:
 
     @classmethod
     def of(cls, entries: Sequence[BlockEntry], complete: bool) -> _ChainView:
+        if isinstance(entries, WalkedChain):  # numbers and names without decoding
+            numbers = [entries.sequence_number(i) for i in range(len(entries))]
+            names = [entries.name(i) for i in range(len(entries))]
+        else:
+            numbers = [e.block.sequence_number for e in entries]
+            names = [str(e.hash) for e in entries]
         seed = entries[0].block.event if complete and entries else None
         return cls(
-            {e.block.sequence_number: e for e in entries},
-            {e.hash: e for e in entries},
-            entries[-1].block.sequence_number if entries else None,
-            entries[0].block.sequence_number if entries else None,
+            entries,
+            {seq: i for i, seq in enumerate(numbers)},
+            {name: i for i, name in enumerate(names)},
+            numbers[-1] if numbers else None,
+            numbers[0] if numbers else None,
             seed.dataset_id if isinstance(seed, Seed) else None,
             complete,
         )
+
+    def by_seq(self, seq: int) -> BlockEntry | None:
+        i = self.positions_by_seq.get(seq)
+        return None if i is None else self.entries[i]
+
+    def by_hash(self, block_hash: Multihash) -> BlockEntry | None:
+        i = self.positions_by_hash.get(str(block_hash))
+        return None if i is None else self.entries[i]
 
     def problems(self, receipt: Receipt, signature_valid: bool | None) -> list[Finding]:
         label, k = receipt.label(), receipt.sequence_number
@@ -399,8 +417,8 @@ class _ChainView:
                 )
             )
             return out  # block by block comparisons would only restate it
-        found = self.by_seq.get(k)
-        elsewhere = self.by_hash.get(receipt.block_hash)
+        found = self.by_seq(k)
+        elsewhere = self.by_hash(receipt.block_hash)
         if found is not None and found.hash == receipt.block_hash:
             if found.block.system_time != receipt.system_time:
                 out.append(

@@ -56,12 +56,13 @@ from odf_chain.index.check import report_index
 from odf_chain.index.records import SNAPSHOT_INTERVAL
 from odf_chain.receipt import Receipt, check_receipts, load_receipts
 from odf_chain.replay import load_chain
-from odf_chain.rules import lineage_input_problems
+from odf_chain.rules import lineage_input_problems, plain_run_passes
 from odf_chain.schema.evolution import same_columns
 from odf_chain.slices import LogicalHasher, read_batches
-from odf_chain.state import EMPTY, DatasetState, apply
+from odf_chain.state import EMPTY, DatasetState, apply, apply_plain_run
 from odf_chain.storage import Storage, open_storage
 from odf_chain.storage.base import HEAD_LOG, HeadMove
+from odf_chain.walked import BlockFiles, WalkedChain
 
 Severity = Literal["error", "warning"]
 
@@ -150,7 +151,7 @@ class VerifyReport:
 class _Walk:
     """What the walk from the head saw."""
 
-    entries: list[BlockEntry] = field(default_factory=list)  # oldest first once done
+    chain: WalkedChain = field(default_factory=WalkedChain)  # oldest first once done
     complete: bool = False  # reached the Seed
     visited: set[str] = field(default_factory=set)  # every block name the chain referenced
 
@@ -172,17 +173,63 @@ def _walk(storage: Storage, report: VerifyReport) -> _Walk:
     except FormatError as exc:
         report.add("error", "head", str(exc), path="refs/head")
         return walk
-    with storage.block_reader() as read_block:
-        _walk_from(current, read_block, walk, report)
-    walk.entries.reverse()
+    everything = storage.read_all_blocks()
+    files = BlockFiles.of(everything) if everything else None
+    walk.chain = WalkedChain(files)
+    with storage.block_reader() as by_name:
+        read_block = by_name
+        if files is not None:
+            name = _walk_files(head_name, files, walk, report)
+            current = None if name is None else parse_block_name(name)
+            walk.complete = name is None
+            read_block = files.reader(by_name)
+        if current is not None:
+            _walk_from(current, read_block, walk, report)
+    walk.chain.finish()
     return walk
+
+
+def _walk_files(
+    name: str | None, files: BlockFiles, walk: _Walk, report: VerifyReport
+) -> str | None:
+    """Follow the chain from block ``name`` through the blocks of the one pass over
+    ``blocks/``, while each is there, hashes to its name, decodes and was not seen before;
+    return the name where the walk block by block must take over (it reports what is wrong
+    there), or None when the Seed was reached."""
+    position, hash_ok, plain = files.position, files.hash_ok, files.plain
+    prev_names, data = files.prev_names, files.data
+    chain, visited = walk.chain, walk.visited
+    hashed = 0
+    while name is not None:
+        k = position.get(name)
+        if k is None or not hash_ok[k] or name in visited:
+            break
+        if plain[k]:
+            chain.add_file(k)
+            following = prev_names[k]
+        else:
+            try:
+                block = decode_block(data[k])
+            except FormatError:
+                break
+            chain.add(BlockEntry(parse_block_name(name), block, len(data[k])))
+            prev = block.prev_block_hash
+            following = None if prev is None else str(prev)
+        visited.add(name)
+        hashed += len(data[k])
+        name = following
+    report.bytes_hashed += hashed
+    return name
 
 
 def _walk_from(
     current: Multihash | None, read_block: Callable[[str], bytes], walk: _Walk, report: VerifyReport
 ) -> None:
-    entries = walk.entries  # newest first while walking
+    chain = walk.chain  # newest first while walking
     expected_seq: int | None = None
+    if len(chain):  # taking over from the walk through the one pass
+        last = chain.sequence_number(-1)
+        expected_seq = last - 1 if last else None
     while current is not None:
         name = str(current)
         if name in walk.visited:
@@ -190,11 +237,11 @@ def _walk_from(
             break
         walk.visited.add(name)
         # Name the head as such when its sequence number cannot be known.
-        head_note = "head block: " if not entries else ""
+        head_note = "head block: " if not len(chain) else ""
         try:
             data = read_block(name)
         except NotFoundError:
-            referrer = "refs/head" if not entries else f"block {entries[-1].block.sequence_number}"
+            referrer = "refs/head" if not len(chain) else f"block {chain.sequence_number(-1)}"
             report.add(
                 "error",
                 "block-missing",
@@ -240,7 +287,7 @@ def _walk_from(
                 block_hash=name,
             )
             break
-        entries.append(BlockEntry(current, block, len(data)))
+        chain.add(BlockEntry(current, block, len(data)))
         expected_seq = block.sequence_number - 1 if block.sequence_number else None
         current = block.prev_block_hash
     else:
@@ -248,15 +295,37 @@ def _walk_from(
 
 
 def _fold(
-    entries: list[BlockEntry], report: VerifyReport, every: int = SNAPSHOT_INTERVAL
-) -> tuple[list[tuple[BlockEntry, DatasetState]], DatasetState, dict[int, DatasetState]]:
-    """Re-run every rule; return each data-carrying block with the state it was written on,
-    the state at the head, and the states at every ``every``-th block (what the index's
-    periodic snapshots must describe)."""
+    chain: WalkedChain, report: VerifyReport, every: int = SNAPSHOT_INTERVAL
+) -> tuple[list[tuple[range, DatasetState]], DatasetState, dict[int, DatasetState]]:
+    """Re-run every rule; return the positions of the data-carrying blocks with the state after
+    them (its schema and vocab are what their slices must have), the state at the head, and
+    the states at every ``every``-th block (what the index's periodic snapshots must describe).
+
+    Runs of plain AddData blocks are checked and applied a run at a time
+    (:func:`rules.plain_run_passes`, :func:`state.apply_plain_run`); any block the run check
+    does not vouch for, and every other block, goes through :func:`chain.advance`."""
     state = EMPTY
-    with_data: list[tuple[BlockEntry, DatasetState]] = []
+    with_data: list[tuple[range, DatasetState]] = []
     periodic: dict[int, DatasetState] = {}
-    for n, entry in enumerate(entries):
+    n, total = 0, len(chain)
+    while n < total:
+        stop = min(total, -(-n // every) * every + 1)  # a run ends at a snapshot's place
+        end = chain.plain_run_end(n, stop)
+        if end > n:
+            run, hashes = chain.plain_run(n, end)
+            good = plain_run_passes(state, run, hashes)
+            if good:
+                if good < len(run):
+                    run, hashes = run.take(np.arange(good)), hashes[:good]
+                state = apply_plain_run(state, run, hashes)
+                report.blocks_checked += good
+                with_data.append((range(n, n + good), state))
+                n += good
+                if (n - 1) % every == 0:
+                    periodic[n - 1] = state
+                if n == end:
+                    continue
+        entry = chain[n]
         report.blocks_checked += 1
         try:
             next_state = advance(state, entry.block, entry.hash)
@@ -274,10 +343,11 @@ def _fold(
                 return with_data, state, periodic
         event = entry.block.event
         if isinstance(event, AddData | ExecuteTransform) and event.new_data is not None:
-            with_data.append((entry, next_state))
+            with_data.append((range(n, n + 1), next_state))
         state = next_state
         if n % every == 0:
             periodic[n] = state
+        n += 1
     _check_head_lineage(state, report)
     return with_data, state, periodic
 
@@ -330,12 +400,12 @@ class _Upstream:
         return found
 
 
-def _check_lineage_inputs(entries: list[BlockEntry], report: VerifyReport) -> None:
+def _check_lineage_inputs(chain: WalkedChain, report: VerifyReport) -> None:
     """Follow every pinned dataset input of every lineage event: an input that cannot be
     opened is a warning (it may have moved); a pinned block the input's chain does not have is
     a dangling reference, and input fields its schema there lacks are wrong: both errors."""
     upstream = _Upstream()
-    for entry in entries:
+    for _, entry in chain.decoded():  # a lineage event is never a plain block
         event = entry.block.event
         if not isinstance(event, AddFieldLineage):
             continue
@@ -700,7 +770,7 @@ def _descendants(
     listed = ", ".join(by_seq[:_LISTED]) + (f" and {n - _LISTED} more" if n > _LISTED else "")
     low, high = found[by_seq[0]], found[by_seq[-1]]
     seqs = f"sequence number {low}" if low == high else f"sequence numbers {low}..{high}"
-    head_seq = walk.entries[-1].block.sequence_number if walk.entries else None
+    head_seq = walk.chain.sequence_number(-1) if len(walk.chain) else None
     report.add(
         "warning",
         "unreferenced-descendants",
@@ -802,7 +872,7 @@ def _check_head_log(
         was = f"block {decode_block(storage.read_block(newest)).sequence_number} {newest}"
     except OdfChainError:
         was = f"block {newest} (not readable in blocks/)"
-    head_seq = walk.entries[-1].block.sequence_number
+    head_seq = walk.chain.sequence_number(-1)
     more = len(lost) - 1
     others = f" ({more} more logged head{'s are' if more > 1 else ' is'} not in the chain)"
     report.add(
@@ -821,7 +891,7 @@ def _check_receipts(walk: _Walk, receipts: list[Receipt], report: VerifyReport) 
     the walk read: nothing is read again)."""
     if not receipts:
         return
-    result = check_receipts(walk.entries, receipts, complete=walk.complete)
+    result = check_receipts(walk.chain, receipts, complete=walk.complete)
     report.receipts_checked += result.checked
     report.receipts_held += result.held
     report.receipts_signed += result.signed
@@ -854,30 +924,22 @@ def verify(
     walk = _walk(storage, report)
     _check_head_log(storage, moves, walk, report)
     _check_receipts(walk, held, report)
-    entries = walk.entries
-    with_data: list[tuple[BlockEntry, DatasetState]] = []
+    chain = walk.chain
+    with_data: list[tuple[range, DatasetState]] = []
     if walk.complete:
-        with_data, head_state, periodic = _fold(entries, report)
-        _check_lineage_inputs(entries, report)
-        report_index(storage, entries, head_state, periodic, report.add)  # if the index lies
+        with_data, head_state, periodic = _fold(chain, report)
+        _check_lineage_inputs(chain, report)
+        report_index(storage, chain, head_state, periodic, report.add)  # if the index lies
     else:
         report.add(
             "error", "chain-incomplete", "rules not re-run: the chain could not be read to the Seed"
         )
-        with_data = [
-            (e, EMPTY)
-            for e in entries
-            if isinstance(e.block.event, AddData | ExecuteTransform) and e.block.event.new_data
-        ]
+        with_data = [(range(i, i + 1), EMPTY) for i in chain.with_slices()]
     if check_data:
-        for entry, state in with_data:
-            _check_slice(storage, entry, state, report, report.deep)
-    slices = {
-        str(e.block.event.new_data.physical_hash)
-        for e in entries
-        if isinstance(e.block.event, AddData | ExecuteTransform) and e.block.event.new_data
-    }
-    _leftovers(storage, walk, slices, report)
+        for positions, state in with_data:
+            for i in positions:
+                _check_slice(storage, chain[i], state, report, report.deep)
+    _leftovers(storage, walk, chain.slice_names(), report)
     return report
 
 

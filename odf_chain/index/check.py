@@ -11,10 +11,11 @@ an index merely behind the head is no finding: readers catch up) and
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import fields
 
-from odf_chain.chain import BlockEntry
+import numpy as np
+
 from odf_chain.errors import OdfChainError
 from odf_chain.events import AddFieldLineage, SetDataSchema
 from odf_chain.index.records import (
@@ -33,10 +34,10 @@ from odf_chain.index.records import (
     Snapshot,
     decode_list,
     raw_seq,
-    time_us,
 )
 from odf_chain.state import DatasetState, apply
 from odf_chain.storage import Storage
+from odf_chain.walked import WalkedChain
 
 Add = Callable[..., None]  # VerifyReport.add(severity, rule, message, **where)
 _SHOWN = 5  # findings of one kind shown before they are counted
@@ -44,7 +45,7 @@ _SHOWN = 5  # findings of one kind shown before they are counted
 
 def report_index(
     storage: Storage,
-    entries: Sequence[BlockEntry],
+    entries: WalkedChain,
     head: DatasetState,
     periodic: Mapping[int, DatasetState],
     add: Add,
@@ -95,7 +96,7 @@ def report_index(
             continue  # reported as stale below
         if name == HEAD_SNAPSHOT and seq == len(entries) - 1:
             derived = Snapshot.of_state(head, _pointers(entries))
-        elif snapshot.block_hash != entries[seq].hash:
+        elif snapshot.block_hash != entries.hash(seq):
             continue  # names another block: reported as stale below (head) or here
         elif seq in states:
             derived = Snapshot.of_state(states[seq], pointers[seq])
@@ -110,14 +111,15 @@ def report_index(
             continue
         # compared field by field with the state verify's own fold derived there
         _compare_snapshot(name, snapshot, derived, add)
+    decoded = [e for _, e in entries.decoded()]  # neither kind is ever a plain block
     schemas = [
         Pointer(e.block.sequence_number, e.hash)
-        for e in entries
+        for e in decoded
         if isinstance(e.block.event, SetDataSchema)
     ]
     lineage = [
         Pointer(e.block.sequence_number, e.hash)
-        for e in entries
+        for e in decoded
         if isinstance(e.block.event, AddFieldLineage)
     ]
     for name, snapshot in snapshots.items():
@@ -125,7 +127,7 @@ def report_index(
         if (
             seq < len(entries)
             and name != HEAD_SNAPSHOT
-            and snapshot.block_hash != entries[seq].hash
+            and snapshot.block_hash != entries.hash(seq)
         ):
             add(
                 "warning",
@@ -146,7 +148,7 @@ def report_index(
     behind = (
         head is not None
         and head.sequence_number < len(entries)
-        and head.block_hash == entries[head.sequence_number].hash
+        and head.block_hash == entries.hash(head.sequence_number)
     )  # a writer that does not keep the index (another tool, a crash): readers catch up
     if head is not None and entries and not behind:
         add(
@@ -183,9 +185,7 @@ def _compare_snapshot(name: str, stored: Snapshot, derived: Snapshot, add: Add) 
         )
 
 
-def _check_table(
-    storage: Storage, entries: Sequence[BlockEntry], names: list[str], add: Add
-) -> None:
+def _check_table(storage: Storage, entries: WalkedChain, names: list[str], add: Add) -> None:
     shown = 0
     for name in sorted(n for n in names if n.startswith("seq-") and n[4:].isdigit()):
         path = f"{INDEX_DIR}/{name}"
@@ -206,12 +206,11 @@ def _check_table(
                     path=f"info/{path}",
                 )
                 break
-            block = entries[seq]
             wrong = [
                 what
                 for what, ok in (
-                    ("block hash", hash_bytes == bytes(block.hash)),
-                    ("system time", moment == time_us(block.block.system_time)),
+                    ("block hash", hash_bytes == entries.hash_bytes(seq)),
+                    ("system time", moment == entries.system_time_us(seq)),
                 )
                 if not ok
             ]
@@ -222,7 +221,7 @@ def _check_table(
                     "index-mismatch",
                     f"{path}: the entry of block {seq} has the wrong {' and '.join(wrong)}",
                     sequence_number=seq,
-                    block_hash=str(block.hash),
+                    block_hash=entries.name(seq),
                     path=f"info/{path}",
                 )
 
@@ -256,37 +255,50 @@ def _check_list(storage: Storage, name: str, derived: list[Pointer], length: int
         )
 
 
-def _pointers(entries: Sequence[BlockEntry]) -> Pointers:
-    """The head's pointers: for each kind, the last block of that kind, found newest first
-    with cheap type tests only (a second fold would double verify's time)."""
+def _kind_positions(entries: WalkedChain) -> dict[str, np.ndarray]:
+    """For each of the index's kinds (:data:`index.read._KINDS`), the positions of the blocks
+    of that kind, ascending: cheap type tests on the decoded blocks, and the columns for the
+    plain ones (each an AddData with data, and with a watermark when it sets one)."""
     from odf_chain.index.read import _KINDS
 
-    found: dict[str, Pointer] = {}
-    for entry in reversed(entries):
-        event = entry.block.event
+    found: dict[str, list[int]] = {kind: [] for kind in _KINDS}
+    for i, entry in entries.decoded():
         for kind, test in _KINDS.items():
-            if kind not in found and test(event):
-                found[kind] = Pointer(entry.block.sequence_number, entry.hash)
-        if len(found) == len(_KINDS) - 1 and "seed" not in found:
-            break
-    if entries and "seed" not in found:
-        found["seed"] = Pointer(0, entries[0].hash)
-    return Pointers(**found)
+            if test(entry.block.event):
+                found[kind].append(i)
+    plain, marked = entries.plain_positions()
+    merged = {kind: np.array(found[kind], np.int64) for kind in _KINDS}
+    merged["data"] = np.union1d(merged["data"], plain)
+    merged["watermark"] = np.union1d(merged["watermark"], marked)
+    return merged
 
 
-def _pointers_at(entries: Sequence[BlockEntry], wanted: Iterable[int]) -> dict[int, Pointers]:
-    """The pointers at each block of ``wanted``, by one forward pass of cheap type tests."""
-    from odf_chain.index.read import _KINDS
+def _latest(positions: dict[str, np.ndarray], at: int) -> dict[str, int]:
+    """For each kind, the last position at or before ``at`` that is of it."""
+    out = {}
+    for kind, where in positions.items():
+        k = int(np.searchsorted(where, at, side="right"))
+        if k:
+            out[kind] = int(where[k - 1])
+    return out
 
-    stops = set(wanted)
-    last = max(stops, default=-1)
-    found: dict[str, Pointer] = {}
+
+def _pointers(entries: WalkedChain) -> Pointers:
+    """The head's pointers: for each kind, the last block of that kind (by its sequence number),
+    from cheap type tests only (a second fold would double verify's time)."""
+    found = _latest(_kind_positions(entries), len(entries) - 1)
+    pointers = {k: Pointer(entries.sequence_number(i), entries.hash(i)) for k, i in found.items()}
+    if len(entries) and "seed" not in found:
+        pointers["seed"] = Pointer(0, entries.hash(0))
+    return Pointers(**pointers)
+
+
+def _pointers_at(entries: WalkedChain, wanted: Iterable[int]) -> dict[int, Pointers]:
+    """The pointers at each block of ``wanted``, by place (a damaged chain's numbers lie)."""
+    positions = _kind_positions(entries)
     out: dict[int, Pointers] = {}
-    for seq, entry in enumerate(entries[: last + 1]):  # by place (a damaged chain's numbers lie)
-        event = entry.block.event
-        for kind, test in _KINDS.items():
-            if test(event):
-                found[kind] = Pointer(seq, entry.hash)
-        if seq in stops:
-            out[seq] = Pointers(**found)
+    for seq in set(wanted):
+        if seq < len(entries):
+            found = _latest(positions, seq)
+            out[seq] = Pointers(**{k: Pointer(i, entries.hash(i)) for k, i in found.items()})
     return out

@@ -142,6 +142,10 @@ class Storage(Protocol):
     def block_reader(self) -> AbstractContextManager[Callable[[str], bytes]]:
         """``read_block`` for a walk over many blocks (one directory descriptor, say)."""
 
+    def read_all_blocks(self) -> dict[str, bytes] | None:
+        """Every readable block file by name, in one pass (verify of a long chain), or None
+        where that is no cheaper than reading block by block (an object store)."""
+
     def has_block(self, name: str) -> bool: ...
     def block_names(self) -> list[str]: ...
     def block_names_starting(self, prefix: str, limit: int) -> list[str]:

@@ -282,6 +282,10 @@ class FsStorage:
         descriptor to keep open, so each read is one :meth:`read_block`."""
         yield self.read_block
 
+    def read_all_blocks(self) -> dict[str, bytes] | None:
+        """None: an object store reads a block per request either way (see ``block_reader``)."""
+        return None
+
     def has_block(self, name: str) -> bool:
         return self._exists(f"blocks/{check_name(name, 'block name')}")
 

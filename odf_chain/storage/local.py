@@ -510,6 +510,41 @@ class LocalStorage:
 
             yield read
 
+    def read_all_blocks(self) -> dict[str, bytes] | None:
+        """Every block file at once, by name: verify of a long chain reads them all anyway, and
+        one pass over ``blocks/`` costs a fraction of a lookup and a checked read per block.
+
+        The same refusals as :meth:`block_reader`, in fewer system calls: the listing's own
+        entry types (no stat), opened without following a symlink or waiting on a FIFO, the
+        opened file checked to be regular and at most :data:`MAX_BLOCK_BYTES`. An entry that
+        fails any check (or vanishes) is left out: reading it by name reports it exactly.
+        None when ``blocks/`` cannot be opened (the walk then reports that per block).
+        """
+        found: dict[str, bytes] = {}
+        try:
+            with self._dir("blocks") as dir_fd, os.scandir(dir_fd) as it:
+                names = [e.name for e in it if e.is_file(follow_symlinks=False)]
+                for name in names:
+                    if not _is_name(name):
+                        continue
+                    try:
+                        fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
+                    except OSError:
+                        continue
+                    try:
+                        opened = os.fstat(fd)
+                        if stat.S_ISREG(opened.st_mode) and opened.st_size <= MAX_BLOCK_BYTES:
+                            data = read_at_most(fd, MAX_BLOCK_BYTES)
+                            if len(data) <= MAX_BLOCK_BYTES:
+                                found[name] = data
+                    except OSError:
+                        pass
+                    finally:
+                        os.close(fd)
+        except (OSError, OdfChainError):
+            return None
+        return found
+
     def has_block(self, name: str) -> bool:
         """True if ``blocks/<name>`` exists, as whatever kind of entry (reading it says more)."""
         path = self._block_path(name)

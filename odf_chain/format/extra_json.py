@@ -1,0 +1,123 @@
+"""Judge many ExtraAttributes texts at once, here or in a helper process (standard library only).
+
+Parsing each AddData's ExtraAttributes JSON is the largest cost left in verifying a long chain
+once blocks are decoded as columns, and it is independent per block: so verify can hand the
+texts to a second Python process (this file run as a script, importing nothing but the
+standard library, started fresh: never forked) and use the machine's second core while it
+walks and folds.
+
+A verdict per text: :data:`OBJECT` (a JSON object, as the block decoder requires),
+:data:`TRANSACTION` (an object with the transaction key, which the rules judge) or
+:data:`REFUSED` (anything the block decoder would refuse, or might: UTF-8 or JSON errors, not
+an object, nesting deeper than :data:`MAX_DEPTH`). A refused text is no error here: its block is
+decoded on its own, and the decoder words the error.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import subprocess
+import sys
+import threading
+
+OBJECT, TRANSACTION, REFUSED = 0, 1, 2
+TRANSACTION_KEY = "odf-chain.dev/transaction"  # state.TRANSACTION_KEY (this file imports nothing)
+# Deeper nesting is refused here, and the block decoder decides: its verdict on deep JSON depends
+# on how deep in the stack it runs; this one must not.
+MAX_DEPTH = 200
+_COUNT = struct.Struct("<I")
+
+
+def judge(texts: list[bytes]) -> bytes:
+    """One verdict byte per text."""
+    verdicts = bytearray(len(texts))
+    loads = json.loads
+    for i, raw in enumerate(texts):
+        try:
+            value = loads(raw.decode("utf-8"))
+        except (ValueError, RecursionError):
+            verdicts[i] = REFUSED
+            continue
+        if not isinstance(value, dict):
+            verdicts[i] = REFUSED
+        elif TRANSACTION_KEY in value:
+            verdicts[i] = TRANSACTION
+        elif raw.count(b"{") + raw.count(b"[") > MAX_DEPTH and _deeper_than(value, MAX_DEPTH):
+            verdicts[i] = REFUSED
+    return bytes(verdicts)
+
+
+def _deeper_than(value: object, depth: int) -> bool:
+    """Is ``value`` nested more than ``depth`` levels deep (iteratively: no recursion)?"""
+    stack = [(value, 1)]
+    while stack:
+        node, level = stack.pop()
+        if level > depth:
+            return True
+        if isinstance(node, dict):
+            stack.extend((v, level + 1) for v in node.values() if isinstance(v, dict | list))
+        elif isinstance(node, list):
+            stack.extend((v, level + 1) for v in node if isinstance(v, dict | list))
+    return False
+
+
+def encode(texts: list[bytes]) -> bytes:
+    """The helper's input: the count, every length, then every text."""
+    lengths = struct.pack(f"<{len(texts)}I", *map(len, texts))
+    return _COUNT.pack(len(texts)) + lengths + b"".join(texts)
+
+
+def decode(data: bytes) -> list[bytes]:
+    (count,) = _COUNT.unpack_from(data, 0)
+    lengths = struct.unpack_from(f"<{count}I", data, 4)
+    texts, at = [], 4 + 4 * count
+    for n in lengths:
+        texts.append(data[at : at + n])
+        at += n
+    return texts
+
+
+class Helper:
+    """This file run as a fresh process judging ``texts``; :meth:`result` waits for its verdicts,
+    or returns None when it failed in any way (the caller then judges in-process)."""
+
+    def __init__(self, texts: list[bytes]) -> None:
+        self._count = len(texts)
+        self._out: bytes | None = None
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-I", "-S", __file__],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+            )
+        except OSError:
+            self._proc = None
+            return
+        payload = encode(texts)
+        self._thread = threading.Thread(target=self._talk, args=(payload,), daemon=True)
+        self._thread.start()
+
+    def _talk(self, payload: bytes) -> None:
+        try:
+            out, _ = self._proc.communicate(payload)  # type: ignore[union-attr]
+        except (OSError, ValueError):
+            return
+        if self._proc.returncode == 0 and len(out) == self._count:  # type: ignore[union-attr]
+            self._out = out
+
+    def result(self) -> bytes | None:
+        if self._proc is None:
+            return None
+        self._thread.join()
+        return self._out
+
+
+def _main() -> None:
+    texts = decode(sys.stdin.buffer.read())
+    sys.stdout.buffer.write(judge(texts))
+
+
+if __name__ == "__main__":
+    _main()

@@ -1,0 +1,245 @@
+"""The chain as verify walked it: its blocks oldest first, the plain ones kept as columns.
+
+Verify of a long chain used to build a Python object for every field of every block, and that
+was most of its time. Here the blocks of one pass over ``blocks/`` are decoded at once into
+columns (:mod:`odf_chain.format.columns`); a block is turned into objects only when something
+asks for it as a :class:`BlockEntry`. Blocks the columns cannot vouch for (other events, odd
+layouts) are decoded one by one as before, so every error is still worded by
+:func:`codec.decode_block` and the rules.
+
+:class:`WalkedChain` is a ``Sequence[BlockEntry]`` (what receipts, the index check and the data
+checks index into), with cheap accessors (name, hash, sequence number, system time) that do not
+decode, and :meth:`WalkedChain.plain_run` for the fold's bulk step.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import overload
+
+import blake3
+import numpy as np
+
+from odf_chain.chain import BlockEntry, parse_block_name
+from odf_chain.events import AddData, DataSlice, ExecuteTransform
+from odf_chain.format import extra_json
+from odf_chain.format.codec import decode_block
+from odf_chain.format.columns import BlockColumns, decode_columns
+from odf_chain.format.multihash import BLAKE3, SHA3_256, Multihash
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# A block name is "f" + hex(code, 0x20, 32 digest bytes): these five characters name the algorithm.
+_PREFIXES = {
+    str(Multihash(a, bytes(32)))[:5]: digest
+    for a, digest in (
+        (BLAKE3, lambda data: blake3.blake3(data).hexdigest()),
+        (SHA3_256, lambda data: hashlib.sha3_256(data).hexdigest()),
+    )
+}
+_NAME_LENGTH = 5 + 64
+
+
+def micros_to_datetime(micros: int) -> datetime:
+    """A column's system time as the block decoder gives it (UTC, microseconds)."""
+    return _EPOCH + timedelta(microseconds=micros)
+
+
+@dataclass(frozen=True, slots=True)
+class BlockFiles:
+    """One pass over ``blocks/``: every readable block file, hashed and decoded into columns.
+
+    ``hash_ok[k]``: file ``k``'s name is the canonical name of its content's hash (anything
+    else, a wrong hash or a name in another form, is left to the walk's checks by name).
+    """
+
+    names: list[str]
+    data: list[bytes]
+    position: dict[str, int]
+    hash_ok: list[bool]
+    columns: BlockColumns
+    plain: list[bool]
+    sequence_numbers: list[int]
+    prev_names: list[str | None]  # of the plain blocks
+
+    @classmethod
+    def of(cls, files: dict[str, bytes]) -> BlockFiles:
+        names = list(files)
+        data = list(files.values())
+        hash_ok = []
+        for name, content in zip(names, data, strict=True):
+            digest = _PREFIXES.get(name[:5]) if len(name) == _NAME_LENGTH else None
+            hash_ok.append(digest is not None and digest(content) == name[5:])
+        columns = decode_columns(data)
+        columns = columns.judged(extra_json.judge(columns.extras))
+        prev_names: list[str | None] = [None] * len(names)
+        rows = np.flatnonzero(columns.has_prev & columns.plain)
+        text = columns.prev_hash[rows].tobytes().hex()
+        width = 2 * columns.prev_hash.shape[1]
+        for at, k in enumerate(rows.tolist()):
+            prev_names[k] = "f" + text[at * width : (at + 1) * width]
+        return cls(
+            names,
+            data,
+            {n: k for k, n in enumerate(names)},
+            hash_ok,
+            columns,
+            columns.plain.tolist(),
+            columns.sequence_number.tolist(),
+            prev_names,
+        )
+
+    def reader(self, by_name: Callable[[str], bytes]) -> Callable[[str], bytes]:
+        """A block's bytes from this pass, or read by name when the pass left it out."""
+
+        def read(name: str) -> bytes:
+            k = self.position.get(name)
+            return by_name(name) if k is None else self.data[k]
+
+        return read
+
+
+class WalkedChain(Sequence[BlockEntry]):
+    """The blocks a walk read, oldest first once :meth:`finish` is called.
+
+    Each is either a row of :class:`BlockFiles` (a plain block, decoded only on request) or a
+    :class:`BlockEntry` the walk decoded. Once finished, the plain blocks' columns are kept in
+    chain order, so a run of them is a slice.
+    """
+
+    def __init__(self, files: BlockFiles | None = None) -> None:
+        self._files = files
+        self._items: list[int | BlockEntry] = []
+        self._cache: dict[int, BlockEntry] = {}
+        self._plain = np.zeros(0, bool)
+        self._ordered: BlockColumns | None = None
+        self._hashes = np.zeros((0, 34), np.uint8)
+        self._decoded: list[tuple[int, BlockEntry]] = []
+
+    # -- building (newest first) ------------------------------------------------------------
+
+    def add_file(self, k: int) -> None:
+        self._items.append(k)
+
+    def add(self, entry: BlockEntry) -> None:
+        self._items.append(entry)
+
+    def finish(self) -> None:
+        """The walk is done: oldest first from now on."""
+        items = self._items
+        items.reverse()
+        self._decoded = [(i, e) for i, e in enumerate(items) if not isinstance(e, int)]
+        files = self._files
+        if files is None:
+            return
+        rows = np.fromiter((k if isinstance(k, int) else -1 for k in items), np.int64, len(items))
+        self._plain = rows >= 0
+        self._ordered = files.columns.take(np.where(self._plain, rows, 0))
+        names = files.names
+        hex_names = "".join(names[k][1:] if k >= 0 else "00" * 34 for k in rows.tolist())
+        self._hashes = np.frombuffer(bytes.fromhex(hex_names), np.uint8).reshape(len(items), 34)
+
+    # -- Sequence[BlockEntry] ---------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    @overload
+    def __getitem__(self, i: int) -> BlockEntry: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[BlockEntry]: ...
+    def __getitem__(self, i: int | slice) -> BlockEntry | list[BlockEntry]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        item = self._items[i]
+        if not isinstance(item, int):
+            return item
+        entry = self._cache.get(item)
+        if entry is None:
+            files = self._files
+            assert files is not None
+            data = files.data[item]
+            entry = BlockEntry(parse_block_name(files.names[item]), decode_block(data), len(data))
+            self._cache[item] = entry
+        return entry
+
+    def __iter__(self) -> Iterator[BlockEntry]:
+        for i in range(len(self)):
+            yield self[i]
+
+    # -- without decoding ------------------------------------------------------------------
+
+    def is_plain(self, i: int) -> bool:
+        return isinstance(self._items[i], int)
+
+    def name(self, i: int) -> str:
+        item = self._items[i]
+        if isinstance(item, int):
+            return self._files.names[item]  # type: ignore[union-attr]
+        return str(item.hash)
+
+    def hash(self, i: int) -> Multihash:
+        item = self._items[i]
+        return parse_block_name(self.name(i)) if isinstance(item, int) else item.hash
+
+    def hash_bytes(self, i: int) -> bytes:
+        return bytes.fromhex(self.name(i)[1:])
+
+    def sequence_number(self, i: int) -> int:
+        item = self._items[i]
+        if isinstance(item, int):
+            return self._files.sequence_numbers[item]  # type: ignore[union-attr]
+        return item.block.sequence_number
+
+    def system_time_us(self, i: int) -> int:
+        item = self._items[i]
+        if isinstance(item, int):
+            return int(self._files.columns.system_time_us[item])  # type: ignore[union-attr]
+        return (item.block.system_time - _EPOCH) // timedelta(microseconds=1)
+
+    def decoded(self) -> list[tuple[int, BlockEntry]]:
+        """The blocks that are not plain (every event but AddData, mostly), with positions."""
+        return self._decoded
+
+    def plain_positions(self) -> tuple[np.ndarray, np.ndarray]:
+        """Positions of the plain blocks, and of those of them that set a watermark."""
+        if self._ordered is None:
+            empty = np.zeros(0, np.int64)
+            return empty, empty
+        marked = self._plain & self._ordered.has_watermark
+        return np.flatnonzero(self._plain), np.flatnonzero(marked)
+
+    def plain_run_end(self, start: int, stop: int) -> int:
+        """The end (exclusive, at most ``stop``) of the run of plain blocks from ``start``."""
+        segment = self._plain[start:stop]
+        if not len(segment) or segment.all():
+            return start + len(segment)
+        return start + int(np.argmin(segment))
+
+    def plain_run(self, start: int, stop: int) -> tuple[BlockColumns, np.ndarray]:
+        """The columns of plain blocks ``start..stop-1`` (views, in chain order) and their own
+        hashes (as multihash bytes, one row each)."""
+        assert self._ordered is not None
+        return self._ordered.rows(start, stop), self._hashes[start:stop]
+
+    def with_slices(self) -> Iterator[int]:
+        """Positions of the blocks that add a data slice."""
+        for i, item in enumerate(self._items):
+            if isinstance(item, int) or _slice_of(item) is not None:
+                yield i
+
+    def slice_names(self) -> set[str]:
+        """The data files the chain names (every plain block names one)."""
+        names = {str(data.physical_hash) for _, e in self._decoded if (data := _slice_of(e))}
+        if self._ordered is not None:
+            text = self._ordered.physical_hash[self._plain].tobytes().hex()
+            width = 2 * 34
+            names.update("f" + text[at : at + width] for at in range(0, len(text), width))
+        return names
+
+
+def _slice_of(entry: BlockEntry) -> DataSlice | None:
+    event = entry.block.event
+    return event.new_data if isinstance(event, AddData | ExecuteTransform) else None
