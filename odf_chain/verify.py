@@ -62,7 +62,7 @@ from odf_chain.slices import LogicalHasher, read_batches
 from odf_chain.state import EMPTY, DatasetState, apply, apply_plain_run
 from odf_chain.storage import Storage, open_storage
 from odf_chain.storage.base import HEAD_LOG, HeadMove
-from odf_chain.walked import BlockFiles, WalkedChain
+from odf_chain.walked import BLOCK_NAMES, BlockFiles, WalkedChain
 
 Severity = Literal["error", "warning"]
 
@@ -153,6 +153,7 @@ class _Walk:
 
     chain: WalkedChain = field(default_factory=WalkedChain)  # oldest first once done
     complete: bool = False  # reached the Seed
+    listed: list[str] | None = None  # the block files the one pass over blocks/ listed
     visited: set[str] = field(default_factory=set)  # every block name the chain referenced
 
 
@@ -173,9 +174,33 @@ def _walk(storage: Storage, report: VerifyReport) -> _Walk:
     except FormatError as exc:
         report.add("error", "head", str(exc), path="refs/head")
         return walk
-    everything = storage.read_all_blocks()
-    files = BlockFiles.of(everything) if everything else None
+    everything = storage.read_all_blocks(BLOCK_NAMES)
+    files = BlockFiles(everything) if everything else None
+    hashed, found = report.bytes_hashed, len(report.problems)
+    _walk_down(head_name, current, storage, files, walk, report)
+    if files is not None and files.settle() & walk.chain.plain_rows():
+        # a block the walk took as plain has ExtraAttributes the decoder refuses: walk again,
+        # decoding it, so that the walk reports it as it reports any malformed block
+        del report.problems[found:]
+        report.bytes_hashed = hashed
+        walk = _Walk(listed=walk.listed)
+        _walk_down(head_name, current, storage, files, walk, report)
+    walk.chain.finish()
+    return walk
+
+
+def _walk_down(
+    head_name: str,
+    head: Multihash,
+    storage: Storage,
+    files: BlockFiles | None,
+    walk: _Walk,
+    report: VerifyReport,
+) -> None:
+    """The walk from the head: through the one pass's blocks while it can, then by name."""
     walk.chain = WalkedChain(files)
+    walk.listed = None if files is None else files.listed
+    current: Multihash | None = head
     with storage.block_reader() as by_name:
         read_block = by_name
         if files is not None:
@@ -185,8 +210,6 @@ def _walk(storage: Storage, report: VerifyReport) -> _Walk:
             read_block = files.reader(by_name)
         if current is not None:
             _walk_from(current, read_block, walk, report)
-    walk.chain.finish()
-    return walk
 
 
 def _walk_files(
@@ -795,11 +818,10 @@ def _leftovers(storage: Storage, walk: _Walk, slices: set[str], report: VerifyRe
             "block is not reachable from the head (the walk stopped early: it may be in the chain)"
         )
     # a damaged block the chain names is not a leftover
-    orphans = [
-        name
-        for name in _listing(storage.block_names, "blocks/", report, needed=True)
-        if name not in walk.visited
-    ]
+    listing = walk.listed  # the one pass's, else a listing now
+    if listing is None:
+        listing = _listing(storage.block_names, "blocks/", report, needed=True)
+    orphans = sorted(name for name in listing if name not in walk.visited)
     descendants = _descendants(storage, walk, orphans, report)
     for name in orphans:
         if name not in descendants:

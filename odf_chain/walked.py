@@ -14,13 +14,10 @@ decode, and :meth:`WalkedChain.plain_run` for the fold's bulk step.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import overload
 
-import blake3
 import numpy as np
 
 from odf_chain.chain import BlockEntry, parse_block_name
@@ -29,17 +26,12 @@ from odf_chain.format import extra_json
 from odf_chain.format.codec import decode_block
 from odf_chain.format.columns import BlockColumns, decode_columns
 from odf_chain.format.multihash import BLAKE3, SHA3_256, Multihash
+from odf_chain.storage.block_pass import Hashes
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-# A block name is "f" + hex(code, 0x20, 32 digest bytes): these five characters name the algorithm.
-_PREFIXES = {
-    str(Multihash(a, bytes(32)))[:5]: digest
-    for a, digest in (
-        (BLAKE3, lambda data: blake3.blake3(data).hexdigest()),
-        (SHA3_256, lambda data: hashlib.sha3_256(data).hexdigest()),
-    )
-}
-_NAME_LENGTH = 5 + 64
+# A block name is "f" + hex(code, 0x20, 32 digest bytes): its first five characters name the
+# algorithm.
+BLOCK_NAMES = Hashes({str(Multihash(a, bytes(32)))[:5]: a for a in (BLAKE3, SHA3_256)}, 5 + 64)
 
 
 def micros_to_datetime(micros: int) -> datetime:
@@ -47,49 +39,60 @@ def micros_to_datetime(micros: int) -> datetime:
     return _EPOCH + timedelta(microseconds=micros)
 
 
-@dataclass(frozen=True, slots=True)
+# From this many ExtraAttributes texts on, a helper process judges them while the walk runs.
+JSON_HELPER_MIN_TEXTS = 20_000
+
+
 class BlockFiles:
     """One pass over ``blocks/``: every readable block file, hashed and decoded into columns.
 
     ``hash_ok[k]``: file ``k``'s name is the canonical name of its content's hash (anything
     else, a wrong hash or a name in another form, is left to the walk's checks by name).
+    ``plain[k]``: the columns vouch for block ``k``; until :meth:`settle`, as far as its layout
+    goes (its ExtraAttributes may still be refused: the walk only needs its link).
     """
 
-    names: list[str]
-    data: list[bytes]
-    position: dict[str, int]
-    hash_ok: list[bool]
-    columns: BlockColumns
-    plain: list[bool]
-    sequence_numbers: list[int]
-    prev_names: list[str | None]  # of the plain blocks
-
-    @classmethod
-    def of(cls, files: dict[str, bytes]) -> BlockFiles:
-        names = list(files)
-        data = list(files.values())
-        hash_ok = []
-        for name, content in zip(names, data, strict=True):
-            digest = _PREFIXES.get(name[:5]) if len(name) == _NAME_LENGTH else None
-            hash_ok.append(digest is not None and digest(content) == name[5:])
-        columns = decode_columns(data)
-        columns = columns.judged(extra_json.judge(columns.extras))
-        prev_names: list[str | None] = [None] * len(names)
+    def __init__(self, files: dict[str, tuple[bytes | None, bool]]) -> None:
+        """From :meth:`Storage.read_all_blocks` (given :data:`BLOCK_NAMES`)."""
+        self.listed = list(files)  # every block file name of the listing, read or not
+        self.names = [name for name in self.listed if files[name][0] is not None]  # by row
+        self.data: list[bytes] = [files[name][0] for name in self.names]  # type: ignore[misc]
+        self.hash_ok = [files[name][1] for name in self.names]
+        self.position = {n: k for k, n in enumerate(self.names)}
+        columns = decode_columns(self.data)
+        self.columns = columns
+        self.plain: list[bool] = columns.plain.tolist()
+        self.sequence_numbers: list[int] = columns.sequence_number.tolist()
+        self.prev_names: list[str | None] = [None] * len(self.names)  # of the plain blocks
         rows = np.flatnonzero(columns.has_prev & columns.plain)
         text = columns.prev_hash[rows].tobytes().hex()
         width = 2 * columns.prev_hash.shape[1]
         for at, k in enumerate(rows.tolist()):
-            prev_names[k] = "f" + text[at * width : (at + 1) * width]
-        return cls(
-            names,
-            data,
-            {n: k for k, n in enumerate(names)},
-            hash_ok,
-            columns,
-            columns.plain.tolist(),
-            columns.sequence_number.tolist(),
-            prev_names,
-        )
+            self.prev_names[k] = "f" + text[at * width : (at + 1) * width]
+        self._helper = None
+        if len(columns.extras) >= JSON_HELPER_MIN_TEXTS:
+            self._helper = extra_json.Helper(columns.extras)
+        else:
+            self._apply(extra_json.judge(columns.extras))
+
+    def settle(self) -> set[int]:
+        """Take the ExtraAttributes verdicts in (waiting for the helper, or judging here if it
+        failed); return the rows that turned out not plain."""
+        if self._helper is None:
+            return set()
+        verdicts = self._helper.result()
+        self._helper = None
+        if verdicts is None:
+            verdicts = extra_json.judge(self.columns.extras)
+        return self._apply(verdicts)
+
+    def _apply(self, verdicts: bytes) -> set[int]:
+        before = self.columns.plain
+        self.columns = self.columns.judged(verdicts)
+        lost = np.flatnonzero(before & ~self.columns.plain).tolist()
+        for k in lost:
+            self.plain[k] = False
+        return set(lost)
 
     def reader(self, by_name: Callable[[str], bytes]) -> Callable[[str], bytes]:
         """A block's bytes from this pass, or read by name when the pass left it out."""
@@ -125,6 +128,10 @@ class WalkedChain(Sequence[BlockEntry]):
 
     def add(self, entry: BlockEntry) -> None:
         self._items.append(entry)
+
+    def plain_rows(self) -> set[int]:
+        """The rows of :class:`BlockFiles` taken as plain blocks."""
+        return {k for k in self._items if isinstance(k, int)}
 
     def finish(self) -> None:
         """The walk is done: oldest first from now on."""

@@ -78,35 +78,42 @@ class BlockColumns:
         return replace(self, plain=plain, has_transaction=has_transaction, extras=[])
 
 
+_INTEGERS = {1: np.dtype("u1"), 2: np.dtype("<u2"), 4: np.dtype("<u4"), 8: np.dtype("<u8")}
+
+
 class _Gather:
     """Little-endian reads at many absolute positions of one buffer, each checked against the
-    extent ``[lo, hi)`` of the buffer it belongs to; a read outside clears ``ok``."""
+    extent ``[lo, hi)`` of the buffer it belongs to; a read outside clears ``ok``.
+
+    One fancy index per read: a view whose row ``p`` is the ``width`` bytes from ``p`` on is
+    indexed by the positions, and the rows reinterpreted as integers."""
 
     def __init__(self, data: bytes) -> None:
+        self.data = data
         self.a = np.frombuffer(data, np.uint8)
+
+    def _rows(self, width: int) -> np.ndarray:
+        a = self.a
+        return np.lib.stride_tricks.as_strided(a, (max(len(a) - width + 1, 0), width), (1, 1))
 
     def read(
         self, pos: np.ndarray, width: int, lo: np.ndarray, hi: np.ndarray, ok: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
         """(unsigned value, ok) for a ``width``-byte integer at each position."""
         ok = ok & (pos >= lo) & (pos + width <= hi)
-        at = np.where(ok, pos, 0)
-        a = self.a
-        if len(a) < width:
+        if len(self.a) < width:
             return np.zeros(len(pos), np.uint64), ok & False
-        value = a[at].astype(np.uint64)
-        for k in range(1, width):
-            value |= a[at + k].astype(np.uint64) << np.uint64(8 * k)
+        raw = self._rows(width)[np.where(ok, pos, 0)]
+        value = raw.view(_INTEGERS[width])[:, 0].astype(np.uint64)
         return np.where(ok, value, np.uint64(0)), ok
 
-    def take(
-        self, pos: np.ndarray, length: int, ok: np.ndarray
-    ) -> np.ndarray:  # (n, length) bytes at positions already checked
-        at = np.where(ok, pos, 0)[:, None] + np.arange(length)
-        at = np.where(ok[:, None], at, 0)
-        if len(self.a) == 0:
+    def take(self, pos: np.ndarray, length: int, ok: np.ndarray) -> np.ndarray:
+        """(n, length) bytes at positions already checked (zeros where not ``ok``)."""
+        if len(self.a) < length:
             return np.zeros((len(pos), length), np.uint8)
-        return self.a[np.minimum(at, len(self.a) - 1)]
+        rows = self._rows(length)[np.where(ok, pos, 0)]
+        rows[~ok] = 0
+        return rows
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,9 +284,9 @@ def decode_columns(blocks: list[bytes]) -> BlockColumns:
     ok &= (~has_prev | _short_multihash(prev_hash)) & _short_multihash(logical)
     ok &= _short_multihash(physical)
     rows = np.flatnonzero(ok & has_extra & has_text)
-    buffer = g.a
+    buffer = g.data
     extras = [
-        buffer[start : start + length].tobytes()
+        buffer[start : start + length]
         for start, length in zip(text_start[rows].tolist(), text_len[rows].tolist(), strict=True)
     ]
     return BlockColumns(
