@@ -1,0 +1,571 @@
+"""Verify's bulk path (blocks decoded as columns, rules run a run at a time) is the block by block
+verify, only faster.
+
+- The column decoder vouches only for blocks ``decode_block`` decodes, and then gives exactly
+  its values: on varied blocks (hypothesis), on every single-byte change of an AddData block and
+  on truncations. It does vouch for the plain shape (else the fast path would never be taken).
+- Verify reports exactly the same problems, block count and bytes hashed with the bulk path as
+  without it (a storage that offers no one-pass read, as an object store), on chains that break
+  each rule at the start, middle and end of a run of AddData blocks, across a snapshot
+  boundary, with non-plain blocks in between, and with ExtraAttributes the decoder refuses.
+- ``state.apply_plain_run`` is the fold of ``state.apply`` over the same blocks.
+- The helper processes (reading a share of the block files; judging ExtraAttributes) answer
+  exactly what the in-process code answers, on damaged directories too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from odf_chain import chain
+from odf_chain.dataset import Dataset
+from odf_chain.errors import FormatError
+from odf_chain.events import (
+    AddData,
+    Checkpoint,
+    DataSlice,
+    MetadataBlock,
+    OffsetInterval,
+    Seed,
+    SetInfo,
+    SourceState,
+)
+from odf_chain.format import codec, extra_json
+from odf_chain.format.codec import decode_block, encode_block
+from odf_chain.format.columns import decode_columns
+from odf_chain.format.did import DatasetId
+from odf_chain.format.multihash import BLAKE3, SHA3_256, Multihash
+from odf_chain.index.records import SNAPSHOT_INTERVAL
+from odf_chain.rules import plain_run_passes
+from odf_chain.state import EMPTY, TRANSACTION_KEY, apply, apply_plain_run
+from odf_chain.storage import block_pass
+from odf_chain.storage.base import MAX_BLOCK_BYTES
+from odf_chain.storage.block_pass import Hashes
+from odf_chain.storage.local import LocalStorage
+from odf_chain.verify import verify
+from odf_chain.walked import BLOCK_NAMES
+from tests.test_codec import ADD_DATA, BLOCKS, JSON_OBJECTS, TIMES
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _micros(moment: datetime) -> int:
+    return (moment - _EPOCH) // timedelta(microseconds=1)
+
+
+# -- the column decoder against decode_block -------------------------------------------------------
+
+
+def _decoded_values(block: MetadataBlock) -> tuple:
+    event = block.event
+    assert isinstance(event, AddData) and event.new_data is not None
+    data = event.new_data
+    extra = event.extra
+    return (
+        block.sequence_number,
+        _micros(block.system_time),
+        None if block.prev_block_hash is None else bytes(block.prev_block_hash),
+        event.prev_offset,
+        data.offset_interval.start,
+        data.offset_interval.end,
+        data.size,
+        bytes(data.logical_hash),
+        bytes(data.physical_hash),
+        None if event.new_watermark is None else _micros(event.new_watermark),
+        extra is not None and TRANSACTION_KEY in extra,
+    )
+
+
+def _column_values(blocks: list[bytes]) -> list[tuple | None]:
+    """Each block's values as the columns have them, or None where they do not vouch for it."""
+    raw = decode_columns(blocks)
+    c = raw.judged(extra_json.judge(raw.extras))
+    out: list[tuple | None] = []
+    for i in range(len(blocks)):
+        if not c.plain[i]:
+            out.append(None)
+            continue
+        out.append(
+            (
+                int(c.sequence_number[i]),
+                int(c.system_time_us[i]),
+                c.prev_hash[i].tobytes() if c.has_prev[i] else None,
+                int(c.prev_offset[i]) if c.has_prev_offset[i] else None,
+                int(c.start[i]),
+                int(c.end[i]),
+                int(c.size[i]),
+                c.logical_hash[i].tobytes(),
+                c.physical_hash[i].tobytes(),
+                int(c.watermark_us[i]) if c.has_watermark[i] else None,
+                bool(c.has_transaction[i]),
+            )
+        )
+    return out
+
+
+def _agree(blocks: list[bytes]) -> list[bool]:
+    """Check every block; return which ones the columns vouched for."""
+    vouched = []
+    for data, values in zip(blocks, _column_values(blocks), strict=True):
+        if values is None:
+            vouched.append(False)
+            continue
+        decoded = decode_block(data)  # must not raise: the columns vouched for the block
+        assert _decoded_values(decoded) == values
+        vouched.append(True)
+    return vouched
+
+
+def _encode(block: MetadataBlock, version: int) -> bytes:
+    """The current layout, or the legacy one (manifest version 2: Timestamps unaligned)."""
+    return encode_block(block) if version == 3 else codec._encode_legacy_v2(block)
+
+
+def _is_plain_shape(block: MetadataBlock) -> bool:
+    event = block.event
+    return (
+        isinstance(event, AddData)
+        and event.new_data is not None
+        and event.prev_checkpoint is None
+        and event.new_checkpoint is None
+        and event.new_source_state is None
+    )
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(
+        BLOCKS | st.builds(MetadataBlock, TIMES, st.none(), st.integers(0, 9), ADD_DATA),
+        min_size=1,
+        max_size=6,
+    ),
+    st.sampled_from([2, 3]),
+)
+def test_columns_agree_with_the_decoder_on_varied_blocks(blocks, version) -> None:
+    encoded = [_encode(b, version) for b in blocks]
+    vouched = _agree(encoded)
+    for block, plain in zip(blocks, vouched, strict=True):
+        assert plain == _is_plain_shape(block), block
+
+
+def _plain_block(extra: dict | None = None, **changes) -> MetadataBlock:
+    event = AddData(
+        prev_offset=99,
+        new_data=DataSlice(
+            Multihash.digest(BLAKE3, b"l"),
+            Multihash.digest(BLAKE3, b"p"),
+            OffsetInterval(100, 149),
+            4096,
+        ),
+        new_watermark=datetime(2031, 5, 6, 7, 8, 9, 123456, tzinfo=UTC),
+        extra={"odf-chain.dev/source": {"uri": "s3://b/k.parquet", "size": 12}}
+        if extra is None
+        else extra,
+    )
+    return MetadataBlock(
+        datetime(2031, 5, 6, 8, tzinfo=UTC),
+        Multihash.digest(BLAKE3, b"prev"),
+        17,
+        replace(event, **changes),
+    )
+
+
+@pytest.mark.parametrize("version", [2, 3])
+def test_every_single_byte_change_of_a_plain_block_is_decoded_as_the_decoder_does(version) -> None:
+    original = _encode(_plain_block(), version)
+    variants = [original]
+    for i in range(len(original)):
+        for flip in (0x01, 0x80, 0xFF):
+            changed = bytearray(original)
+            changed[i] ^= flip
+            variants.append(bytes(changed))
+    variants += [original[:n] for n in range(len(original))]  # every truncation
+    vouched = _agree(variants)
+    assert vouched[0]  # the original is plain
+    assert 0 < sum(vouched) < len(variants)  # many changes are values, many break the layout
+
+
+def test_columns_vouch_for_the_plain_shape_and_for_nothing_else() -> None:
+    plain = [
+        _plain_block(),
+        _plain_block(extra={}),
+        _plain_block(prev_offset=None, new_watermark=None, extra={"a": [1, {"b": None}]}),
+        _plain_block(extra={TRANSACTION_KEY: {"app_id": "job", "version": 3}}),
+        replace(_plain_block(), prev_block_hash=None, sequence_number=0),
+        replace(_plain_block(), event=replace(_plain_block().event, extra=None)),
+    ]
+    other = [
+        _plain_block(new_data=None),
+        _plain_block(prev_checkpoint=Multihash.digest(BLAKE3, b"c")),
+        _plain_block(new_checkpoint=Checkpoint(Multihash.digest(BLAKE3, b"c"), 1)),
+        _plain_block(new_source_state=SourceState("s", "k", "v")),
+        replace(_plain_block(), event=SetInfo(description="x")),
+        _plain_block(extra=_nested(extra_json.MAX_DEPTH + 1)),  # the decoder decides
+    ]
+    assert _agree([encode_block(b) for b in plain]) == [True] * len(plain)
+    assert _agree([encode_block(b) for b in other]) == [False] * len(other)
+    assert _agree([encode_block(_plain_block(extra=_nested(extra_json.MAX_DEPTH)))]) == [True]
+
+
+def _nested(depth: int) -> dict:
+    value: dict = {}
+    for _ in range(depth - 1):
+        value = {"a": value}
+    return value
+
+
+EXTRA = {"odf-chain.dev/src": 1234567}
+# Same-length rewrites of ExtraAttributes text (every offset in the block stays valid) that the
+# block decoder refuses.
+REFUSED_TEXTS = {
+    "an array": lambda t: b"[" + t[1:-1].replace(b":", b",") + b"]",
+    "cut short": lambda t: t[:-1] + b" ",
+    "NaN": lambda t: t.replace(b"1234567", b"NaN4567"),
+    "not UTF-8": lambda t: t.replace(b"1234567", b'"\xff\xfe456"'),
+}
+
+
+def _refuse_extra(data: bytes, how: str) -> bytes:
+    start = data.index(b'{"odf-chain.dev/src"')
+    text = data[start : data.index(b"}", start) + 1]
+    new = REFUSED_TEXTS[how](text)
+    assert len(new) == len(text) and data.count(text) == 1
+    return data.replace(text, new)
+
+
+@pytest.mark.parametrize("how", list(REFUSED_TEXTS))
+def test_extra_attributes_the_decoder_refuses_are_not_vouched_for(how: str) -> None:
+    data = encode_block(_plain_block(extra=EXTRA))
+    changed = _refuse_extra(data, how)
+    with pytest.raises(FormatError):
+        decode_block(changed)
+    assert _agree([data, changed]) == [True, False]
+
+
+# -- verify with and without the bulk path ---------------------------------------------------------
+
+
+class _ByName(LocalStorage):
+    """The same dataset read block by block, as on an object store (no one-pass read)."""
+
+    def read_all_blocks(self, hashes: Hashes) -> None:
+        return None
+
+
+def _compare(root: Path) -> list[str]:
+    bulk = verify(LocalStorage(root), check_data=False)
+    by_name = verify(_ByName(root), check_data=False)
+    assert [p.line() for p in bulk.problems] == [p.line() for p in by_name.problems]
+    assert (bulk.head, bulk.blocks_checked, bulk.bytes_hashed) == (
+        by_name.head,
+        by_name.blocks_checked,
+        by_name.bytes_hashed,
+    )
+    return sorted({p.rule for p in bulk.errors})
+
+
+BASE_TIME = datetime(2030, 1, 1, tzinfo=UTC)
+ROWS = 10
+
+
+def _run_events(count: int, algorithm: str = BLAKE3) -> list[AddData]:
+    """``count`` AddData events as an hourly ingest writes them, offsets from 0."""
+    events = []
+    for i in range(count):
+        events.append(
+            AddData(
+                prev_offset=None if i == 0 else i * ROWS - 1,
+                new_data=DataSlice(
+                    Multihash.digest(algorithm, b"logical %d" % i),
+                    Multihash.digest(algorithm, b"physical %d" % i),
+                    OffsetInterval(i * ROWS, i * ROWS + ROWS - 1),
+                    1000 + i,
+                ),
+                new_watermark=BASE_TIME + timedelta(hours=i),
+                extra={"odf-chain.dev/source": {"inputs": [{"uri": f"s3://in/{i}.csv"}]}},
+            )
+        )
+    return events
+
+
+def _write_chain(
+    root: Path,
+    events: list,
+    times: dict[int, datetime] | None = None,
+    numbers: dict[int, int] | None = None,
+    algorithm: str = BLAKE3,
+    patch: Callable[[int, bytes], bytes] = lambda i, data: data,
+) -> None:
+    """A Seed and a schema written by the library, then ``events`` as raw blocks (no rule
+    checked), each linked to the one before; ``times``/``numbers`` override by position, and
+    ``patch`` changes a block's bytes before they are hashed and linked."""
+    dataset = Dataset.create(root, algorithm)
+    dataset.set_schema(pa.schema([("v", pa.int64())]))
+    state = dataset.refresh()
+    head = state.head
+    seq = state.sequence_number
+    for i, event in enumerate(events):
+        seq += 1
+        block = MetadataBlock(
+            (times or {}).get(i, BASE_TIME + timedelta(hours=i, minutes=5)),
+            head,
+            (numbers or {}).get(i, seq),
+            event,
+        )
+        data = patch(i, encode_block(block))
+        head = Multihash.digest(algorithm, data)
+        (root / "blocks" / str(head)).write_bytes(data)
+    LocalStorage(root).compare_and_swap_head(str(state.head), str(head))
+
+
+def _mutations(n: int) -> dict[str, Callable[[list, int], tuple[list, dict, dict]]]:
+    """Ways to break (or merely vary) the block at position k of a run of ``n`` events."""
+
+    def event_change(**changes):
+        def mutate(events, k):
+            events = list(events)
+            events[k] = replace(events[k], **changes)
+            return events, {}, {}
+
+        return mutate
+
+    def data_change(**changes):
+        def mutate(events, k):
+            events = list(events)
+            events[k] = replace(events[k], new_data=replace(events[k].new_data, **changes))
+            return events, {}, {}
+
+        return mutate
+
+    def transaction(value, also_next=False):
+        def mutate(events, k):
+            events = list(events)
+            for j in (k, k + 1) if also_next and k + 1 < n else (k,):
+                events[j] = replace(events[j], extra={TRANSACTION_KEY: value})
+            return events, {}, {}
+
+        return mutate
+
+    def insert(event):
+        def mutate(events, k):
+            return [*events[:k], event, *events[k:]], {}, {}
+
+        return mutate
+
+    return {
+        "nothing": lambda events, k: (events, {}, {}),
+        "sequence number +1": lambda events, k: (events, {}, {k: 2 + k + 1}),
+        "sequence number repeated": lambda events, k: (events, {}, {k: 2 + k - 1}),
+        "system time back": lambda events, k: (
+            events,
+            {
+                k: BASE_TIME + timedelta(hours=k - 1, minutes=4)
+                if k
+                else datetime(2000, 1, 1, tzinfo=UTC)
+            },
+            {},
+        ),
+        "system time same": lambda events, k: (
+            events,
+            {k: BASE_TIME + timedelta(hours=k - 1, minutes=5)},
+            {},
+        ),
+        "prev_offset missing": event_change(prev_offset=None),
+        "prev_offset off": event_change(prev_offset=12345),
+        "start gap": lambda events, k: data_change(
+            offset_interval=OffsetInterval(k * ROWS + 1, k * ROWS + ROWS - 1)
+        )(events, k),
+        "end before start": lambda events, k: data_change(
+            offset_interval=OffsetInterval(k * ROWS + 1, k * ROWS)
+        )(events, k),
+        "huge offsets": lambda events, k: data_change(
+            offset_interval=OffsetInterval(k * ROWS, 2**64 - 1)
+        )(events, k),
+        "watermark dropped": event_change(new_watermark=None),
+        "watermark back": lambda events, k: event_change(
+            new_watermark=BASE_TIME + timedelta(hours=k - 2)
+        )(events, k),
+        "logical hash sha3": data_change(logical_hash=Multihash.digest(SHA3_256, b"x")),
+        "physical hash sha3": data_change(physical_hash=Multihash.digest(SHA3_256, b"x")),
+        "transaction": transaction({"app_id": "job", "version": 1}),
+        "transaction repeated": transaction({"app_id": "job", "version": 1}, also_next=True),
+        "transaction malformed": transaction({"app_id": "job", "version": "one"}),
+        "checkpoint": event_change(new_checkpoint=Checkpoint(Multihash.digest(BLAKE3, b"c"), 9)),
+        "source state": event_change(new_source_state=SourceState("src", "etag", "v1")),
+        "no data": event_change(new_data=None),
+        "info between": insert(SetInfo(description="between")),
+        "second seed": insert(Seed(DatasetId(bytes(32)))),
+    }
+
+
+N = 24
+
+
+@pytest.mark.parametrize("mutation", list(_mutations(N)))
+@pytest.mark.parametrize("k", [0, 1, N // 2, N - 1])
+def test_bulk_verify_reports_what_block_by_block_verify_reports(
+    tmp_path: Path, mutation: str, k: int
+) -> None:
+    events, times, numbers = _mutations(N)[mutation](_run_events(N), k)
+    _write_chain(tmp_path / "ds", events, times, numbers)
+    rules = _compare(tmp_path / "ds")
+    # changes that break no rule: the rest break one, in both
+    valid = {"nothing", "info between", "system time same", "transaction", "source state"}
+    if k == 0:  # no watermark is set before the first AddData, which has no prev_offset
+        valid |= {"watermark dropped", "watermark back", "prev_offset missing"}
+    if k == N - 1:  # nothing after the last block to hold it to what it promised
+        valid |= {"huge offsets", "transaction repeated", "checkpoint", "no data"}
+    assert bool(rules) == (mutation not in valid), (mutation, rules)
+
+
+def test_bulk_verify_across_snapshot_places(tmp_path: Path) -> None:
+    n = 2 * SNAPSHOT_INTERVAL + 30
+    for k in (
+        SNAPSHOT_INTERVAL - 2,
+        SNAPSHOT_INTERVAL - 1,
+        SNAPSHOT_INTERVAL,
+        2 * SNAPSHOT_INTERVAL - 1,
+    ):
+        root = tmp_path / f"ds{k}"
+        events = _run_events(n)
+        events[k] = replace(events[k], prev_offset=7)
+        _write_chain(root, events)
+        assert _compare(root) == ["offsets"]
+    clean = tmp_path / "clean"
+    _write_chain(clean, _run_events(n))
+    assert _compare(clean) == []
+
+
+def test_bulk_verify_of_a_sha3_chain(tmp_path: Path) -> None:
+    _write_chain(tmp_path / "ds", _run_events(40, SHA3_256), algorithm=SHA3_256)
+    assert _compare(tmp_path / "ds") == []
+
+
+@pytest.mark.parametrize("how", list(REFUSED_TEXTS))
+def test_bulk_verify_when_extra_attributes_are_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    events = _run_events(30)
+    events[10] = replace(events[10], extra=EXTRA)
+    _write_chain(
+        tmp_path / "ds", events, patch=lambda i, data: _refuse_extra(data, how) if i == 10 else data
+    )
+    for helper_min in (10**9, 1):  # judged in-process, then by the helper process
+        monkeypatch.setattr("odf_chain.walked.JSON_HELPER_MIN_TEXTS", helper_min)
+        assert "block-format" in _compare(tmp_path / "ds")
+
+
+def test_apply_plain_run_is_the_fold_of_apply(tmp_path: Path) -> None:
+    root = tmp_path / "ds"
+    _write_chain(root, _run_events(50))
+    entries = list(
+        reversed(list(chain.walk_back(LocalStorage(root), chain.read_head(LocalStorage(root)))))
+    )
+    state = EMPTY
+    for entry in entries[:2]:
+        state = chain.advance(state, entry.block, entry.hash)
+    run_blocks = [encode_block(e.block) for e in entries[2:]]
+    columns = decode_columns(run_blocks)
+    columns = columns.judged(extra_json.judge(columns.extras))
+    hashes = np.array([list(bytes(e.hash)) for e in entries[2:]], np.uint8)
+    assert plain_run_passes(state, columns, hashes) == 50
+    folded = state
+    for entry in entries[2:]:
+        folded = apply(folded, entry.block, entry.hash)
+    assert apply_plain_run(state, columns, hashes) == folded
+    assert plain_run_passes(EMPTY, columns, hashes) == 0  # no Seed before: the rules decide
+
+
+# -- the helper processes ----------------------------------------------------------------------
+
+
+def test_block_pass_helper_reads_what_the_parent_reads(tmp_path: Path, monkeypatch) -> None:
+    root = tmp_path / "ds"
+    _write_chain(root, _run_events(60))
+    blocks = root / "blocks"
+    names = sorted(p.name for p in blocks.iterdir())
+    (blocks / names[3]).write_bytes(b"altered")  # a wrong hash
+    (blocks / names[5]).unlink()
+    (blocks / names[5]).symlink_to(blocks / names[6])  # never followed
+    (blocks / names[7]).unlink()
+    os.mkfifo(blocks / names[7])  # never waited on
+    (blocks / names[9]).write_bytes(b"\0" * (MAX_BLOCK_BYTES + 1))  # oversized
+    (blocks / "notes.txt").write_bytes(b"x")  # not a block name
+    storage = LocalStorage(root)
+    monkeypatch.setattr(block_pass, "HELPER_MIN_FILES", 10**9)
+    alone = storage.read_all_blocks(BLOCK_NAMES)
+    monkeypatch.setattr(block_pass, "HELPER_MIN_FILES", 2)
+    for share in (0.3, 0.9):
+        monkeypatch.setattr(block_pass, "HELPER_SHARE", share)
+        assert storage.read_all_blocks(BLOCK_NAMES) == alone
+    assert alone is not None
+    assert alone[names[3]] == (b"altered", False)
+    assert alone[names[9]] == (None, False)  # left to be read by name, which says why
+    assert {names[5], names[7], "notes.txt"}.isdisjoint(alone)  # not listed as block files
+    assert sum(ok for _, ok in alone.values()) == len(names) - 4
+    assert _compare(root)  # and verify reports the damage the same both ways
+
+
+def test_block_pass_answer_is_checked() -> None:
+    header = struct.Struct("<BI")
+    good = header.pack(0, 3) + header.pack(2, 0) + b"abc"
+    assert block_pass._parse(good, 2) == [(b"abc", True), (None, False)]
+    for bad in (good[:-1], good + b"x", good[:4], header.pack(7, 0) * 2):
+        assert block_pass._parse(bad, 2) is None
+
+
+TEXTS = [
+    b"{}",
+    b'{"a": [1, 2, {"b": null}]}',
+    b"[]",
+    b"12",
+    b'"text"',
+    b"{",
+    b'{"a": NaN}',
+    b'{"a": 1} {"b": 2}',
+    b' {"a": 1} \n',
+    b'{"a": "\xff"}',
+    b'{"odf-chain.dev/transaction": {"app_id": "x", "version": 1}}',
+    b'{"odf-chain.dev/transaction": null}',
+    json.dumps(_nested(extra_json.MAX_DEPTH)).encode(),
+    json.dumps(_nested(extra_json.MAX_DEPTH + 1)).encode(),
+    b"[" * 5000 + b"]" * 5000,
+]
+
+
+def test_extra_json_verdicts_follow_the_decoder() -> None:
+    verdicts = extra_json.judge(TEXTS)
+    for text, verdict in zip(TEXTS, verdicts, strict=True):
+        try:
+            value = json.loads(text.decode("utf-8"))
+        except (ValueError, RecursionError):
+            value = None
+        if not isinstance(value, dict):
+            assert verdict == extra_json.REFUSED, text[:40]
+        elif TRANSACTION_KEY in value:
+            assert verdict == extra_json.TRANSACTION, text[:40]
+        else:
+            assert verdict in (extra_json.OBJECT, extra_json.REFUSED), text[:40]
+    assert verdicts[-2] == extra_json.REFUSED and verdicts[-3] == extra_json.OBJECT
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.lists(
+        JSON_OBJECTS.map(lambda v: json.dumps(v).encode()) | st.binary(max_size=30), max_size=40
+    )
+)
+def test_extra_json_helper_answers_what_judge_answers(texts: list[bytes]) -> None:
+    texts = TEXTS + texts
+    assert extra_json.Helper(texts).result() == extra_json.judge(texts)
