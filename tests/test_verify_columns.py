@@ -139,7 +139,6 @@ def _is_plain_shape(block: MetadataBlock) -> bool:
         and event.new_data is not None
         and event.prev_checkpoint is None
         and event.new_checkpoint is None
-        and event.new_source_state is None
     )
 
 
@@ -204,12 +203,13 @@ def test_columns_vouch_for_the_plain_shape_and_for_nothing_else() -> None:
         _plain_block(extra={TRANSACTION_KEY: {"app_id": "job", "version": 3}}),
         replace(_plain_block(), prev_block_hash=None, sequence_number=0),
         replace(_plain_block(), event=replace(_plain_block().event, extra=None)),
+        _plain_block(new_source_state=SourceState("poll", "odf/etag", "\u00e9\u2603")),
+        _plain_block(new_source_state=SourceState(value="v")),
     ]
     other = [
         _plain_block(new_data=None),
         _plain_block(prev_checkpoint=Multihash.digest(BLAKE3, b"c")),
         _plain_block(new_checkpoint=Checkpoint(Multihash.digest(BLAKE3, b"c"), 1)),
-        _plain_block(new_source_state=SourceState("s", "k", "v")),
         replace(_plain_block(), event=SetInfo(description="x")),
         _plain_block(extra=_nested(extra_json.MAX_DEPTH + 1)),  # the decoder decides
     ]
@@ -234,6 +234,15 @@ REFUSED_TEXTS = {
     "NaN": lambda t: t.replace(b"1234567", b"NaN4567"),
     "not UTF-8": lambda t: t.replace(b"1234567", b'"\xff\xfe456"'),
 }
+
+
+@pytest.mark.parametrize("where", ["source_name", "kind", "value"])
+def test_a_source_state_string_that_is_not_utf8_is_not_vouched_for(where: str) -> None:
+    data = encode_block(_plain_block(new_source_state=SourceState(**{where: "abcd"})))
+    changed = data.replace(b"abcd", b"ab\xc3(")
+    with pytest.raises(FormatError):
+        decode_block(changed)
+    assert _agree([data, changed, data]) == [True, False, True]
 
 
 def _refuse_extra(data: bytes, how: str) -> bytes:

@@ -7,10 +7,11 @@ over one buffer of all their bytes, and builds no object per block.
 
 It decodes only what it can vouch for. A block is ``plain`` when it is an AddData whose layout
 is in bounds everywhere this reader looks (stricter than :func:`codec.decode_block`, never
-looser), with a data slice whose hashes are two-byte-prefix multihashes, no checkpoint, no
-source state, and ExtraAttributes that are a JSON object (parsed with ``json`` exactly as the
-block decoder parses them). For a plain block, :func:`codec.decode_block` would return exactly
-the values in the columns (tests hold the two to that on valid, varied and damaged blocks).
+looser), with a data slice whose hashes are two-byte-prefix multihashes, no checkpoint, a
+source state (if any) of UTF-8 strings, and ExtraAttributes that are a JSON object (judged by
+:mod:`extra_json` as the block decoder parses them). For a plain block,
+:func:`codec.decode_block` would return exactly the values in the columns (tests hold the two to
+that on valid, varied and damaged blocks).
 Every other block (another event, a checkpoint, an odd or damaged layout) is left to
 ``decode_block``, one by one, which also words any error.
 """
@@ -220,6 +221,29 @@ def _short_multihash(raw: np.ndarray) -> np.ndarray:
     return np.isin(raw[:, 0], _CODES) & (raw[:, 1] == DIGEST_SIZE)
 
 
+def _utf8(
+    buffer: bytes, strings: list[tuple[np.ndarray, np.ndarray, np.ndarray]], ok: np.ndarray
+) -> np.ndarray:
+    """Where every one of ``strings`` (start, length, present) of a row is UTF-8, as the block
+    decoder requires. One decode of them all, each followed by a newline: an ASCII byte cannot
+    continue a multi-byte sequence, so the whole is UTF-8 exactly when every string is; only
+    when it is not is each string decoded on its own."""
+    pieces: list[tuple[int, int, int]] = []
+    for start, length, present in strings:
+        rows = np.flatnonzero(ok & present)
+        pieces += zip(rows.tolist(), start[rows].tolist(), length[rows].tolist(), strict=True)
+    valid = np.ones(len(ok), bool)
+    try:
+        b"\n".join(buffer[s : s + n] for _, s, n in pieces).decode("utf-8")
+    except UnicodeDecodeError:
+        for k, s, n in pieces:
+            try:
+                buffer[s : s + n].decode("utf-8")
+            except UnicodeDecodeError:
+                valid[k] = False
+    return valid
+
+
 def decode_columns(blocks: list[bytes]) -> BlockColumns:
     """Decode ``blocks`` (stored block bytes) into columns; see the module docstring."""
     n = len(blocks)
@@ -252,9 +276,16 @@ def decode_columns(blocks: list[bytes]) -> BlockColumns:
     event, present = inner.child(block, 4)
     ok &= present & event.ok
 
-    # AddData: no checkpoint either way, no source state, a data slice.
-    for slot in (0, 3, 5):  # prev_checkpoint, new_checkpoint, new_source_state
+    # AddData: no checkpoint either way, a data slice.
+    for slot in (0, 3):  # prev_checkpoint, new_checkpoint
         ok &= inner.field(event, slot) == 0
+    source, has_source = inner.child(event, 5)  # three optional strings
+    ok &= ~has_source | source.ok
+    strings = []
+    for slot in range(3):
+        start, length, present, string_ok = inner.vector(source, slot)
+        ok &= ~has_source | string_ok
+        strings.append((start, length, present & has_source))
     prev_offset, has_prev_offset, po_ok = inner.scalar(event, 1, 8)
     ok &= po_ok
     watermark, has_watermark, wm_ok = _timestamps(inner, event, 4)
@@ -283,8 +314,9 @@ def decode_columns(blocks: list[bytes]) -> BlockColumns:
     physical = g.take(physical_start, HASH_SIZE, ok)
     ok &= (~has_prev | _short_multihash(prev_hash)) & _short_multihash(logical)
     ok &= _short_multihash(physical)
-    rows = np.flatnonzero(ok & has_extra & has_text)
     buffer = g.data
+    ok &= _utf8(buffer, strings, ok)
+    rows = np.flatnonzero(ok & has_extra & has_text)
     extras = [
         buffer[start : start + length]
         for start, length in zip(text_start[rows].tolist(), text_len[rows].tolist(), strict=True)
