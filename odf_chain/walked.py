@@ -26,7 +26,7 @@ from odf_chain.format import extra_json
 from odf_chain.format.codec import decode_block
 from odf_chain.format.columns import BlockColumns, decode_columns
 from odf_chain.format.multihash import BLAKE3, SHA3_256, Multihash
-from odf_chain.storage.block_pass import Hashes
+from odf_chain.storage.block_pass import Found, Hashes, Pass
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # A block name is "f" + hex(code, 0x20, 32 digest bytes): its first five characters name the
@@ -52,14 +52,27 @@ class BlockFiles:
     goes (its ExtraAttributes may still be refused: the walk only needs its link).
     """
 
-    def __init__(self, files: dict[str, tuple[bytes | None, bool]]) -> None:
-        """From :meth:`Storage.read_all_blocks` (given :data:`BLOCK_NAMES`)."""
+    def __init__(self, found: Pass) -> None:
+        """From :meth:`Storage.read_all_blocks` (given :data:`BLOCK_NAMES`). The first share's
+        columns are decoded, and its ExtraAttributes handed to a helper process, while the
+        helper of the pass still reads the rest; the rest's texts are judged here."""
+        self._parts: list[BlockColumns] = []
+        first, texts = self._add({}, found.first)
+        self._helper = None
+        if len(texts) >= JSON_HELPER_MIN_TEXTS:
+            self._helper = extra_json.Helper(texts)
+            first_verdicts = b""
+        else:
+            first_verdicts = extra_json.judge(texts)
+        files, rest_texts = self._add(first, found.rest())
+        self._verdicts: list[bytes] | None = [first_verdicts, extra_json.judge(rest_texts)]
+        self._texts = texts
         self.listed = list(files)  # every block file name of the listing, read or not
         self.names = [name for name in self.listed if files[name][0] is not None]  # by row
         self.data: list[bytes] = [files[name][0] for name in self.names]  # type: ignore[misc]
         self.hash_ok = [files[name][1] for name in self.names]
         self.position = {n: k for k, n in enumerate(self.names)}
-        columns = decode_columns(self.data)
+        columns = BlockColumns.concat(self._parts)
         self.columns = columns
         self.plain: list[bool] = columns.plain.tolist()
         self.sequence_numbers: list[int] = columns.sequence_number.tolist()
@@ -69,21 +82,27 @@ class BlockFiles:
         width = 2 * columns.prev_hash.shape[1]
         for at, k in enumerate(rows.tolist()):
             self.prev_names[k] = "f" + text[at * width : (at + 1) * width]
-        self._helper = None
-        if len(columns.extras) >= JSON_HELPER_MIN_TEXTS:
-            self._helper = extra_json.Helper(columns.extras)
-        else:
-            self._apply(extra_json.judge(columns.extras))
+        if self._helper is None:
+            self.settle()
+
+    def _add(self, files: Found, share: Found) -> tuple[Found, list[bytes]]:
+        """``files`` with ``share`` after it, the share's readable files decoded as columns;
+        the share's ExtraAttributes texts, to be judged."""
+        data = [d for d, _ in share.values() if d is not None]
+        part = decode_columns(data)
+        self._parts.append(part)
+        return {**files, **share}, part.extras
 
     def settle(self) -> set[int]:
         """Take the ExtraAttributes verdicts in (waiting for the helper, or judging here if it
-        failed); return the rows that turned out not plain."""
-        if self._helper is None:
+        failed); return the rows that turned out not plain. Once only: later calls return
+        nothing."""
+        if self._verdicts is None:
             return set()
-        verdicts = self._helper.result()
-        self._helper = None
-        if verdicts is None:
-            verdicts = extra_json.judge(self.columns.extras)
+        if self._helper is not None:
+            self._verdicts[0] = self._helper.result() or extra_json.judge(self._texts)
+            self._helper = None
+        verdicts, self._verdicts = b"".join(self._verdicts), None
         return self._apply(verdicts)
 
     def _apply(self, verdicts: bytes) -> set[int]:

@@ -513,12 +513,16 @@ def test_block_pass_helper_reads_what_the_parent_reads(tmp_path: Path, monkeypat
     (blocks / "notes.txt").write_bytes(b"x")  # not a block name
     storage = LocalStorage(root)
     monkeypatch.setattr(block_pass, "HELPER_MIN_FILES", 10**9)
-    alone = storage.read_all_blocks(BLOCK_NAMES)
+    found = storage.read_all_blocks(BLOCK_NAMES)
+    assert found is not None
+    alone = found.all()
     monkeypatch.setattr(block_pass, "HELPER_MIN_FILES", 2)
     for share in (0.3, 0.9):
         monkeypatch.setattr(block_pass, "HELPER_SHARE", share)
-        assert storage.read_all_blocks(BLOCK_NAMES) == alone
-    assert alone is not None
+        shared = storage.read_all_blocks(BLOCK_NAMES)
+        assert shared is not None and shared.rest() and shared.rest() == {}  # once
+        shared = storage.read_all_blocks(BLOCK_NAMES)
+        assert shared is not None and shared.all() == alone
     assert alone[names[3]] == (b"altered", False)
     assert alone[names[9]] == (None, False)  # left to be read by name, which says why
     assert {names[5], names[7], "notes.txt"}.isdisjoint(alone)  # not listed as block files

@@ -64,6 +64,19 @@ class BlockColumns:
         picked = {f.name: getattr(self, f.name)[rows] for f in fields(BlockColumns)[:-2]}
         return BlockColumns(**picked, extra_rows=np.zeros(0, np.int64), extras=[])
 
+    @staticmethod
+    def concat(parts: list[BlockColumns]) -> BlockColumns:
+        """The rows of ``parts`` one after the other, texts included."""
+        joined = {
+            f.name: np.concatenate([getattr(p, f.name) for p in parts])
+            for f in fields(BlockColumns)[:-2]
+        }
+        offsets = np.cumsum([0] + [len(p) for p in parts[:-1]])
+        rows = np.concatenate(
+            [p.extra_rows + offset for p, offset in zip(parts, offsets.tolist(), strict=True)]
+        )
+        return BlockColumns(**joined, extra_rows=rows, extras=[t for p in parts for t in p.extras])
+
     def rows(self, start: int, stop: int) -> BlockColumns:
         """Rows ``start..stop-1`` as views (no copy); without the texts."""
         picked = {f.name: getattr(self, f.name)[start:stop] for f in fields(BlockColumns)[:-2]}

@@ -17,7 +17,7 @@ from typing import BinaryIO, NamedTuple, Protocol
 import pyarrow.fs as pafs
 
 from odf_chain.errors import FormatError, IntegrityError, StorageError
-from odf_chain.storage.block_pass import Hashes
+from odf_chain.storage.block_pass import Hashes, Pass
 
 STAGING = ".staging"
 HEAD_LOG = "logs/head"
@@ -143,7 +143,7 @@ class Storage(Protocol):
     def block_reader(self) -> AbstractContextManager[Callable[[str], bytes]]:
         """``read_block`` for a walk over many blocks (one directory descriptor, say)."""
 
-    def read_all_blocks(self, hashes: Hashes) -> dict[str, tuple[bytes | None, bool]] | None:
+    def read_all_blocks(self, hashes: Hashes) -> Pass | None:
         """Every block file by name, in one pass (verify of a long chain): its bytes (None for
         a file left to be read by name: it failed a check) and whether they hash to its name.
         None where one pass is no cheaper than reading block by block (an object store)."""

@@ -148,23 +148,45 @@ def _parse(out: bytes, count: int) -> list[tuple[bytes | None, bool]] | None:
     return result if at == len(out) else None
 
 
-def read_all(
-    dir_fd: int, names: list[str], limit: int, hashes: Hashes
-) -> dict[str, tuple[bytes | None, bool]]:
-    """Every file of ``names`` in ``dir_fd``: (its bytes or None, does it hash to its name)."""
-    helper = None
-    own = names
-    if len(names) >= HELPER_MIN_FILES:
-        cut = int(len(names) * (1 - HELPER_SHARE))
-        own, theirs = names[:cut], names[cut:]
-        helper = _Helper(dir_fd, theirs, limit, hashes)
-    found = dict(zip(own, read_share(dir_fd, own, limit, hashes), strict=True))
-    if helper is not None:
-        answer = helper.result()
-        if answer is None:  # the helper failed: its share is read here
-            answer = read_share(dir_fd, theirs, limit, hashes)
-        found.update(zip(theirs, answer, strict=True))
-    return found
+Found = dict[str, tuple[bytes | None, bool]]  # name: (its bytes or None, hashes to its name)
+
+
+class Pass:
+    """A pass over ``names`` in ``dir_fd``: :attr:`first` is read when this returns (the
+    parent's share, or all of it), :meth:`rest` waits for the helper's share. The caller can
+    decode the first share while the helper still reads.
+
+    Holds its own descriptor of the directory until :meth:`rest` (should the helper fail, its
+    share is read here)."""
+
+    def __init__(self, dir_fd: int, names: list[str], limit: int, hashes: Hashes) -> None:
+        self._helper: _Helper | None = None
+        self._theirs: list[str] = []
+        own = names
+        if len(names) >= HELPER_MIN_FILES:
+            cut = int(len(names) * (1 - HELPER_SHARE))
+            own, self._theirs = names[:cut], names[cut:]
+            self._helper = _Helper(dir_fd, self._theirs, limit, hashes)
+        self._fd = os.dup(dir_fd) if self._helper is not None else -1
+        self._limit, self._hashes = limit, hashes
+        self.first: Found = dict(zip(own, read_share(dir_fd, own, limit, hashes), strict=True))
+
+    def rest(self) -> Found:
+        """The helper's share ({} when there was none); call once."""
+        if self._helper is None:
+            return {}
+        try:
+            answer = self._helper.result()
+            if answer is None:  # the helper failed: its share is read here
+                answer = read_share(self._fd, self._theirs, self._limit, self._hashes)
+        finally:
+            os.close(self._fd)
+            self._helper = None
+        return dict(zip(self._theirs, answer, strict=True))
+
+    def all(self) -> Found:
+        """Both shares in one mapping."""
+        return {**self.first, **self.rest()}
 
 
 def _main(argv: list[str]) -> None:

@@ -64,7 +64,7 @@ from odf_chain.storage.base import (
     parse_head_log,
     shown,
 )
-from odf_chain.storage.block_pass import Hashes
+from odf_chain.storage.block_pass import Hashes, Pass
 from odf_chain.storage.conditional import ConditionalStore
 from odf_chain.storage.local import _SUBDIRS, _SUFFIX, LAYOUT, _is_name, check_name
 
@@ -283,7 +283,7 @@ class FsStorage:
         descriptor to keep open, so each read is one :meth:`read_block`."""
         yield self.read_block
 
-    def read_all_blocks(self, hashes: Hashes) -> dict[str, tuple[bytes | None, bool]] | None:
+    def read_all_blocks(self, hashes: Hashes) -> Pass | None:
         """None: an object store reads a block per request either way (see ``block_reader``)."""
         return None
 

@@ -512,7 +512,7 @@ class LocalStorage:
 
             yield read
 
-    def read_all_blocks(self, hashes: Hashes) -> dict[str, tuple[bytes | None, bool]] | None:
+    def read_all_blocks(self, hashes: Hashes) -> block_pass.Pass | None:
         """Every block file at once (verify of a long chain reads them all anyway), by name:
         its bytes, or None when it fails a check (reading it by name reports it exactly), and
         whether it hashes to its name. The same checks as :meth:`block_reader` in fewer system
@@ -523,7 +523,7 @@ class LocalStorage:
                 names = [
                     e.name for e in it if _is_name(e.name) and e.is_file(follow_symlinks=False)
                 ]
-                return block_pass.read_all(dir_fd, names, MAX_BLOCK_BYTES, hashes)
+                return block_pass.Pass(dir_fd, names, MAX_BLOCK_BYTES, hashes)
         except (OSError, OdfChainError):
             return None
 
