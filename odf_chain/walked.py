@@ -34,11 +34,6 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 BLOCK_NAMES = Hashes({str(Multihash(a, bytes(32)))[:5]: a for a in (BLAKE3, SHA3_256)}, 5 + 64)
 
 
-def micros_to_datetime(micros: int) -> datetime:
-    """A column's system time as the block decoder gives it (UTC, microseconds)."""
-    return _EPOCH + timedelta(microseconds=micros)
-
-
 # From this many ExtraAttributes texts on, a helper process judges them while the walk runs.
 JSON_HELPER_MIN_TEXTS = 20_000
 
