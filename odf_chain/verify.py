@@ -843,9 +843,10 @@ def _leftovers(storage: Storage, walk: _Walk, slices: set[str], report: VerifyRe
             "abandoned in-flight file",
             path=f".staging/{name}",
         )
-    named = {f"blocks/{n}" for n in walk.visited} | {f"data/{n}" for n in slices}
     for path, kind in storage.irregular_entries():
-        if path not in named:  # the chain's own are errors already, where they are read
+        folder, _, name = path.partition("/")
+        named = walk.visited if folder == "blocks" else slices if folder == "data" else ()
+        if name not in named:  # the chain's own are errors already, where they are read
             report.add(
                 "warning",
                 "irregular-entry",
