@@ -219,29 +219,30 @@ def _walk_files(
     ``blocks/``, while each is there, hashes to its name, decodes and was not seen before;
     return the name where the walk block by block must take over (it reports what is wrong
     there), or None when the Seed was reached."""
-    position, hash_ok, plain = files.position, files.hash_ok, files.plain
+    find, hash_ok, plain = files.position.get, files.hash_ok, files.plain
     prev_names, data = files.prev_names, files.data
-    chain, visited = walk.chain, walk.visited
-    hashed = 0
+    visited = walk.visited
+    seen, taken = visited.add, []
+    take = taken.append
     while name is not None:
-        k = position.get(name)
+        k = find(name)
         if k is None or not hash_ok[k] or name in visited:
             break
         if plain[k]:
-            chain.add_file(k)
+            take(k)
             following = prev_names[k]
         else:
             try:
                 block = decode_block(data[k])
             except FormatError:
                 break
-            chain.add(BlockEntry(parse_block_name(name), block, len(data[k])))
+            take(BlockEntry(parse_block_name(name), block, len(data[k])))
             prev = block.prev_block_hash
             following = None if prev is None else str(prev)
-        visited.add(name)
-        hashed += len(data[k])
+        seen(name)
         name = following
-    report.bytes_hashed += hashed
+    walk.chain.extend(taken)
+    report.bytes_hashed += sum(len(data[k]) if isinstance(k, int) else k.size for k in taken)
     return name
 
 

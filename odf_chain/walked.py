@@ -137,11 +137,12 @@ class WalkedChain(Sequence[BlockEntry]):
 
     # -- building (newest first) ------------------------------------------------------------
 
-    def add_file(self, k: int) -> None:
-        self._items.append(k)
-
     def add(self, entry: BlockEntry) -> None:
         self._items.append(entry)
+
+    def extend(self, items: list[int | BlockEntry]) -> None:
+        """Rows of plain blocks and decoded entries, newest first, after those added."""
+        self._items.extend(items)
 
     def plain_rows(self) -> set[int]:
         """The rows of :class:`BlockFiles` taken as plain blocks."""
@@ -151,15 +152,21 @@ class WalkedChain(Sequence[BlockEntry]):
         """The walk is done: oldest first from now on."""
         items = self._items
         items.reverse()
-        self._decoded = [(i, e) for i, e in enumerate(items) if not isinstance(e, int)]
+        rows: list[int] = []
+        for i, item in enumerate(items):
+            if isinstance(item, int):
+                rows.append(item)
+            else:
+                rows.append(-1)
+                self._decoded.append((i, item))
         files = self._files
         if files is None:
             return
-        rows = np.fromiter((k if isinstance(k, int) else -1 for k in items), np.int64, len(items))
-        self._plain = rows >= 0
-        self._ordered = files.columns.take(np.where(self._plain, rows, 0))
-        names = files.names
-        hex_names = "".join(names[k][1:] if k >= 0 else "00" * 34 for k in rows.tolist())
+        picked = np.array(rows, np.int64)
+        self._plain = picked >= 0
+        self._ordered = files.columns.take(np.where(self._plain, picked, 0))
+        names, blank = files.names, "00" * 34
+        hex_names = "".join([names[k][1:] if k >= 0 else blank for k in rows])
         self._hashes = np.frombuffer(bytes.fromhex(hex_names), np.uint8).reshape(len(items), 34)
 
     # -- Sequence[BlockEntry] ---------------------------------------------------------------
