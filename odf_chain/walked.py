@@ -26,6 +26,7 @@ from odf_chain.format import extra_json
 from odf_chain.format.codec import decode_block
 from odf_chain.format.columns import BlockColumns, decode_columns
 from odf_chain.format.multihash import BLAKE3, SHA3_256, Multihash
+from odf_chain.storage import block_pass
 from odf_chain.storage.block_pass import Found, Hashes, Pass
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -54,7 +55,7 @@ class BlockFiles:
         self._parts: list[BlockColumns] = []
         first, texts = self._add({}, found.first)
         self._helper = None
-        if len(texts) >= JSON_HELPER_MIN_TEXTS:
+        if len(texts) >= JSON_HELPER_MIN_TEXTS and block_pass.cores() > 1:
             self._helper = extra_json.Helper(texts)
             first_verdicts = b""
         else:

@@ -35,6 +35,14 @@ _HEADER = struct.Struct("<BI")  # status, length
 _READ, _MISMATCH, _SKIPPED = 0, 1, 2
 
 
+def cores() -> int:
+    """The cores this process may run on: a helper process only pays with a second one."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        return os.cpu_count() or 1
+
+
 def _hasher(algorithm: str) -> Callable[[bytes], str]:
     if algorithm == "blake3":
         import blake3
@@ -163,7 +171,7 @@ class Pass:
         self._helper: _Helper | None = None
         self._theirs: list[str] = []
         own = names
-        if len(names) >= HELPER_MIN_FILES:
+        if len(names) >= HELPER_MIN_FILES and cores() > 1:
             cut = int(len(names) * (1 - HELPER_SHARE))
             own, self._theirs = names[:cut], names[cut:]
             self._helper = _Helper(dir_fd, self._theirs, limit, hashes)
