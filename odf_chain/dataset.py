@@ -140,7 +140,7 @@ class Dataset:
         """Catch up with the head on disk (folding only the blocks not seen yet)."""
         head = chain.read_head(self.storage)
         if self._state.head is None:
-            self._state = replay.head_state(self.storage)
+            self._state = replay.head_state(self.storage, head)
         elif head != self._state.head:
             new_entries = list(chain.walk_back(self.storage, head, stop_at=self._state.head))
             new_entries.reverse()
@@ -353,7 +353,7 @@ class Dataset:
             state.vocab,
             state.next_offset,
             system_time,
-            self.hash_algorithm,
+            state.hash_algorithm or BLAKE3,  # not self.hash_algorithm: a read of the head
             target_slice_bytes=target_slice_bytes,
         )
         filesystem = self.storage.filesystem

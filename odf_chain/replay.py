@@ -472,6 +472,7 @@ def settle_lineage(event: AddFieldLineage, schema: pa.Schema) -> AddFieldLineage
     return event
 
 
-def head_state(storage: Storage) -> DatasetState:
-    """The state at the current head, through the index (no fold of the chain)."""
-    return index_read.answer(storage, lambda index: index.head)
+def head_state(storage: Storage, head: Multihash | None = None) -> DatasetState:
+    """The state at the current head (or at ``head``, just read by the caller: not read
+    again), through the index (no fold of the chain)."""
+    return index_read.answer(storage, lambda index: index.head, head)

@@ -443,7 +443,7 @@ def _from_files(storage: Storage, head: Multihash) -> ChainIndex:
         index._lists.update({SCHEMA_LIST: catch_up.schemas, LINEAGE_LIST: catch_up.lineage})
         catch_up.save_all(storage)
     else:
-        catch_up.save_catch_up(storage, state.sequence_number)
+        catch_up.save_catch_up(storage, state.sequence_number, head_snapshot)
     return index
 
 
@@ -482,7 +482,7 @@ class _Derived:
             storage, self.entries, self.snapshots, self.head_snapshot(), self.schemas, self.lineage
         )
 
-    def save_catch_up(self, storage: Storage, base: int) -> None:
+    def save_catch_up(self, storage: Storage, base: int, kept: Snapshot | None) -> None:
         update.save_catch_up(
             storage,
             base,
@@ -491,6 +491,7 @@ class _Derived:
             self.head_snapshot(),
             self.schemas,
             self.lineage,
+            kept,
         )
 
 
@@ -512,11 +513,13 @@ def rebuild(storage: Storage, head: Multihash | None = None) -> ChainIndex:
     return index
 
 
-def answer(storage: Storage, question: Callable[[ChainIndex], T]) -> T:
-    """``question`` asked of the checked index; if the index turns out not to be believable on
-    the way (a table entry that does not fit its block, a damaged segment), asked again of a
-    rebuilt one: the answer is always the full fold's."""
-    index = open_index(storage)
+def answer(
+    storage: Storage, question: Callable[[ChainIndex], T], head: Multihash | None = None
+) -> T:
+    """``question`` asked of the checked index (of the current head, or of ``head``); if the
+    index turns out not to be believable on the way (a table entry that does not fit its block,
+    a damaged segment), asked again of a rebuilt one: the answer is always the full fold's."""
+    index = open_index(storage, head)
     if not index.rebuilt:
         try:
             return question(index)

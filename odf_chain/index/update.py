@@ -80,9 +80,11 @@ def _record_commit(
         if head is None:  # deleted, or dropped as stale before: readers rebuild or repair
             return
         if (head.sequence_number, head.block_hash) != (before.sequence_number, before.head):
+            if _already_recorded(storage, head, steps):
+                return
             # Stale (a crash, a failed update) or from a rolled-back branch: drop what is at or
             # past this append's position, so nothing there can lie; readers repair the rest.
-            drop_from(storage, first)
+            drop_from(storage, first, head)
             return
         pointers = head.pointers
     if not write_entries(storage, [seq_entry(entry) for entry, _ in steps]):
@@ -104,6 +106,23 @@ def _record_commit(
     # in place: the head snapshot changes at every append, and a reader that meets it half
     # written sees a bad checksum and catches up from a periodic snapshot instead
     storage.overwrite_derived(HEAD_SNAPSHOT, Snapshot.of_state(steps[-1][1], pointers).encode())
+
+
+def _already_recorded(
+    storage: Storage, head: Snapshot, steps: Sequence[tuple[BlockEntry, DatasetState]]
+) -> bool:
+    """Does the head snapshot already describe this commit's last block, or a block past it
+    that is the head now? Another writer or a reader that caught up wrote it, while this
+    writer was between its head move and this update (concurrent writers on an object
+    store): it is kept, else every reader walks the chain from its Seed until one saves a
+    new one. A snapshot past this commit that is not the head (a rolled-back branch's) is
+    dropped as before."""
+    last = steps[-1][0]
+    if head.sequence_number < last.block.sequence_number:
+        return False
+    if head.sequence_number == last.block.sequence_number:
+        return head.block_hash == last.hash
+    return storage.read_head() == str(head.block_hash)
 
 
 def write_entries(storage: Storage, entries: Iterable[SeqEntry]) -> bool:
@@ -135,10 +154,15 @@ def extend_list(storage: Storage, name: str, first: int, added: list[Pointer]) -
     storage.write_derived(name, encode_list(kept + added))
 
 
-def drop_from(storage: Storage, first: int) -> None:
+def drop_from(storage: Storage, first: int, head: Snapshot | None = None) -> None:
     """Remove everything the index holds about blocks ``>= first``: the head snapshot, later
-    segment records and files, later periodic snapshots, later list records."""
-    storage.remove_derived(HEAD_SNAPSHOT)
+    segment records and files, later periodic snapshots, later list records.
+
+    ``head``, the head snapshot as the caller read it, is kept when it describes a block
+    before ``first``: nothing it needs is dropped, and a reader catches up from it (a few
+    blocks) where without it the reader walks the chain from its Seed."""
+    if head is None or head.sequence_number >= first:
+        storage.remove_derived(HEAD_SNAPSHOT)
     storage.patch_derived(segment_name(first), segment_offset(first), b"")
     own_segment = segment_name(first).rpartition("/")[2]
     for name in storage.list_derived(INDEX_DIR):
@@ -189,11 +213,13 @@ def save_catch_up(
     head: Snapshot,
     schemas: list[Pointer],
     lineage: list[Pointer],
+    kept: Snapshot | None = None,
 ) -> None:
     """After a reader folded blocks ``base+1..head`` onto a checked snapshot at ``base``: write
-    them (dropping anything past them first). Never raises."""
+    them (dropping anything past them first; ``kept``, the head snapshot the reader found, is
+    overwritten last instead, see :func:`drop_from`). Never raises."""
     with contextlib.suppress(OdfChainError, OSError, ValueError, IndexDamage):
-        drop_from(storage, base + 1)
+        drop_from(storage, base + 1, kept)
         if not write_entries(storage, entries):
             return
         for seq, snapshot in snapshots.items():

@@ -16,7 +16,7 @@ import pyarrow.fs as pafs
 from odf_chain.errors import StorageError
 from odf_chain.storage.base import DataCommit, EntryInfo, Storage
 from odf_chain.storage.conditional import ConditionalStore
-from odf_chain.storage.fs import FsStorage
+from odf_chain.storage.fs import FsStorage, one_put_per_small_file
 from odf_chain.storage.local import LocalStorage, check_name, fsync_dir, write_atomic
 
 _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+://")
@@ -53,10 +53,11 @@ def local_path(location: str | Path) -> Path | None:
 
 def _filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
     try:
-        return pafs.FileSystem.from_uri(uri)
+        filesystem, path = pafs.FileSystem.from_uri(uri)
     except (OSError, ValueError, TypeError) as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]  # not a dlopen dump
         raise StorageError(f"cannot open a filesystem for {uri}: {first}") from None
+    return one_put_per_small_file(filesystem), path
 
 
 def _fs_storage(

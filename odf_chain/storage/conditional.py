@@ -137,14 +137,14 @@ class ConditionalStore:
                 obstore.put(self._store, relative, data, mode="create")
                 return True
             except (AlreadyExistsError, PreconditionError) as exc:
-                if not _in_flight(exc) or self._exists(relative):
+                if not _in_flight(exc) or self.size(relative) is not None:
                     return False
             except Exception as exc:
                 if not _in_flight(exc):
                     raise StorageError(
                         f"cannot write {self._where(relative)}: {_first_line(exc)}"
                     ) from None
-                if self._exists(relative):
+                if self.size(relative) is not None:
                     return False
             time.sleep(_CONFLICT_PAUSE * (attempt + 1))
         raise ConflictError(
@@ -185,16 +185,45 @@ class ConditionalStore:
             ) from None
         return found
 
-    def _exists(self, relative: str) -> bool:
+    def size(self, relative: str) -> int | None:
+        """The object's size, None when no object has that name: one HEAD (a filesystem view
+        would also list the name as a folder when it is missing; an object store has none)."""
         import obstore
 
         try:
-            obstore.head(self._store, relative)
+            meta = obstore.head(self._store, relative)
         except FileNotFoundError:
-            return False
+            return None
         except Exception as exc:
             raise StorageError(f"cannot read {self._where(relative)}: {_first_line(exc)}") from None
-        return True
+        return int(meta["size"])
+
+    def move(self, source: str, target: str) -> None:
+        """Copy ``source`` to ``target`` on the server, then delete ``source``: the target
+        appears whole (a copy completes like an upload), and no folder marker is left behind
+        (``pyarrow.fs`` puts one back for the emptied folder)."""
+        import obstore
+
+        try:
+            obstore.copy(self._store, source, target)
+        except Exception as exc:
+            raise StorageError(
+                f"cannot copy {self._where(source)} to {self._where(target)}: {_first_line(exc)}"
+            ) from None
+        self.delete(source)
+
+    def delete(self, relative: str) -> None:
+        """Delete the object (deleting a missing one is no error on S3, GCS or Azure)."""
+        import obstore
+
+        try:
+            obstore.delete(self._store, relative)
+        except FileNotFoundError:
+            pass
+        except Exception as exc:
+            raise StorageError(
+                f"cannot remove {self._where(relative)}: {_first_line(exc)}"
+            ) from None
 
     def replace(self, relative: str, data: bytes, version: Version, what: str) -> None:
         """Overwrite ``relative`` only if it is still at ``version``: ConflictError when another

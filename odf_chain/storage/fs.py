@@ -190,6 +190,10 @@ class FsStorage:
             return self._fs.get_file_info(self._join(relative))
 
     def _exists(self, relative: str) -> bool:
+        """Is there a file at ``relative``? One HEAD on an object store (``pyarrow.fs`` lists
+        a missing name as a possible folder too)."""
+        if self._conditional is not None:
+            return self._conditional.size(relative) is not None
         return self._info(relative).type == pafs.FileType.File
 
     def _file_info(self, relative: str) -> pafs.FileInfo:
@@ -203,14 +207,19 @@ class FsStorage:
             raise StorageError(f"{self._join(relative)} is not a regular file ({kind}): not read")
         return info
 
-    def _read(self, relative: str, limit: int, what: str) -> bytes:
+    def _read(self, relative: str, limit: int, what: str, *, folders: bool = True) -> bytes:
         """A file of at most ``limit`` bytes, refused by its listed size before reading and
         read at most ``limit + 1`` bytes (a file that grows meanwhile is refused too). One GET
-        on a store with conditional writes (its listed size is checked before the body)."""
+        on a store with conditional writes (its listed size is checked before the body).
+
+        A name missing there is looked at again as a "folder" (objects under that name and a
+        slash), refused as not a file; ``folders=False`` skips that look (a HEAD and a LIST)
+        where a folder would do no harm and a missing file is common (derived files)."""
         if self._conditional is not None:
             found = self._conditional.read(relative, limit, what)
-            if found is None:  # missing, or a "folder" (objects under that name and a slash)
-                self._file_info(relative)
+            if found is None:
+                if folders:
+                    self._file_info(relative)
                 raise FileNotFoundError(self._join(relative))
             return found[0]
         info = self._file_info(relative)
@@ -240,7 +249,14 @@ class FsStorage:
                 self._delete_quietly(tmp)
                 raise
 
+    def _relative(self, fs_path: str) -> str:
+        return fs_path.removeprefix(self._root + "/") if self._root else fs_path
+
     def _delete_quietly(self, fs_path: str) -> None:
+        if self._conditional is not None:  # pyarrow.fs would put a marker for the folder back
+            with contextlib.suppress(StorageError):
+                self._conditional.delete(self._relative(fs_path))
+            return
         with contextlib.suppress(OSError):
             self._fs.delete_file(fs_path)
 
@@ -310,6 +326,9 @@ class FsStorage:
     def _remove(self, relative: str) -> bool:
         if not self._exists(relative):
             return False
+        if self._conditional is not None:  # no folder marker put back
+            self._conditional.delete(relative)
+            return True
         with arrow_errors("remove", self._join(relative)):
             self._fs.delete_file(self._join(relative))
         return True
@@ -348,6 +367,8 @@ class FsStorage:
         altered the upload) is refused before anything moves."""
         staged = self._check_staged(staged)
         target = self._join(f"data/{check_name(name, 'data slice name')}")
+        if self._conditional is not None:
+            return self._commit_object(staged, name, target, size)
         with arrow_errors("store", target):
             size = check_staged_size(name, self._fs.get_file_info(staged).size, size)
             existing = self._fs.get_file_info(target)
@@ -360,6 +381,26 @@ class FsStorage:
                 self._fs.delete_file(staged)
                 return DataCommit(target, False)
             self._fs.move(staged, target)
+        return DataCommit(target, True)
+
+    def _commit_object(self, staged: str, name: str, target: str, size: int | None) -> DataCommit:
+        """:meth:`commit_data` on an object store: a HEAD each for the staged and the stored
+        object, then a server-side copy and a delete (``pyarrow.fs`` would also list each
+        missing name as a folder and put a marker back for the emptied ``.staging/``)."""
+        assert self._conditional is not None
+        staged_size = self._conditional.size(self._relative(staged))
+        if staged_size is None:
+            raise StorageError(f"cannot store {target}: the staged object {staged} is missing")
+        size = check_staged_size(name, staged_size, size)
+        existing = self._conditional.size(f"data/{name}")
+        if existing is not None:
+            if existing != size:
+                raise IntegrityError(
+                    f"data slice {name} already stored with size {existing}, staged copy has {size}"
+                )
+            self._conditional.delete(self._relative(staged))
+            return DataCommit(target, False)
+        self._conditional.move(self._relative(staged), f"data/{name}")
         return DataCommit(target, True)
 
     def discard(self, staged: str) -> None:
@@ -463,8 +504,8 @@ class FsStorage:
 
     def read_derived(self, relative: str, limit: int) -> bytes | None:
         path = f"{DERIVED_DIR}/{check_derived(relative)}"
-        try:
-            return self._read(path, limit, "a derived file")
+        try:  # a cache: a folder in a missing file's place is as good as missing
+            return self._read(path, limit, "a derived file", folders=False)
         except FileNotFoundError:
             return None
         except OSError as exc:
@@ -642,6 +683,22 @@ class FsStorage:
                 return
             except ConflictError:
                 continue
+
+
+def one_put_per_small_file(filesystem: pafs.FileSystem) -> pafs.FileSystem:
+    """``filesystem``, or for S3 the same filesystem that uploads a file below the multipart
+    part size (10 MiB) in one PUT when it is closed, instead of a multipart upload of three
+    requests (pyarrow does so only with ``allow_delayed_open``). Either way an object appears
+    whole when its upload completes; with the option an error such as a missing bucket is
+    reported when the file is closed, which every writer here does inside its error handling.
+    The options are carried over through pickling's own reconstruction of the filesystem."""
+    if not isinstance(filesystem, pafs.S3FileSystem):
+        return filesystem
+    rebuild, args = filesystem.__reduce__()
+    options = args[0] if len(args) == 1 and isinstance(args[0], dict) else None
+    if options is None or options.get("allow_delayed_open", True):
+        return filesystem
+    return rebuild({**options, "allow_delayed_open": True})
 
 
 def _spark_uri_for(filesystem: pafs.FileSystem, fs_path: str) -> str:
