@@ -646,7 +646,8 @@ RULES: tuple[Rule, ...] = (
 
 # -- the same rules over a run of plain AddData blocks (verify's bulk step) ----------------------
 
-_SAFE = np.uint64(1 << 53)  # offsets, sizes and sequence numbers below this add up exactly
+# Offsets, sizes and sequence numbers below this compare and add up exactly in int64/uint64.
+_SAFE = np.uint64(1 << 53)
 
 
 def plain_run_passes(state: DatasetState, run: BlockColumns, hashes: np.ndarray) -> int:
@@ -670,6 +671,7 @@ def plain_run_passes(state: DatasetState, run: BlockColumns, hashes: np.ndarray)
         or state.dataset_kind not in (None, DatasetKind.ROOT)
         or state.last_checkpoint is not None
         or state.lineage_pending is not None
+        or state.sequence_number + 1 >= _SAFE  # a chain whose numbers already broke the rule
     ):
         return 0
     code = state.head.code

@@ -178,6 +178,8 @@ def _walk(storage: Storage, report: VerifyReport) -> _Walk:
     files = BlockFiles(everything) if everything else None
     hashed, found = report.bytes_hashed, len(report.problems)
     _walk_down(head_name, current, storage, files, walk, report)
+    # the verdicts on ExtraAttributes (a helper process may still be judging them; without
+    # one, they were taken in already and this finds nothing)
     if files is not None and files.settle() & walk.chain.plain_rows():
         # a block the walk took as plain has ExtraAttributes the decoder refuses: walk again,
         # decoding it, so that the walk reports it as it reports any malformed block
@@ -333,7 +335,8 @@ def _fold(
     periodic: dict[int, DatasetState] = {}
     n, total = 0, len(chain)
     while n < total:
-        stop = min(total, -(-n // every) * every + 1)  # a run ends at a snapshot's place
+        # a run ends at the next snapshot's place (the next multiple of ``every``), inclusive
+        stop = min(total, -(-n // every) * every + 1)
         end = chain.plain_run_end(n, stop)
         if end > n:
             run, hashes = chain.plain_run(n, end)
@@ -349,7 +352,11 @@ def _fold(
                     periodic[n - 1] = state
                 if n == end:
                     continue
-        entry = chain[n]
+        try:
+            entry = chain[n]
+        except FormatError as exc:  # the columns vouched for a block the decoder refuses
+            report.add("error", "block-format", str(exc), block_hash=chain.name(n))
+            return with_data, state, periodic
         report.blocks_checked += 1
         try:
             next_state = advance(state, entry.block, entry.hash)

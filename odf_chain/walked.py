@@ -20,13 +20,14 @@ from typing import overload
 
 import numpy as np
 
+from odf_chain import helper_process
 from odf_chain.chain import BlockEntry, parse_block_name
+from odf_chain.errors import FormatError
 from odf_chain.events import AddData, DataSlice, ExecuteTransform
 from odf_chain.format import extra_json
 from odf_chain.format.codec import decode_block
 from odf_chain.format.columns import BlockColumns, decode_columns
 from odf_chain.format.multihash import BLAKE3, SHA3_256, Multihash
-from odf_chain.storage import block_pass
 from odf_chain.storage.block_pass import Found, Hashes, Pass
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -53,9 +54,13 @@ class BlockFiles:
         columns are decoded, and its ExtraAttributes handed to a helper process, while the
         helper of the pass still reads the rest; the rest's texts are judged here."""
         self._parts: list[BlockColumns] = []
-        first, texts = self._add({}, found.first)
+        try:
+            first, texts = self._add({}, found.first)
+        except BaseException:
+            found.rest()  # the pass's helper is waited for, its descriptor closed
+            raise
         self._helper = None
-        if len(texts) >= JSON_HELPER_MIN_TEXTS and block_pass.cores() > 1:
+        if len(texts) >= JSON_HELPER_MIN_TEXTS and helper_process.available():
             self._helper = extra_json.Helper(texts)
             first_verdicts = b""
         else:
@@ -189,8 +194,12 @@ class WalkedChain(Sequence[BlockEntry]):
         if entry is None:
             files = self._files
             assert files is not None
-            data = files.data[item]
-            entry = BlockEntry(parse_block_name(files.names[item]), decode_block(data), len(data))
+            data, name = files.data[item], files.names[item]
+            try:
+                block = decode_block(data)
+            except FormatError as exc:  # cannot happen: the columns vouched for it
+                raise FormatError(f"block {name}: {exc}") from None
+            entry = BlockEntry(parse_block_name(name), block, len(data))
             self._cache[item] = entry
         return entry
 

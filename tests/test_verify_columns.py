@@ -18,6 +18,8 @@ from __future__ import annotations
 import json
 import os
 import struct
+import sys
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -28,7 +30,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from odf_chain import chain
+from odf_chain import chain, helper_process
 from odf_chain.dataset import Dataset
 from odf_chain.errors import FormatError
 from odf_chain.events import (
@@ -582,3 +584,82 @@ def test_extra_json_verdicts_follow_the_decoder() -> None:
 def test_extra_json_helper_answers_what_judge_answers(texts: list[bytes]) -> None:
     texts = TEXTS + texts
     assert extra_json.Helper(texts).result() == extra_json.judge(texts)
+
+
+# -- found in review: edges where the two paths once parted -------------------------------------
+
+
+def test_sequence_numbers_at_the_top_of_uint64(tmp_path: Path) -> None:
+    """A block at 2**64-1 breaks sequence-number; the next one, numbered 0, breaks it again
+    (an unsigned sum must not wrap it into place)."""
+    events = _run_events(6)
+    _write_chain(tmp_path / "ds", events, numbers={1: 2**64 - 1, 2: 0, 3: 1, 4: 2})
+    assert _compare(tmp_path / "ds") == ["sequence-number"]
+    report = verify(LocalStorage(tmp_path / "ds"), check_data=False)
+    assert sum(p.rule == "sequence-number" for p in report.errors) >= 2
+
+
+@pytest.mark.parametrize("helper_min", [10**9, 1])
+def test_deep_extra_attributes_with_a_transaction_are_left_to_the_decoder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, helper_min: int
+) -> None:
+    """Nesting past MAX_DEPTH is refused whatever else the object holds (a transaction key
+    included), so the decoder, wherever it runs, decides: no path crashes, both agree."""
+    monkeypatch.setattr("odf_chain.walked.JSON_HELPER_MIN_TEXTS", helper_min)
+    for depth in (extra_json.MAX_DEPTH + 1, 700, 960, 990, 1200):
+        nested: object = "x"
+        for _ in range(depth):
+            nested = [nested]
+        events = _run_events(4)
+        events[2] = replace(
+            events[2], extra={TRANSACTION_KEY: {"app_id": "job", "version": 1}, "deep": nested}
+        )
+        root = tmp_path / f"d{depth}"
+        limit = sys.getrecursionlimit()
+        sys.setrecursionlimit(10_000)  # the encoder, to write such a block at all
+        try:
+            _write_chain(root, events)
+            text = json.dumps(events[2].extra).encode()
+        finally:
+            sys.setrecursionlimit(limit)
+        assert extra_json.judge([text]) == bytes([extra_json.REFUSED])
+        _compare(root)
+
+
+def test_the_json_helper_parses_under_the_callers_digit_limit() -> None:
+    big = b'{"n": ' + b"7" * 2000 + b"}"
+    texts = [big, b'{"n": 1}', b'{"n": ' + b"7" * 900 + b"}"]
+    limit = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(1000)
+    try:
+        here = extra_json.judge(texts)
+        assert here == bytes([extra_json.REFUSED, extra_json.OBJECT, extra_json.OBJECT])
+        assert extra_json.Helper(texts).result() == here
+    finally:
+        sys.set_int_max_str_digits(limit)
+    assert extra_json.judge(texts)[0] == extra_json.OBJECT  # the default limit takes 2000
+
+
+@pytest.mark.parametrize(
+    "script, answer",
+    [
+        ("import sys; sys.stdout.write(sys.stdin.read().upper())", b"ABC"),
+        ("import sys; sys.stdout.write('x'); sys.exit(3)", None),  # a failure
+        ("import time; time.sleep(30)", None),  # too late: killed
+        ("raise SystemExit('no')", None),
+    ],
+)
+def test_a_helper_process_answers_or_fails_cleanly(
+    tmp_path: Path, script: str, answer: bytes | None
+) -> None:
+    path = tmp_path / "helper.py"
+    path.write_text(script)
+    started = time.monotonic()
+    assert helper_process.Helper(str(path), [], b"abc", timeout=3).result() == answer
+    assert time.monotonic() - started < 60  # the time limit holds (bounded, not timed tight)
+
+
+def test_no_helper_process_without_a_python_to_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "executable", "")
+    assert not helper_process.available()
+    assert helper_process.Helper("x.py", [], b"", timeout=1).result() is None

@@ -3,8 +3,9 @@
 Parsing each AddData's ExtraAttributes JSON is the largest cost left in verifying a long chain
 once blocks are decoded as columns, and it is independent per block: so verify can hand the
 texts to a second Python process (this file run as a script, importing nothing but the
-standard library, started fresh: never forked) and use the machine's second core while it
-walks and folds.
+standard library, started fresh: never forked; see :mod:`odf_chain.helper_process`) and use the
+machine's second core while it walks and folds. The helper parses under the caller's limit on
+integer digits, so both refuse the same texts.
 
 A verdict per text: :data:`OBJECT` (a JSON object, as the block decoder requires),
 :data:`TRANSACTION` (an object with the transaction key, which the rules judge) or
@@ -17,11 +18,10 @@ from __future__ import annotations
 
 import json
 import struct
-import subprocess
 import sys
-import threading
 
 OBJECT, TRANSACTION, REFUSED = 0, 1, 2
+_VERDICTS = bytes((OBJECT, TRANSACTION, REFUSED))
 TRANSACTION_KEY = "odf-chain.dev/transaction"  # state.TRANSACTION_KEY (this file imports nothing)
 # Deeper nesting is refused here, and the block decoder decides: its verdict on deep JSON depends
 # on how deep in the stack it runs; this one must not.
@@ -39,12 +39,11 @@ def judge(texts: list[bytes]) -> bytes:
         except (ValueError, RecursionError):
             verdicts[i] = REFUSED
             continue
-        if not isinstance(value, dict):
+        deep = raw.count(b"{") + raw.count(b"[") > MAX_DEPTH and _deeper_than(value, MAX_DEPTH)
+        if not isinstance(value, dict) or deep:  # deep: whatever else it holds
             verdicts[i] = REFUSED
         elif TRANSACTION_KEY in value:
             verdicts[i] = TRANSACTION
-        elif raw.count(b"{") + raw.count(b"[") > MAX_DEPTH and _deeper_than(value, MAX_DEPTH):
-            verdicts[i] = REFUSED
     return bytes(verdicts)
 
 
@@ -79,42 +78,31 @@ def decode(data: bytes) -> list[bytes]:
 
 
 class Helper:
-    """This file run as a fresh process judging ``texts``; :meth:`result` waits for its verdicts,
-    or returns None when it failed in any way (the caller then judges in-process)."""
+    """This file run as a helper process (:mod:`odf_chain.helper_process`) judging ``texts``
+    under this process's limits; :meth:`result` is its verdicts, or None when it failed in any
+    way or answered anything but one known verdict per text (the caller then judges them)."""
 
     def __init__(self, texts: list[bytes]) -> None:
-        self._count = len(texts)
-        self._out: bytes | None = None
-        try:
-            self._proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", __file__],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-            )
-        except OSError:
-            self._proc = None
-            return
-        payload = encode(texts)
-        self._thread = threading.Thread(target=self._talk, args=(payload,), daemon=True)
-        self._thread.start()
+        from odf_chain import helper_process
 
-    def _talk(self, payload: bytes) -> None:
-        try:
-            out, _ = self._proc.communicate(payload)  # type: ignore[union-attr]
-        except (OSError, ValueError):
-            return
-        if self._proc.returncode == 0 and len(out) == self._count:  # type: ignore[union-attr]
-            self._out = out
+        self._count = len(texts)
+        self._helper = helper_process.Helper(
+            __file__,
+            [str(sys.get_int_max_str_digits())],
+            encode(texts),
+            timeout=helper_process.seconds_for(len(texts)),
+            site=False,
+        )
 
     def result(self) -> bytes | None:
-        if self._proc is None:
+        out = self._helper.result()
+        if out is None or len(out) != self._count or out.translate(None, _VERDICTS):
             return None
-        self._thread.join()
-        return self._out
+        return out
 
 
 def _main() -> None:
+    sys.set_int_max_str_digits(int(sys.argv[1]))  # the caller's limit, as its decoder has it
     texts = decode(sys.stdin.buffer.read())
     sys.stdout.buffer.write(judge(texts))
 

@@ -22,9 +22,7 @@ import hashlib
 import os
 import stat
 import struct
-import subprocess
 import sys
-import threading
 from collections.abc import Callable, Mapping
 
 # Below this many files, starting a helper costs more than it saves.
@@ -33,14 +31,6 @@ HELPER_SHARE = 0.45  # of the files, to the helper: the parent has the decoding 
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _HEADER = struct.Struct("<BI")  # status, length
 _READ, _MISMATCH, _SKIPPED = 0, 1, 2
-
-
-def cores() -> int:
-    """The cores this process may run on: a helper process only pays with a second one."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not on Linux
-        return os.cpu_count() or 1
 
 
 def _hasher(algorithm: str) -> Callable[[bytes], str]:
@@ -103,39 +93,23 @@ class _Helper:
     """The helper process reading ``names``; :meth:`result` is its answer, or None."""
 
     def __init__(self, dir_fd: int, names: list[str], limit: int, hashes: Hashes) -> None:
+        from odf_chain import helper_process  # not at the top: the helper runs this file alone
+
         self._names = names
-        self._result: list[tuple[bytes | None, bool]] | None = None
         arguments = [str(dir_fd), str(limit), str(hashes.name_length)]
         arguments += [f"{p}={a}" for p, a in hashes.prefixes.items()]
-        try:
-            self._proc: subprocess.Popen | None = subprocess.Popen(
-                [sys.executable, "-I", __file__, *arguments],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                pass_fds=(dir_fd,),
-            )
-        except (OSError, ValueError):
-            self._proc = None
-            return
-        self._thread = threading.Thread(target=self._talk, daemon=True)
-        self._thread.start()
-
-    def _talk(self) -> None:
-        proc = self._proc
-        assert proc is not None
-        try:
-            out, _ = proc.communicate("\n".join(self._names).encode("ascii"))
-        except (OSError, ValueError):
-            return
-        if proc.returncode == 0:
-            self._result = _parse(out, len(self._names))
+        self._helper = helper_process.Helper(
+            __file__,
+            arguments,
+            "\n".join(names).encode("ascii"),
+            timeout=helper_process.seconds_for(len(names)),
+            pass_fds=(dir_fd,),
+        )
 
     def result(self) -> list[tuple[bytes | None, bool]] | None:
-        if self._proc is None:
-            return None
-        self._thread.join()
-        return self._result
+        out = self._helper.result()
+        # Its word that a file hashes to its name is taken: it runs this very file's code.
+        return None if out is None else _parse(out, len(self._names))
 
 
 def _parse(out: bytes, count: int) -> list[tuple[bytes | None, bool]] | None:
@@ -168,10 +142,12 @@ class Pass:
     share is read here)."""
 
     def __init__(self, dir_fd: int, names: list[str], limit: int, hashes: Hashes) -> None:
+        from odf_chain import helper_process  # not at the top: the helper runs this file alone
+
         self._helper: _Helper | None = None
         self._theirs: list[str] = []
         own = names
-        if len(names) >= HELPER_MIN_FILES and cores() > 1:
+        if len(names) >= HELPER_MIN_FILES and helper_process.available():
             cut = int(len(names) * (1 - HELPER_SHARE))
             own, self._theirs = names[:cut], names[cut:]
             self._helper = _Helper(dir_fd, self._theirs, limit, hashes)
