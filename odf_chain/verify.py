@@ -222,28 +222,36 @@ def _walk_files(
     return the name where the walk block by block must take over (it reports what is wrong
     there), or None when the Seed was reached."""
     find, hash_ok, plain = files.position.get, files.hash_ok, files.plain
-    prev_names, data = files.prev_names, files.data
-    visited = walk.visited
-    seen, taken = visited.add, []
+    prev_rows, prev_names, names, data = files.prev_rows, files.prev_names, files.names, files.data
+    seen = bytearray(len(data))  # by row: the walk starts here, nothing is visited yet
+    taken: list[int | BlockEntry] = []
     take = taken.append
-    while name is not None:
-        k = find(name)
-        if k is None or not hash_ok[k] or name in visited:
+    k = None if name is None else find(name)
+    while k is not None:
+        if not hash_ok[k] or seen[k]:
+            name = names[k]
             break
-        if plain[k]:
+        if plain[k]:  # its link is in the columns: follow it by row, no name built
+            seen[k] = 1
             take(k)
-            following = prev_names[k]
+            following = prev_rows[k]
+            if following >= 0:
+                k = following
+                continue
+            name = prev_names[k]  # None: no predecessor; else one the pass did not read
         else:
             try:
                 block = decode_block(data[k])
             except FormatError:
+                name = names[k]
                 break
-            take(BlockEntry(parse_block_name(name), block, len(data[k])))
+            seen[k] = 1
+            take(BlockEntry(parse_block_name(names[k]), block, len(data[k])))
             prev = block.prev_block_hash
-            following = None if prev is None else str(prev)
-        seen(name)
-        name = following
+            name = None if prev is None else str(prev)
+        k = None if name is None else find(name)
     walk.chain.extend(taken)
+    walk.visited.update(names[k] if isinstance(k, int) else str(k.hash) for k in taken)
     report.bytes_hashed += sum(len(data[k]) if isinstance(k, int) else k.size for k in taken)
     return name
 

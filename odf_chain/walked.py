@@ -50,28 +50,22 @@ class BlockFiles:
     """
 
     def __init__(self, found: Pass) -> None:
-        """From :meth:`Storage.read_all_blocks` (given :data:`BLOCK_NAMES`). The first share's
-        columns are decoded, and its ExtraAttributes handed to a helper process, while the
-        helper of the pass still reads the rest; the rest's texts are judged here."""
+        """From :meth:`Storage.read_all_blocks` (given :data:`BLOCK_NAMES`). Each share of the
+        pass is decoded as columns as soon as it is read (the first while the pass's helper
+        still reads the rest) and its ExtraAttributes handed to a helper process of their own,
+        while this one goes on: the walk only needs the blocks' links."""
         self._parts: list[BlockColumns] = []
+        self._judging: list[_Judgement] = []
+        self.listed: list[str] = []  # every block file name of the listing, read or not
+        self.names: list[str] = []  # the files read, by row
+        self.data: list[bytes] = []
+        self.hash_ok: list[bool] = []
         try:
-            first, texts = self._add({}, found.first)
+            self._add(found.first)
         except BaseException:
             found.rest()  # the pass's helper is waited for, its descriptor closed
             raise
-        self._helper = None
-        if len(texts) >= JSON_HELPER_MIN_TEXTS and helper_process.available():
-            self._helper = extra_json.Helper(texts)
-            first_verdicts = b""
-        else:
-            first_verdicts = extra_json.judge(texts)
-        files, rest_texts = self._add(first, found.rest())
-        self._verdicts: list[bytes] | None = [first_verdicts, extra_json.judge(rest_texts)]
-        self._texts = texts
-        self.listed = list(files)  # every block file name of the listing, read or not
-        self.names = [name for name in self.listed if files[name][0] is not None]  # by row
-        self.data: list[bytes] = [files[name][0] for name in self.names]  # type: ignore[misc]
-        self.hash_ok = [files[name][1] for name in self.names]
+        self._add(found.rest())
         self.position = {n: k for k, n in enumerate(self.names)}
         columns = BlockColumns.concat(self._parts)
         self.columns = columns
@@ -83,27 +77,38 @@ class BlockFiles:
         width = 2 * columns.prev_hash.shape[1]
         for at, k in enumerate(rows.tolist()):
             self.prev_names[k] = "f" + text[at * width : (at + 1) * width]
-        if self._helper is None:
+        # the row of each plain block's predecessor: -1 when the pass did not read it (or the
+        # block names none: then its prev_names entry is None too)
+        find = self.position.get
+        self.prev_rows: list[int] = [
+            -1 if prev is None else find(prev, -1) for prev in self.prev_names
+        ]
+        if not any(j.pending for j in self._judging):
             self.settle()
 
-    def _add(self, files: Found, share: Found) -> tuple[Found, list[bytes]]:
-        """``files`` with ``share`` after it, the share's readable files decoded as columns;
-        the share's ExtraAttributes texts, to be judged."""
-        data = [d for d, _ in share.values() if d is not None]
-        part = decode_columns(data)
+    def _add(self, share: Found) -> None:
+        """The files of ``share`` after those added; its readable files decoded as columns,
+        their ExtraAttributes texts sent to be judged."""
+        first = len(self.data)
+        names, data, hash_ok = self.names, self.data, self.hash_ok
+        for name, (content, matches) in share.items():
+            if content is not None:
+                names.append(name)
+                data.append(content)
+                hash_ok.append(matches)
+        self.listed.extend(share)
+        part = decode_columns(data[first:])
         self._parts.append(part)
-        return {**files, **share}, part.extras
+        self._judging.append(_Judgement(part.extras))
 
     def settle(self) -> set[int]:
-        """Take the ExtraAttributes verdicts in (waiting for the helper, or judging here if it
-        failed); return the rows that turned out not plain. Once only: later calls return
+        """Take the ExtraAttributes verdicts in (waiting for the helpers, or judging here where
+        one failed); return the rows that turned out not plain. Once only: later calls return
         nothing."""
-        if self._verdicts is None:
+        if not self._judging:
             return set()
-        if self._helper is not None:
-            self._verdicts[0] = self._helper.result() or extra_json.judge(self._texts)
-            self._helper = None
-        verdicts, self._verdicts = b"".join(self._verdicts), None
+        verdicts = b"".join(j.verdicts() for j in self._judging)
+        self._judging = []
         return self._apply(verdicts)
 
     def _apply(self, verdicts: bytes) -> set[int]:
@@ -122,6 +127,30 @@ class BlockFiles:
             return by_name(name) if k is None else self.data[k]
 
         return read
+
+
+class _Judgement:
+    """The verdicts on some ExtraAttributes texts: from a helper process when there are enough
+    of them to pay for one, else judged right away."""
+
+    def __init__(self, texts: list[bytes]) -> None:
+        self._texts = texts
+        self._helper = None
+        self._verdicts = b""
+        if len(texts) >= JSON_HELPER_MIN_TEXTS and helper_process.available():
+            self._helper = extra_json.Helper(texts)
+        else:
+            self._verdicts = extra_json.judge(texts)
+
+    @property
+    def pending(self) -> bool:
+        return self._helper is not None
+
+    def verdicts(self) -> bytes:
+        if self._helper is not None:
+            self._verdicts = self._helper.result() or extra_json.judge(self._texts)
+            self._helper = None
+        return self._verdicts
 
 
 class WalkedChain(Sequence[BlockEntry]):

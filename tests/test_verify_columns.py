@@ -575,6 +575,46 @@ def test_extra_json_verdicts_follow_the_decoder() -> None:
     assert verdicts[-2] == extra_json.REFUSED and verdicts[-3] == extra_json.OBJECT
 
 
+JSON_EDGES = [
+    "",
+    " ",
+    "\ufeff{}",
+    " {} ",
+    "\t{}\n\r",
+    "{} x",
+    "{}{}",
+    "{} \u00a0",
+    "[1,]",
+    '{"a":1,}',
+    "01",
+    "1e999",
+    "-0",
+    '"\\ud800"',
+    '{"a": "\\u00e9"}',
+    "NaN",
+    "Infinity",
+    "tru",
+    '{"a" 1}',
+    "\u3000{}",
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.sampled_from(JSON_EDGES)
+    | JSON_OBJECTS.map(json.dumps)
+    | st.text(alphabet=' {}[]":,0123456789.eE+-tfnrulasN\\\t\n\ufeff', max_size=30)
+)
+def test_loads_object_is_json_loads(text: str) -> None:
+    def outcome(load: Callable[[str], object]) -> str:
+        try:
+            return repr(load(text))  # repr: NaN is not equal to itself
+        except (ValueError, RecursionError):
+            return "refused"
+
+    assert outcome(extra_json.loads_object) == outcome(json.loads)
+
+
 @settings(max_examples=30, deadline=None)
 @given(
     st.lists(

@@ -29,13 +29,31 @@ MAX_DEPTH = 200
 _COUNT = struct.Struct("<I")
 
 
+# What ``json.loads(text)`` does, minus its wrappers (a third of the time on short texts): the
+# same C scanner with the default settings, the same whitespace, the same refusals.
+_scan = json.JSONDecoder().scan_once
+_space = json.decoder.WHITESPACE.match
+
+
+def loads_object(text: str) -> object:
+    """``json.loads(text)`` for a ``str``: raises ValueError (or RecursionError) where it does."""
+    if text.startswith("\ufeff"):
+        raise ValueError("Unexpected UTF-8 BOM")
+    try:
+        value, end = _scan(text, _space(text, 0).end())
+    except StopIteration:
+        raise ValueError("Expecting value") from None
+    if _space(text, end).end() != len(text):
+        raise ValueError("Extra data")
+    return value
+
+
 def judge(texts: list[bytes]) -> bytes:
     """One verdict byte per text."""
     verdicts = bytearray(len(texts))
-    loads = json.loads
     for i, raw in enumerate(texts):
         try:
-            value = loads(raw.decode("utf-8"))
+            value = loads_object(raw.decode("utf-8"))
         except (ValueError, RecursionError):
             verdicts[i] = REFUSED
             continue
