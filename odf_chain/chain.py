@@ -2,8 +2,9 @@
 
 ``append`` = build the block on top of the state -> encode -> hash -> validate by every rule ->
 write the block file -> move the head by compare-and-swap. A refused block leaves no trace; a
-block whose head move loses the race stays an unreferenced file in ``blocks/`` (invisible to
-readers, reported by verify) and the caller gets :class:`ConflictError`.
+block whose head move loses the race is removed again where that is proven safe
+(:func:`withdraw`), else stays an unreferenced file in ``blocks/`` (invisible to readers,
+reported by verify), and the caller gets :class:`ConflictError`.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from odf_chain.errors import (
     FormatError,
     IntegrityError,
     NotFoundError,
+    OdfChainError,
     RuleViolation,
 )
 from odf_chain.events import AddData, ExecuteTransform, MetadataBlock, MetadataEvent
@@ -157,8 +159,8 @@ def commit(
     under the same lock the head moves under); nothing became visible. Where a refused move
     never was the head (a lock, or an object store's compare-and-swap), the block files this
     call created and the slices in ``created_data`` (those the caller's ``commit_data``
-    created) are removed again: gc never removes a block on its own judgement, since a lost
-    write looks just like a rolled-back suffix. Elsewhere they stay, reported by verify.
+    created) are removed again by :func:`withdraw`, which keeps any the winner shares.
+    Elsewhere they stay, reported by verify.
     """
     if not prepared:
         raise ValueError("commit needs at least one prepared block")
@@ -191,14 +193,74 @@ def commit(
         )
     except ConflictError:
         if storage.head_moves_atomically:
-            for name in reversed(created):  # newest first: no block is left without its parent
-                storage.remove_block(name)
-            for name in created_data:
-                storage.remove_data(name)
+            withdraw(storage, prepared[0].before, blocks=created, data=created_data)
         raise
     # The head has moved: the derived index follows, best effort (it never fails the write).
     index_update.record_commit(storage, prepared[0].before, [(p.entry, p.after) for p in prepared])
     return prepared[-1].after
+
+
+WITHDRAW_WALK_LIMIT = 1_000
+"""How many blocks appended since a failed write :func:`withdraw` reads, at most, to prove a
+file it would remove unreferenced; past that it removes nothing."""
+
+
+def withdraw(
+    storage: Storage,
+    since: DatasetState,
+    *,
+    blocks: Sequence[str] = (),
+    data: Sequence[str] = (),
+) -> list[str]:
+    """Remove the block and slice files a failed write created, except those the chain now
+    references; return the names removed.
+
+    Files are named by their content, so a racing writer may have made the very same file (the
+    same event at the same millisecond, the same rows at the same offsets), found it in place
+    and committed it: "this call created it" does not make it this call's to remove. Each
+    removal is proven safe at the moment it happens: under the head lock (where the store has
+    one; elsewhere the head, having left ``since``, never comes back to it), against every
+    block from the head back to ``since``. When that cannot be proven (the lock is busy, a
+    block is unreadable, more than :data:`WITHDRAW_WALK_LIMIT` blocks were appended) nothing
+    is removed: an unreferenced file is only a leftover, which verify reports and gc removes.
+    """
+    if not blocks and not data:
+        return []
+    removed: list[str] = []
+    try:
+        with storage.head_lock():
+            referenced = _referenced_since(storage, since)
+            if referenced is None:
+                return []
+            for name in reversed(blocks):  # newest first: no block is left without its parent
+                if name not in referenced and storage.remove_block(name):
+                    removed.append(name)
+            for name in data:
+                if name not in referenced and storage.remove_data(name):
+                    removed.append(name)
+    except OdfChainError:  # a leftover stays; the caller's own error is what it reports
+        pass
+    return removed
+
+
+def _referenced_since(storage: Storage, since: DatasetState) -> set[str] | None:
+    """The names of the blocks and slices the chain gained after ``since``: from the head back
+    to ``since`` (or to its sequence number, should the head have left its line). None when
+    that is more than :data:`WITHDRAW_WALK_LIMIT` blocks."""
+    names: set[str] = set()
+    current = None if (head := storage.read_head()) is None else parse_block_name(head)
+    for _ in range(WITHDRAW_WALK_LIMIT + 1):
+        if current is None or current == since.head:
+            return names
+        entry = load_block(storage, current)
+        if entry.block.sequence_number <= since.sequence_number:
+            return names
+        names.add(str(current))
+        event = entry.block.event
+        if isinstance(event, AddData | ExecuteTransform) and event.new_data is not None:
+            names.add(str(event.new_data.physical_hash))
+        current = entry.block.prev_block_hash
+    return None
 
 
 def append(

@@ -320,7 +320,7 @@ class Dataset:
         table = as_arrow_table(table)
         if transaction is not None:
             transaction = rules.transaction_argument(transaction)
-        state = self.refresh()
+        state = base = self.refresh()
         if table.num_rows == 0:
             return []
         if transaction is not None and rules.transaction_recorded(state, *transaction):
@@ -414,8 +414,7 @@ class Dataset:
                     sink.close()
             for path in staged:
                 self.storage.discard(path)
-            for name in created:
-                self.storage.remove_data(name)
+            chain.withdraw(self.storage, base, data=created)
             raise
         return self._commit(*blocks, created_data=created)
 

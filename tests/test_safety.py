@@ -12,15 +12,17 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pytest
 
-from odf_chain import Dataset
+from odf_chain import Dataset, chain
 from odf_chain.errors import ConflictError, OdfChainError, StorageError
-from odf_chain.events import AddData
+from odf_chain.events import AddData, SetInfo
 from odf_chain.gc import collect_garbage_path
 from odf_chain.storage import FsStorage, LocalStorage
 from odf_chain.storage.base import MAX_BLOCK_BYTES, MAX_HEAD_LOG_BYTES
@@ -511,6 +513,102 @@ def test_a_head_move_whose_slice_was_taken_commits_nothing(tmp_path: Path) -> No
         racing.write(pa.table({"x": [5]}))
     assert len(taken) == 1 and Dataset.open(root).state.head == head
     assert verify_path(root).ok
+
+
+class _AnotherWriterFirst(LocalStorage):
+    """A real storage whose first head move lets another writer commit just before it: the
+    interleaving of two processes, made deterministic."""
+
+    def __init__(self, root: Path, other: Callable[[], object]) -> None:
+        super().__init__(root)
+        self._other: Callable[[], object] | None = other
+
+    def compare_and_swap_head(self, *args: Any, **kwargs: Any) -> None:
+        if self._other is not None:
+            other, self._other = self._other, None
+            other()
+        super().compare_and_swap_head(*args, **kwargs)
+
+
+def test_a_writer_that_loses_the_race_keeps_the_block_the_winner_shares(tmp_path: Path) -> None:
+    """Two writers appending the same event at the same millisecond make the same block file.
+    The first creates it; the second finds it in place, and wins the head. The loser must not
+    remove "its" block: the winner's chain runs through it (CI saw this with four writers)."""
+    root = tmp_path / "ds"
+    state = Dataset.create(root).state
+    moment = chain.now(state.system_time)
+    shared = SetInfo(description="set by two writers at one instant")
+    loser = [chain.prepare(state, shared, system_time=moment)]
+    loser.append(chain.prepare(loser[0].after, SetInfo("the loser's"), system_time=moment))
+    winner = [chain.prepare(state, shared, system_time=moment)]
+    winner.append(chain.prepare(winner[0].after, SetInfo("the winner's"), system_time=moment))
+    assert winner[0].entry.hash == loser[0].entry.hash
+
+    racing = _AnotherWriterFirst(root, lambda: chain.commit(LocalStorage.open(root), *winner))
+    with pytest.raises(ConflictError, match="head moved"):
+        chain.commit(racing, *loser)
+
+    ds = Dataset.open(root)
+    assert ds.state.head == winner[-1].entry.hash
+    report = verify_path(root)
+    assert report.ok and not report.warnings, [p.line() for p in report.problems]
+    # the loser's own second block went; the shared one stayed
+    assert not (root / "blocks" / str(loser[1].entry.hash)).exists()
+    assert (root / "blocks" / str(shared_hash := loser[0].entry.hash)).is_file()
+    assert [e.hash for e in ds.blocks()][1] == shared_hash
+
+
+def test_a_writer_that_loses_the_race_keeps_the_slice_the_winner_shares(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same for data: the same rows written at the same offsets and instant are the same
+    slice file, which the loser created and the winner committed."""
+    root = _dataset(tmp_path / "ds", writes=1)
+    instant = chain.now(Dataset.open(root).state.system_time)
+    monkeypatch.setattr(chain, "now", lambda not_before=None: instant)  # one millisecond
+    rows = pa.table({"x": [7, 8, 9]})
+    winner: list = []
+
+    def win() -> None:
+        winner.extend(Dataset.open(root).write(rows))
+
+    with pytest.raises(ConflictError, match="head moved"):
+        Dataset(_AnotherWriterFirst(root, win)).write(rows)
+
+    ds = Dataset.open(root)
+    assert ds.state.head == winner[-1].hash
+    assert _chain_slices(root)[-1] == str(winner[-1].block.event.new_data.physical_hash)
+    report = verify_path(root)
+    assert report.ok and not report.warnings, [p.line() for p in report.problems]
+    assert ds.to_table().column("x").to_pylist()[-3:] == [7, 8, 9]
+
+
+def test_a_losing_writer_removes_nothing_it_cannot_prove_unreferenced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """More blocks appended since the loser's state than withdraw reads: its files stay, as
+    leftovers verify reports (and gc may remove), rather than a guess."""
+    root = tmp_path / "ds"
+    state = Dataset.create(root).state
+    mine = chain.prepare(state, SetInfo("mine"), system_time=chain.now(state.system_time))
+
+    def three_more() -> None:
+        ds = Dataset.open(root)
+        for n in range(3):
+            ds.append(SetInfo(f"theirs {n}"))
+
+    monkeypatch.setattr(chain, "WITHDRAW_WALK_LIMIT", 2)
+    with pytest.raises(ConflictError, match="head moved"):
+        chain.commit(_AnotherWriterFirst(root, three_more), mine)
+    assert (root / "blocks" / str(mine.entry.hash)).is_file()
+    report = verify_path(root)
+    assert report.ok and [w.rule for w in report.warnings] == ["orphan-block"]
+
+    monkeypatch.setattr(chain, "WITHDRAW_WALK_LIMIT", 3)  # now the walk reaches the loser's base
+    again = chain.prepare(state, SetInfo("again"), system_time=chain.now(state.system_time))
+    with pytest.raises(ConflictError, match="head moved"):
+        chain.commit(LocalStorage.open(root), again)
+    assert not (root / "blocks" / str(again.entry.hash)).exists()
 
 
 def _writer(root: str, worker: int, writes: int, out: str) -> None:
