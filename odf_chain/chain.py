@@ -13,6 +13,7 @@ import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import NamedTuple
 
 from odf_chain import rules
 from odf_chain.errors import (
@@ -221,46 +222,61 @@ def withdraw(
     removal is proven safe at the moment it happens: under the head lock (where the store has
     one; elsewhere the head, having left ``since``, never comes back to it), against every
     block from the head back to ``since``. When that cannot be proven (the lock is busy, a
-    block is unreadable, more than :data:`WITHDRAW_WALK_LIMIT` blocks were appended) nothing
-    is removed: an unreferenced file is only a leftover, which verify reports and gc removes.
+    block is unreadable, more than :data:`WITHDRAW_WALK_LIMIT` blocks were appended, the head
+    left the line of ``since``) nothing is removed: an unreferenced file is only a leftover,
+    which verify reports and gc removes.
     """
     if not blocks and not data:
         return []
     removed: list[str] = []
     try:
         with storage.head_lock():
-            referenced = _referenced_since(storage, since)
-            if referenced is None:
+            head = storage.read_head()
+            committed = committed_since(
+                storage,
+                None if head is None else parse_block_name(head),
+                since.head,
+                limit=WITHDRAW_WALK_LIMIT,
+            )
+            if committed is None:
                 return []
             for name in reversed(blocks):  # newest first: no block is left without its parent
-                if name not in referenced and storage.remove_block(name):
+                if name not in committed.blocks and storage.remove_block(name):
                     removed.append(name)
             for name in data:
-                if name not in referenced and storage.remove_data(name):
+                if name not in committed.slices and storage.remove_data(name):
                     removed.append(name)
     except OdfChainError:  # a leftover stays; the caller's own error is what it reports
         pass
     return removed
 
 
-def _referenced_since(storage: Storage, since: DatasetState) -> set[str] | None:
-    """The names of the blocks and slices the chain gained after ``since``: from the head back
-    to ``since`` (or to its sequence number, should the head have left its line). None when
-    that is more than :data:`WITHDRAW_WALK_LIMIT` blocks."""
-    names: set[str] = set()
-    current = None if (head := storage.read_head()) is None else parse_block_name(head)
-    for _ in range(WITHDRAW_WALK_LIMIT + 1):
-        if current is None or current == since.head:
-            return names
-        entry = load_block(storage, current)
-        if entry.block.sequence_number <= since.sequence_number:
-            return names
-        names.add(str(current))
-        event = entry.block.event
-        if isinstance(event, AddData | ExecuteTransform) and event.new_data is not None:
-            names.add(str(event.new_data.physical_hash))
-        current = entry.block.prev_block_hash
-    return None
+class Committed(NamedTuple):
+    """The names of block files and data slices some blocks of a chain reference."""
+
+    blocks: frozenset[str]
+    slices: frozenset[str]
+
+
+def committed_since(
+    storage: Storage, head: Multihash | None, since: Multihash | None, *, limit: int | None = None
+) -> Committed | None:
+    """What the chain gained from ``since`` (exclusive) to ``head``: for a caller about to
+    remove files it believes unreferenced, since a writer may have committed a file identical
+    to one of them. None when that is more than ``limit`` blocks; :class:`NotFoundError` when
+    ``since`` is not an ancestor of ``head``."""
+    if head is None or head == since:
+        return Committed(frozenset(), frozenset())
+    entries = list(itertools.islice(walk_back(storage, head, stop_at=since), limit))
+    if limit is not None and len(entries) == limit and entries[-1].block.prev_block_hash != since:
+        return None
+    slices = (
+        str(entry.block.event.new_data.physical_hash)
+        for entry in entries
+        if isinstance(entry.block.event, AddData | ExecuteTransform)
+        and entry.block.event.new_data is not None
+    )
+    return Committed(frozenset(str(entry.hash) for entry in entries), frozenset(slices))
 
 
 def append(

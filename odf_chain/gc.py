@@ -36,7 +36,6 @@ from dataclasses import dataclass, field
 
 from odf_chain import chain
 from odf_chain.errors import ConflictError, NotFoundError, OdfChainError, StorageError
-from odf_chain.events import AddData, ExecuteTransform
 from odf_chain.index.read import open_index
 from odf_chain.storage import Storage, check_name, open_storage
 from odf_chain.storage.base import no_lock
@@ -246,32 +245,22 @@ def _check_discard_whole(report: VerifyReport, discard: set[str]) -> None:
             above = parent[above]
 
 
-def _committed_since(storage: Storage, planned: str, head: str | None) -> tuple[set[str], set[str]]:
+def _committed_since(storage: Storage, planned: str, head: str | None) -> chain.Committed:
     """Blocks and slices the head gained since gc planned on ``planned``: kept, whatever the
     plan said (a writer may have committed a file identical to a leftover)."""
-    blocks: set[str] = set()
-    slices: set[str] = set()
-    if head == planned:
-        return blocks, slices
     if head is None:
         raise ConflictError(f"refs/head of {storage.location} disappeared while gc ran")
     try:
-        entries = list(
-            chain.walk_back(
-                storage, chain.parse_block_name(head), stop_at=chain.parse_block_name(planned)
-            )
+        committed = chain.committed_since(
+            storage, chain.parse_block_name(head), chain.parse_block_name(planned)
         )
     except NotFoundError as exc:
         raise ConflictError(
             f"the head of {storage.location} moved while gc planned, not forward from where gc "
             f"looked ({exc}); nothing removed, run gc again"
         ) from None
-    for entry in entries:
-        blocks.add(str(entry.hash))
-        event = entry.block.event
-        if isinstance(event, AddData | ExecuteTransform) and event.new_data is not None:
-            slices.add(str(event.new_data.physical_hash))
-    return blocks, slices
+    assert committed is not None  # no limit
+    return committed
 
 
 def collect_garbage_path(location: str, **options) -> GcReport:
