@@ -222,8 +222,8 @@ def withdraw(
     removal is proven safe at the moment it happens: under the head lock (where the store has
     one; elsewhere the head, having left ``since``, never comes back to it), against every
     block from the head back to ``since``. When that cannot be proven (the lock is busy, a
-    block is unreadable, more than :data:`WITHDRAW_WALK_LIMIT` blocks were appended, the head
-    left the line of ``since``) nothing is removed: an unreferenced file is only a leftover,
+    block is unreadable, more than :data:`WITHDRAW_WALK_LIMIT` blocks were appended) nothing
+    is removed: an unreferenced file is only a leftover,
     which verify reports and gc removes.
     """
     if not blocks and not data:
@@ -236,6 +236,7 @@ def withdraw(
                 storage,
                 None if head is None else parse_block_name(head),
                 since.head,
+                since.sequence_number,
                 limit=WITHDRAW_WALK_LIMIT,
             )
             if committed is None:
@@ -252,31 +253,42 @@ def withdraw(
 
 
 class Committed(NamedTuple):
-    """The names of block files and data slices some blocks of a chain reference."""
+    """The names of the block files and data slices some blocks of a chain reference."""
 
     blocks: frozenset[str]
     slices: frozenset[str]
+    reached: bool  # the walk ended at the block it was to stop at (else at its position)
 
 
 def committed_since(
-    storage: Storage, head: Multihash | None, since: Multihash | None, *, limit: int | None = None
+    storage: Storage,
+    head: Multihash | None,
+    since: Multihash | None,
+    since_sequence_number: int,
+    *,
+    limit: int | None = None,
 ) -> Committed | None:
-    """What the chain gained from ``since`` (exclusive) to ``head``: for a caller about to
-    remove files it believes unreferenced, since a writer may have committed a file identical
-    to one of them. None when that is more than ``limit`` blocks; :class:`NotFoundError` when
-    ``since`` is not an ancestor of ``head``."""
-    if head is None or head == since:
-        return Committed(frozenset(), frozenset())
-    entries = list(itertools.islice(walk_back(storage, head, stop_at=since), limit))
-    if limit is not None and len(entries) == limit and entries[-1].block.prev_block_hash != since:
-        return None
-    slices = (
-        str(entry.block.event.new_data.physical_hash)
-        for entry in entries
-        if isinstance(entry.block.event, AddData | ExecuteTransform)
-        and entry.block.event.new_data is not None
-    )
-    return Committed(frozenset(str(entry.hash) for entry in entries), frozenset(slices))
+    """What the chain gained after block ``since`` (at ``since_sequence_number``): the blocks
+    from ``head`` back to it, or to its position should the head have left its line. For a
+    caller about to remove files it believes unreferenced, since a writer may have committed a
+    file identical to one of them. None when that is more than ``limit`` blocks."""
+    blocks: set[str] = set()
+    slices: set[str] = set()
+    reached = since is None
+    if head is not None:
+        for entry in walk_back(storage, head):
+            if entry.hash == since:
+                reached = True
+                break
+            if entry.block.sequence_number <= since_sequence_number:
+                break
+            if limit is not None and len(blocks) == limit:
+                return None
+            blocks.add(str(entry.hash))
+            event = entry.block.event
+            if isinstance(event, AddData | ExecuteTransform) and event.new_data is not None:
+                slices.add(str(event.new_data.physical_hash))
+    return Committed(frozenset(blocks), frozenset(slices), reached)
 
 
 def append(

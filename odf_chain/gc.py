@@ -152,7 +152,7 @@ def _pass(storage: Storage, *, min_age: float, dry_run: bool, discard: set[str])
     freed = 0
     with no_lock() if dry_run else storage.head_lock():
         head = storage.read_head()
-        keep_blocks, keep_data = _committed_since(storage, plan.head, head)
+        keep_blocks, keep_data, _ = _committed_since(storage, plan.head, head)
         now = time.time()
         for path, rule in plan.candidates:
             if storage.read_head() != head:  # under the lock only tampering moves it
@@ -250,16 +250,19 @@ def _committed_since(storage: Storage, planned: str, head: str | None) -> chain.
     plan said (a writer may have committed a file identical to a leftover)."""
     if head is None:
         raise ConflictError(f"refs/head of {storage.location} disappeared while gc ran")
+    since = chain.parse_block_name(planned)
     try:
-        committed = chain.committed_since(
-            storage, chain.parse_block_name(head), chain.parse_block_name(planned)
-        )
+        position = chain.load_block(storage, since).block.sequence_number
+        committed = chain.committed_since(storage, chain.parse_block_name(head), since, position)
     except NotFoundError as exc:
+        committed, reason = None, f" ({exc})"
+    else:
+        reason = ""
+    if committed is None or not committed.reached:
         raise ConflictError(
             f"the head of {storage.location} moved while gc planned, not forward from where gc "
-            f"looked ({exc}); nothing removed, run gc again"
-        ) from None
-    assert committed is not None  # no limit
+            f"looked{reason}; nothing removed, run gc again"
+        )
     return committed
 
 
