@@ -223,7 +223,8 @@ def _walk_files(
     there), or None when the Seed was reached."""
     find, hash_ok, plain = files.position.get, files.hash_ok, files.plain
     prev_rows, prev_names, names, data = files.prev_rows, files.prev_names, files.names, files.data
-    seen = bytearray(len(data))  # by row: the walk starts here, nothing is visited yet
+    order, place, run_end = files.runs()
+    seen = np.zeros(len(data), bool)  # by row: the walk starts here, nothing is visited yet
     taken: list[int | BlockEntry] = []
     take = taken.append
     k = None if name is None else find(name)
@@ -232,7 +233,15 @@ def _walk_files(
             name = names[k]
             break
         if plain[k]:  # its link is in the columns: follow it by row, no name built
-            seen[k] = 1
+            at = place[k]
+            if at >= 0 and (last := run_end[at]) > at:  # a run from here: take it whole
+                run = order[at:last]
+                if not seen[run].any():
+                    seen[run] = True
+                    taken.extend(run.tolist())
+                    k = int(order[last])
+                    continue
+            seen[k] = True
             take(k)
             following = prev_rows[k]
             if following >= 0:
@@ -245,14 +254,15 @@ def _walk_files(
             except FormatError:
                 name = names[k]
                 break
-            seen[k] = 1
+            seen[k] = True
             take(BlockEntry(parse_block_name(names[k]), block, len(data[k])))
             prev = block.prev_block_hash
             name = None if prev is None else str(prev)
         k = None if name is None else find(name)
     walk.chain.extend(taken)
-    walk.visited.update(names[k] if isinstance(k, int) else str(k.hash) for k in taken)
-    report.bytes_hashed += sum(len(data[k]) if isinstance(k, int) else k.size for k in taken)
+    rows = np.flatnonzero(seen)
+    walk.visited.update([names[k] for k in rows.tolist()])
+    report.bytes_hashed += int(files.sizes[rows].sum())
     return name
 
 

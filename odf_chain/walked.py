@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import overload
+from typing import NamedTuple, overload
 
 import numpy as np
 
@@ -83,6 +83,7 @@ class BlockFiles:
         self.prev_rows: list[int] = [
             -1 if prev is None else find(prev, -1) for prev in self.prev_names
         ]
+        self.sizes = np.fromiter(map(len, self.data), np.int64, len(self.data))
         if not any(j.pending for j in self._judging):
             self.settle()
 
@@ -119,6 +120,20 @@ class BlockFiles:
             self.plain[k] = False
         return set(lost)
 
+    def runs(self) -> Runs:
+        """Where the walk can leap: see :class:`Runs` (as the rows stand now: :meth:`settle`
+        may take some out)."""
+        columns = self.columns
+        rows = np.flatnonzero(columns.plain & np.array(self.hash_ok, bool))
+        # newest first; among equal sequence numbers (a fork), by row: a run then stops there
+        order = rows[np.argsort(columns.sequence_number[rows], kind="stable")[::-1]]
+        place = np.full(len(self.data), -1, np.int64)
+        place[order] = np.arange(len(order))
+        prev_rows = np.array(self.prev_rows, np.int64)
+        breaks = np.flatnonzero(prev_rows[order[:-1]] != order[1:])
+        breaks = np.append(breaks, len(order) - 1)
+        return Runs(order, place, breaks[np.searchsorted(breaks, np.arange(len(order)))])
+
     def reader(self, by_name: Callable[[str], bytes]) -> Callable[[str], bytes]:
         """A block's bytes from this pass, or read by name when the pass left it out."""
 
@@ -127,6 +142,18 @@ class BlockFiles:
             return by_name(name) if k is None else self.data[k]
 
         return read
+
+
+class Runs(NamedTuple):
+    """The plain, rightly named rows of a :class:`BlockFiles` by sequence number, newest first
+    (``order``); each row's place there (``place``, -1 when it is not there); for each place,
+    the last place of the run from it (``run_end``): rows each naming the next as their
+    predecessor. In a chain without forks one run holds every plain block between two other
+    events, so the walk takes it whole instead of block by block."""
+
+    order: np.ndarray
+    place: np.ndarray
+    run_end: np.ndarray
 
 
 class _Judgement:

@@ -56,7 +56,7 @@ from odf_chain.storage.base import MAX_BLOCK_BYTES
 from odf_chain.storage.block_pass import Hashes
 from odf_chain.storage.local import LocalStorage
 from odf_chain.verify import verify
-from odf_chain.walked import BLOCK_NAMES
+from odf_chain.walked import BLOCK_NAMES, BlockFiles
 from tests.test_codec import ADD_DATA, BLOCKS, JSON_OBJECTS, TIMES
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -438,6 +438,46 @@ def test_bulk_verify_reports_what_block_by_block_verify_reports(
     if k == N - 1:  # nothing after the last block to hold it to what it promised
         valid |= {"huge offsets", "transaction repeated", "checkpoint", "no data"}
     assert bool(rules) == (mutation not in valid), (mutation, rules)
+
+
+def _fork(root: Path, position: int, copies: int = 1) -> None:
+    """Blocks beside the chain's block at ``position`` (0: the Seed): the same predecessor,
+    sequence number and time, other data (what writers that lost the race leave behind)."""
+    entry = Dataset.open(root).blocks()[position]
+    for n in range(copies):
+        event = replace(
+            entry.block.event,
+            new_data=replace(
+                entry.block.event.new_data,
+                physical_hash=Multihash.digest(BLAKE3, b"lost %d %d" % (position, n)),
+            ),
+        )
+        data = encode_block(replace(entry.block, event=event))
+        (root / "blocks" / str(Multihash.digest(BLAKE3, data))).write_bytes(data)
+
+
+def test_the_walk_takes_a_run_whole_and_stops_at_forks(tmp_path: Path) -> None:
+    """The walk leaps over runs of plain blocks (each naming the next as its predecessor, by
+    sequence number): a clean chain is one run; a fork (blocks sharing a sequence number)
+    cuts it, and verify reports what it reports block by block."""
+    clean = tmp_path / "clean"
+    _write_chain(clean, _run_events(N))
+    runs = BlockFiles(LocalStorage(clean).read_all_blocks(BLOCK_NAMES)).runs()
+    assert len(runs.order) == N and runs.run_end[0] == N - 1
+    assert [int(runs.run_end[at]) for at in range(N)] == [N - 1] * N
+
+    forked = tmp_path / "forked"
+    _write_chain(forked, _run_events(N))
+    for position, copies in ((3, 1), (4 + N // 2, 3), (N + 1, 2)):  # the head's too
+        _fork(forked, position, copies)
+    files = BlockFiles(LocalStorage(forked).read_all_blocks(BLOCK_NAMES))
+    runs = files.runs()
+    assert len(runs.order) == N + 6
+    assert len(np.unique(runs.run_end)) >= 4  # each fork cuts the run at least once
+    assert _compare(forked) == []
+    report = verify(LocalStorage(forked), check_data=False)
+    assert report.blocks_checked == N + 2
+    assert [w.rule for w in report.warnings] == ["orphan-block"] * 6
 
 
 def test_bulk_verify_across_snapshot_places(tmp_path: Path) -> None:
