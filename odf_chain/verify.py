@@ -61,7 +61,7 @@ from odf_chain.schema.evolution import same_columns
 from odf_chain.slices import LogicalHasher, read_batches
 from odf_chain.state import EMPTY, DatasetState, apply, apply_plain_run
 from odf_chain.storage import Storage, open_storage
-from odf_chain.storage.base import HEAD_LOG, HeadMove
+from odf_chain.storage.base import HEAD_LOG, STAGING, HeadMove
 from odf_chain.walked import BLOCK_NAMES, BlockFiles, WalkedChain
 
 Severity = Literal["error", "warning"]
@@ -154,6 +154,7 @@ class _Walk:
     chain: WalkedChain = field(default_factory=WalkedChain)  # oldest first once done
     complete: bool = False  # reached the Seed
     listed: list[str] | None = None  # the block files the one pass over blocks/ listed
+    irregular: list[tuple[str, str]] | None = None  # and the other entries it found there
     visited: set[str] = field(default_factory=set)  # every block name the chain referenced
 
 
@@ -185,7 +186,7 @@ def _walk(storage: Storage, report: VerifyReport) -> _Walk:
         # decoding it, so that the walk reports it as it reports any malformed block
         del report.problems[found:]
         report.bytes_hashed = hashed
-        walk = _Walk(listed=walk.listed)
+        walk = _Walk(listed=walk.listed, irregular=walk.irregular)
         _walk_down(head_name, current, storage, files, walk, report)
     walk.chain.finish()
     return walk
@@ -202,6 +203,7 @@ def _walk_down(
     """The walk from the head: through the one pass's blocks while it can, then by name."""
     walk.chain = WalkedChain(files)
     walk.listed = None if files is None else files.listed
+    walk.irregular = None if files is None else files.irregular
     current: Multihash | None = head
     with storage.block_reader() as by_name:
         read_block = by_name
@@ -869,7 +871,11 @@ def _leftovers(storage: Storage, walk: _Walk, slices: set[str], report: VerifyRe
             "abandoned in-flight file",
             path=f".staging/{name}",
         )
-    for path, kind in storage.irregular_entries():
+    if walk.irregular is None:
+        irregular = storage.irregular_entries()
+    else:  # blocks/ as the one pass listed it
+        irregular = sorted(walk.irregular + storage.irregular_entries(("data", STAGING)))
+    for path, kind in irregular:
         folder, _, name = path.partition("/")
         named = walk.visited if folder == "blocks" else slices if folder == "data" else ()
         if name not in named:  # the chain's own are errors already, where they are read

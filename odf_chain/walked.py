@@ -57,6 +57,7 @@ class BlockFiles:
         self._parts: list[BlockColumns] = []
         self._judging: list[_Judgement] = []
         self.listed: list[str] = []  # every block file name of the listing, read or not
+        self.irregular = found.irregular  # what else the listing found (symlinks, FIFOs...)
         self.names: list[str] = []  # the files read, by row
         self.data: list[bytes] = []
         self.hash_ok: list[bool] = []

@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import multiprocessing as mp
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -30,7 +31,7 @@ from odf_chain.errors import (
 from odf_chain.events import Seed
 from odf_chain.format.did import DatasetId
 from odf_chain.state import EMPTY
-from odf_chain.storage import LocalStorage, write_atomic
+from odf_chain.storage import LocalStorage, local, write_atomic
 from odf_chain.verify import verify
 from tests.conftest import PERMISSIONS
 
@@ -588,3 +589,29 @@ def test_an_empty_layout_is_removed_and_nothing_else(tmp_path: Path) -> None:
     linked.remove_empty_layout()
     assert (tmp_path / "linked" / "data").is_symlink() and elsewhere.is_dir()
     assert (tmp_path / "linked" / "blocks").is_dir()  # nothing removed at all
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "f1e20abc",
+        "Z9",
+        "",
+        "a.b",
+        "a/b",
+        "..",
+        "a b",
+        "a\n",
+        "a-b",
+        "\uff41",
+        "\u0663",
+        "\u00df",
+        "x\u0301",
+        "\u2167",
+    ],
+)
+def test_names_are_ascii_letters_and_digits_only(name: str) -> None:
+    assert local._is_name(name) == bool(re.fullmatch(r"[0-9a-zA-Z]+", name, re.ASCII))
+    if not local._is_name(name):
+        with pytest.raises(OdfChainError, match="invalid block name"):
+            local.check_name(name, "block name")

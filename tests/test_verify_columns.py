@@ -480,6 +480,27 @@ def test_the_walk_takes_a_run_whole_and_stops_at_forks(tmp_path: Path) -> None:
     assert [w.rule for w in report.warnings] == ["orphan-block"] * 6
 
 
+def test_entries_of_blocks_that_are_not_files_are_reported_from_the_one_listing(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "ds"
+    _write_chain(root, _run_events(N))
+    blocks = root / "blocks"
+    os.mkfifo(blocks / ("f1e20" + "ab" * 32))
+    (blocks / "elsewhere").symlink_to(tmp_path)
+    (blocks / "folder").mkdir()
+    (root / "data").mkdir(exist_ok=True)
+    (root / "data" / "link").symlink_to(tmp_path)
+    assert _compare(root) == []
+    report = verify(LocalStorage(root), check_data=False)
+    assert [(w.path, w.message.split(")")[0]) for w in report.warnings] == [
+        ("blocks/elsewhere", "not a regular file (a symlink"),
+        (f"blocks/f1e20{'ab' * 32}", "not a regular file (a FIFO"),
+        ("blocks/folder", "not a regular file (a directory"),
+        ("data/link", "not a regular file (a symlink"),
+    ]
+
+
 def test_bulk_verify_across_snapshot_places(tmp_path: Path) -> None:
     n = 2 * SNAPSHOT_INTERVAL + 30
     for k in (

@@ -92,8 +92,18 @@ def read_share(
 class _Helper:
     """The helper process reading ``names``; :meth:`result` is its answer, or None."""
 
-    def __init__(self, dir_fd: int, names: list[str], limit: int, hashes: Hashes) -> None:
+    def __init__(
+        self,
+        dir_fd: int,
+        names: list[str],
+        limit: int,
+        hashes: Hashes,
+        irregular: list[tuple[str, str]] | None = None,
+    ) -> None:
         from odf_chain import helper_process  # not at the top: the helper runs this file alone
+
+        # what the storage's listing found beside regular files (see Storage.irregular_entries)
+        self.irregular = irregular
 
         self._names = names
         arguments = [str(dir_fd), str(limit), str(hashes.name_length)]
@@ -141,8 +151,18 @@ class Pass:
     Holds its own descriptor of the directory until :meth:`rest` (should the helper fail, its
     share is read here)."""
 
-    def __init__(self, dir_fd: int, names: list[str], limit: int, hashes: Hashes) -> None:
+    def __init__(
+        self,
+        dir_fd: int,
+        names: list[str],
+        limit: int,
+        hashes: Hashes,
+        irregular: list[tuple[str, str]] | None = None,
+    ) -> None:
         from odf_chain import helper_process  # not at the top: the helper runs this file alone
+
+        # what the storage's listing found beside regular files (see Storage.irregular_entries)
+        self.irregular = irregular
 
         self._helper: _Helper | None = None
         self._theirs: list[str] = []

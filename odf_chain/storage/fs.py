@@ -446,7 +446,9 @@ class FsStorage:
             infos = self._fs.get_file_info(selector)
         return sorted(i.base_name for i in infos if i.type != pafs.FileType.NotFound)
 
-    def irregular_entries(self) -> list[tuple[str, str]]:
+    def irregular_entries(
+        self, directories: Iterable[str] = ("blocks", "data", STAGING)
+    ) -> list[tuple[str, str]]:
         """Object stores hold objects only (on a local filesystem pyarrow lists a symlink as
         what it points to, and reads refuse what is not a file)."""
         return []

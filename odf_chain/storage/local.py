@@ -59,7 +59,6 @@ from odf_chain.storage.base import (
 from odf_chain.storage.block_pass import Hashes
 from odf_chain.storage.user_files import file_kind, read_at_most
 
-_NAME = re.compile(r"[0-9a-zA-Z]+")
 _SUFFIX = re.compile(r"[0-9a-zA-Z._-]*")
 _SUBDIRS = ("blocks", "refs", "data", "checkpoints", "info", "logs")
 # every directory of the layout: gc refuses to work through any of them that is not a directory
@@ -138,7 +137,8 @@ def _now_ms() -> int:
 
 
 def _is_name(name: object) -> bool:
-    return isinstance(name, str) and _NAME.fullmatch(name) is not None
+    """[0-9a-zA-Z]+: ASCII letters and digits (``isalnum`` alone takes any script's)."""
+    return isinstance(name, str) and name.isascii() and name.isalnum()
 
 
 def check_name(name: str, what: str = "name") -> str:
@@ -370,25 +370,36 @@ class LocalStorage:
         except OSError as exc:
             raise _storage_error(exc, "list", path) from exc
 
-    def irregular_entries(self) -> list[tuple[str, str]]:
-        """Entries of ``blocks/``, ``data/`` and ``.staging/`` that are neither regular files nor
-        (in ``.staging/``) a writer's folder: symlinks, FIFOs, devices. No read follows them
-        and gc removes none of them; returned as (relative path, what it is)."""
+    def irregular_entries(
+        self, directories: Iterable[str] = ("blocks", "data", STAGING)
+    ) -> list[tuple[str, str]]:
+        """Entries of ``blocks/``, ``data/`` and ``.staging/`` (or those of them named) that are
+        neither regular files nor (in ``.staging/``) a writer's folder: symlinks, FIFOs,
+        devices. No read follows them and gc removes none of them; returned as (relative path,
+        what it is)."""
         found = []
-        for directory in ("blocks", "data", STAGING):
+        for directory in directories:
             try:
                 with self._dir(directory) as dir_fd, os.scandir(dir_fd) as it:
-                    for entry in it:
-                        # the directory listing's own type first: no stat per regular file
-                        if entry.is_file(follow_symlinks=False):
-                            continue
-                        mode = entry.stat(follow_symlinks=False).st_mode
-                        if stat.S_ISREG(mode) or (directory == STAGING and stat.S_ISDIR(mode)):
-                            continue
-                        found.append((f"{directory}/{entry.name}", file_kind(mode)))
+                    # the directory listing's own type first: no stat per regular file
+                    others = [e for e in it if not e.is_file(follow_symlinks=False)]
+                    found += self._irregular(directory, others)
             except (OSError, OdfChainError):  # missing or refused: the listings report it
                 continue
         return sorted(found)
+
+    @staticmethod
+    def _irregular(directory: str, others: list[os.DirEntry]) -> list[tuple[str, str]]:
+        """Of the entries a listing did not type as regular files, those that are not."""
+        found = []
+        for entry in others:
+            try:
+                mode = entry.stat(follow_symlinks=False).st_mode
+            except FileNotFoundError:  # removed meanwhile
+                continue
+            if not (stat.S_ISREG(mode) or (directory == STAGING and stat.S_ISDIR(mode))):
+                found.append((f"{directory}/{entry.name}", file_kind(mode)))
+        return found
 
     def check_layout(self) -> None:
         """Refuse a dataset whose layout directories are not all real directories (a symlinked
@@ -520,10 +531,14 @@ class LocalStorage:
         ``blocks/`` cannot be opened (the walk then reports that per block)."""
         try:
             with self._dir("blocks") as dir_fd, os.scandir(dir_fd) as it:
-                names = [
-                    e.name for e in it if _is_name(e.name) and e.is_file(follow_symlinks=False)
-                ]
-                return block_pass.Pass(dir_fd, names, MAX_BLOCK_BYTES, hashes)
+                names, others = [], []
+                for entry in it:
+                    if not entry.is_file(follow_symlinks=False):
+                        others.append(entry)
+                    elif _is_name(entry.name):
+                        names.append(entry.name)
+                irregular = self._irregular("blocks", others)
+                return block_pass.Pass(dir_fd, names, MAX_BLOCK_BYTES, hashes, irregular)
         except (OSError, OdfChainError):
             return None
 
