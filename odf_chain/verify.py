@@ -224,7 +224,7 @@ def _walk_files(
     return the name where the walk block by block must take over (it reports what is wrong
     there), or None when the Seed was reached."""
     find, hash_ok, plain = files.position.get, files.hash_ok, files.plain
-    prev_rows, prev_names, names, data = files.prev_rows, files.prev_names, files.names, files.data
+    prev_rows, prev_name, names, data = files.prev_rows, files.prev_name, files.names, files.data
     order, place, run_end = files.runs()
     seen = np.zeros(len(data), bool)  # by row: the walk starts here, nothing is visited yet
     taken: list[int | BlockEntry] = []
@@ -249,7 +249,7 @@ def _walk_files(
             if following >= 0:
                 k = following
                 continue
-            name = prev_names[k]  # None: no predecessor; else one the pass did not read
+            name = prev_name(k)  # None: no predecessor; else one the pass did not read
         else:
             try:
                 block = decode_block(data[k])

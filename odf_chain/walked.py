@@ -26,7 +26,7 @@ from odf_chain.errors import FormatError
 from odf_chain.events import AddData, DataSlice, ExecuteTransform
 from odf_chain.format import extra_json
 from odf_chain.format.codec import decode_block
-from odf_chain.format.columns import BlockColumns, decode_columns
+from odf_chain.format.columns import HASH_SIZE, BlockColumns, decode_columns
 from odf_chain.format.multihash import BLAKE3, SHA3_256, Multihash
 from odf_chain.storage.block_pass import Found, Hashes, Pass
 
@@ -72,18 +72,16 @@ class BlockFiles:
         self.columns = columns
         self.plain: list[bool] = columns.plain.tolist()
         self.sequence_numbers: list[int] = columns.sequence_number.tolist()
-        self.prev_names: list[str | None] = [None] * len(self.names)  # of the plain blocks
-        rows = np.flatnonzero(columns.has_prev & columns.plain)
-        text = columns.prev_hash[rows].tobytes().hex()
-        width = 2 * columns.prev_hash.shape[1]
-        for at, k in enumerate(rows.tolist()):
-            self.prev_names[k] = "f" + text[at * width : (at + 1) * width]
-        # the row of each plain block's predecessor: -1 when the pass did not read it (or the
-        # block names none: then its prev_names entry is None too)
-        find = self.position.get
-        self.prev_rows: list[int] = [
-            -1 if prev is None else find(prev, -1) for prev in self.prev_names
-        ]
+        # each rightly named file's hash (its name as bytes), zeros for the others
+        named = np.flatnonzero(np.array(self.hash_ok, bool))
+        self.name_hashes = np.zeros((len(self.names), HASH_SIZE), np.uint8)
+        text = bytes.fromhex("".join([self.names[k][1:] for k in named.tolist()]))
+        self.name_hashes[named] = np.frombuffer(text, np.uint8).reshape(-1, HASH_SIZE)
+        # the row of each plain block's predecessor: -1 when the pass did not read it under its
+        # right name (or the block names none; see prev_name)
+        self.prev_rows: list[int] = _rows_named(
+            columns.prev_hash, columns.has_prev & columns.plain, self.name_hashes, named
+        ).tolist()
         self.sizes = np.fromiter(map(len, self.data), np.int64, len(self.data))
         if not any(j.pending for j in self._judging):
             self.settle()
@@ -121,6 +119,12 @@ class BlockFiles:
             self.plain[k] = False
         return set(lost)
 
+    def prev_name(self, k: int) -> str | None:
+        """The name of plain block ``k``'s predecessor (None: it names none)."""
+        if not (self.plain[k] and self.columns.has_prev[k]):
+            return None
+        return "f" + self.columns.prev_hash[k].tobytes().hex()
+
     def runs(self) -> Runs:
         """Where the walk can leap: see :class:`Runs` (as the rows stand now: :meth:`settle`
         may take some out)."""
@@ -143,6 +147,28 @@ class BlockFiles:
             return by_name(name) if k is None else self.data[k]
 
         return read
+
+
+def _rows_named(
+    hashes: np.ndarray, wanted: np.ndarray, name_hashes: np.ndarray, named: np.ndarray
+) -> np.ndarray:
+    """For each row where ``wanted``, the row of ``named`` whose name hash is its ``hashes``
+    row, else -1: by sorting 8 digest bytes of each name and comparing the whole hash of the
+    one found (two names sharing those 8 bytes leave a -1, which only means "look it up by
+    name")."""
+    found = np.full(len(hashes), -1, np.int64)
+    rows = np.flatnonzero(wanted)
+    if not len(rows) or not len(named):
+        return found
+    keys = np.ascontiguousarray(name_hashes[named, 2:10]).view("<u8").ravel()
+    order = np.argsort(keys, kind="stable")
+    sorted_keys = keys[order]
+    probes = np.ascontiguousarray(hashes[rows, 2:10]).view("<u8").ravel()
+    at = np.minimum(np.searchsorted(sorted_keys, probes), len(keys) - 1)
+    candidates = named[order[at]]
+    same = (name_hashes[candidates] == hashes[rows]).all(axis=1)
+    found[rows[same]] = candidates[same]
+    return found
 
 
 class Runs(NamedTuple):
@@ -228,9 +254,8 @@ class WalkedChain(Sequence[BlockEntry]):
         picked = np.array(rows, np.int64)
         self._plain = picked >= 0
         self._ordered = files.columns.take(np.where(self._plain, picked, 0))
-        names, blank = files.names, "00" * 34
-        hex_names = "".join([names[k][1:] if k >= 0 else blank for k in rows])
-        self._hashes = np.frombuffer(bytes.fromhex(hex_names), np.uint8).reshape(len(items), 34)
+        self._hashes = files.name_hashes[np.where(self._plain, picked, 0)]
+        self._hashes[~self._plain] = 0  # a plain block's was rightly named: the walk checked
 
     # -- Sequence[BlockEntry] ---------------------------------------------------------------
 
