@@ -532,11 +532,12 @@ class LocalStorage:
         try:
             with self._dir("blocks") as dir_fd, os.scandir(dir_fd) as it:
                 names, others = [], []
-                for entry in it:
+                keep, other = names.append, others.append
+                for entry in it:  # 100k entries: _is_name inlined
                     if not entry.is_file(follow_symlinks=False):
-                        others.append(entry)
-                    elif _is_name(entry.name):
-                        names.append(entry.name)
+                        other(entry)
+                    elif (name := entry.name).isascii() and name.isalnum():
+                        keep(name)
                 irregular = self._irregular("blocks", others)
                 return block_pass.Pass(dir_fd, names, MAX_BLOCK_BYTES, hashes, irregular)
         except (OSError, OdfChainError):
