@@ -38,10 +38,6 @@ from odf_chain.slice_writer import SliceSpec, write_slices
 from odf_chain.slices import os_reason
 from odf_chain.spark.sizing import PlannedSlice
 
-FACTS_DDL = (
-    "path string, partition int, file_number int, physical_hash string, logical_hash string, "
-    "size long, num_rows long, offset_min long, offset_max long, max_event_time_us long"
-)
 _FACTS_SCHEMA = pa.schema(
     [
         ("path", pa.string()),
@@ -56,6 +52,8 @@ _FACTS_SCHEMA = pa.schema(
         ("max_event_time_us", pa.int64()),
     ]
 )
+_DDL_TYPES = {pa.string(): "string", pa.int32(): "int", pa.int64(): "long"}
+FACTS_DDL = ", ".join(f"{f.name} {_DDL_TYPES[f.type]}" for f in _FACTS_SCHEMA)
 _EPOCH = datetime.fromtimestamp(0, UTC)
 SURPLUS = -1
 """``file_number`` of the row a task sends for rows it found beyond its plan (not written)."""
