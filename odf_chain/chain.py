@@ -204,6 +204,9 @@ def commit(
 WITHDRAW_WALK_LIMIT = 1_000
 """How many blocks appended since a failed write :func:`withdraw` reads, at most, to prove a
 file it would remove unreferenced; past that it removes nothing."""
+WITHDRAW_LOCK_SECONDS = 5.0
+"""How long :func:`withdraw` waits for the head lock (the write already failed: a busy lock,
+perhaps the very reason, is no cause to keep the caller waiting long for a cleanup)."""
 
 
 def withdraw(
@@ -230,7 +233,7 @@ def withdraw(
         return []
     removed: list[str] = []
     try:
-        with storage.head_lock():
+        with storage.head_lock(timeout=WITHDRAW_LOCK_SECONDS):
             head = storage.read_head()
             committed = committed_since(
                 storage,

@@ -224,7 +224,7 @@ class Storage(Protocol):
         """True when :meth:`head_lock` excludes writers (an OS lock); False where it cannot
         (object stores), so callers that must exclude writers know not to rely on it."""
 
-    def head_lock(self) -> AbstractContextManager[None]: ...
+    def head_lock(self, timeout: float = ...) -> AbstractContextManager[None]: ...
 
     @property
     def head_moves_atomically(self) -> bool:
