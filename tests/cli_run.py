@@ -59,15 +59,45 @@ def run_main(
     entry: str = "odf-chain",
     cwd: Path | str | None = None,
     env: Mapping[str, str] | None = None,
+    spark=None,
 ) -> subprocess.CompletedProcess[str]:
-    """``odf-chain ARGV`` (or ``chain-verify ARGV``) run by its ``main`` in this process."""
+    """``odf-chain ARGV`` (or ``chain-verify ARGV``) run by its ``main`` in this process.
+
+    A command that starts Spark gets ``spark`` (the shared session, left running); without
+    it, starting Spark is an error of the test (a refusal expected before Spark that did not
+    come): it fails the run instead of stopping the shared session."""
     from odf_chain import cli
+    from odf_chain.spark.session import QuietSession
+
+    class Shared(QuietSession):
+        def stop(self, *, failed: bool) -> bool:
+            return False  # the shared session outlives the command; it logged nothing here
+
+    def session(master: str) -> QuietSession:
+        if spark is None:
+            raise RuntimeError("the command started Spark in the test process")
+        return Shared(spark, os.devnull)
 
     main: Callable[[Sequence[str] | None], int] = (
         cli.main if entry == "odf-chain" else cli.chain_verify_main
     )
     args = [str(a) for a in argv]
     out, err = io.StringIO(), io.StringIO()
+    started, cli._spark_session = cli._spark_session, session
+    try:
+        code, caught = _call(main, args, env, cwd, out, err)
+    finally:
+        cli._spark_session = started
+    for w in caught:
+        err.write(warnings.formatwarning(w.message, w.category, w.filename, w.lineno, w.line))
+    return subprocess.CompletedProcess(
+        [entry, *args], code, _as_written(out.getvalue()), _as_written(err.getvalue())
+    )
+
+
+def _call(main, args, env, cwd, out, err) -> tuple[int, list[warnings.WarningMessage]]:
+    """``main(args)`` with the process's environment, directory, streams and warning filters;
+    its exit code and the warnings it gave."""
     with (
         _environment(env),
         contextlib.chdir(cwd or os.getcwd()),
@@ -92,11 +122,7 @@ def run_main(
         except Exception:  # escaped main: the interpreter prints it and exits 1
             err.write(traceback.format_exc())
             code = 1
-    for w in caught:
-        err.write(warnings.formatwarning(w.message, w.category, w.filename, w.lineno, w.line))
-    return subprocess.CompletedProcess(
-        [entry, *args], code, _as_written(out.getvalue()), _as_written(err.getvalue())
-    )
+    return code, caught
 
 
 def run_ingest(
@@ -107,16 +133,4 @@ def run_ingest(
     stop are what a separate process is for (tests/test_cli.py keeps those), and each costs a
     JVM (~15 s). Everything else (refusals before Spark, the ingest call, what is printed) is
     the command's."""
-    from odf_chain import cli
-    from odf_chain.spark.session import QuietSession
-
-    class Shared(QuietSession):
-        def stop(self, *, failed: bool) -> bool:
-            return False  # the shared session outlives the command; it logged nothing here
-
-    started = cli._spark_session
-    cli._spark_session = lambda master: Shared(spark, os.devnull)
-    try:
-        return run_main(["ingest", *argv], cwd=cwd)
-    finally:
-        cli._spark_session = started
+    return run_main(["ingest", *argv], cwd=cwd, spark=spark)
