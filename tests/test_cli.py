@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from odf_chain.dataset import Dataset
+from tests.cli_run import run_ingest
 from tests.conftest import multihash_name, snapshot_tree
 
 CHAIN_VERIFY = Path(sys.executable).parent / "chain-verify"
@@ -391,7 +392,7 @@ def _ingest(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_ingest_refuses_a_misspelt_column_until_evolve(tmp_path: Path) -> None:
+def test_ingest_refuses_a_misspelt_column_until_evolve(spark, tmp_path: Path) -> None:
     root = tmp_path / "sensors"
     ds = Dataset.create(root)
     ds.write(pa.table({"station": ["a"], "temperature_c": pa.array([12.5], pa.float64())}))
@@ -412,7 +413,9 @@ def test_ingest_refuses_a_misspelt_column_until_evolve(tmp_path: Path) -> None:
     assert p.stdout == ""
     assert snapshot_tree(root) == before
 
-    p = _ingest(*args, "--evolve", cwd=tmp_path)
+    # the same command with --evolve, by its main on the shared session (tests/cli_run.py):
+    # the process and its own Spark's output were the refusal's subject, above
+    p = run_ingest(spark, [*args, "--evolve"], cwd=tmp_path)
     assert_clean(p)
     assert p.returncode == 0, p.stderr
     state = Dataset.open(root).state

@@ -1,10 +1,10 @@
-"""odf-chain export datahub|openlineage: one library call each, run as a user would."""
+"""odf-chain export datahub|openlineage: one library call each, run by the CLI's ``main`` in this
+process as a subprocess would run it (tests/cli_run.py)."""
 
 from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,17 +13,12 @@ pytest.importorskip("datahub.emitter.mcp")  # the chains below come from the Dat
 
 from odf_chain.export.datahub import write_datahub_file
 from odf_chain.export.openlineage import write_openlineage_file
+from tests.cli_run import run_main
 from tests.test_export_datahub import build_chains, datahub_check
 
 
 def export(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "odf_chain.cli", "export", *map(str, args)],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        timeout=120,
-    )
+    return run_main(["export", *args], cwd=cwd)
 
 
 def test_export_commands_write_what_the_library_writes(tmp_path: Path) -> None:

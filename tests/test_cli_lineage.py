@@ -1,4 +1,5 @@
-"""``odf-chain lineage`` run as a subprocess over datasets with lineage recorded by hand.
+"""``odf-chain lineage`` over datasets with lineage recorded by hand, run by the CLI's ``main`` in
+this process as a subprocess would run it (tests/cli_run.py).
 
 The chain (see :func:`build_chain`): ``customers`` is loaded from an external CSV with the email
 hashed (masked); ``orders`` is loaded from another CSV in two runs, each dropping ``note``;
@@ -17,7 +18,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +28,7 @@ import pytest
 from odf_chain.dataset import Dataset
 from odf_chain.events import AddFieldLineage, TransformationSubtype as Sub
 from odf_chain.lineage import LineageRecorder
+from tests.cli_run import run_main
 
 HAVE_DOT = shutil.which("dot") is not None
 
@@ -138,14 +139,7 @@ def chain(tmp_path_factory: pytest.TempPathFactory) -> Chain:
 def run(
     *args: str | Path, cwd: Path, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "odf_chain.cli", "lineage", *map(str, args)],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=env,
-        timeout=120,
-    )
+    return run_main(["lineage", *args], cwd=cwd, env=env)
 
 
 def ok(p: subprocess.CompletedProcess[str]) -> str:

@@ -1,4 +1,5 @@
-"""The schema commands of the real CLI, run as subprocesses (``python -m odf_chain.cli``):
+"""The schema commands of the real CLI, run by its ``main`` in this process as a subprocess
+would run them (tests/cli_run.py; tests/test_cli.py runs the console scripts as processes):
 ``fields``, ``init --schema``, ``schema --history`` and ``schema check``; and the same field
 paths through the library (``Dataset.state_at(ref).field_paths``).
 
@@ -9,11 +10,8 @@ produced by the code under test."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
-import sys
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from odf_chain.dataset import Dataset
+from tests.cli_run import run_main
 
 # -- hand-typed expectations ----------------------------------------------------------------------
 
@@ -131,12 +130,7 @@ USERS_PATHS = [
 
 
 def run_raw(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "odf_chain.cli", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_main(args)
 
 
 def assert_no_traceback(p: subprocess.CompletedProcess[str]) -> None:
@@ -508,8 +502,7 @@ BAD_SCHEMA_CASES = [
 @pytest.fixture(scope="module")
 def bad_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], Outcome]:
     """Every bad schema file through ``init --schema`` and through ``schema check`` (as OLD for
-    half the cases, as NEW for the other half), all run at once: subprocesses are the slow
-    part of this module."""
+    half the cases, as NEW for the other half), run once for the module."""
     base = tmp_path_factory.mktemp("bad_schemas")
     good = write_json(base / "good.avsc", avro_record("R", ("a", "long")))
     jobs: dict[tuple[str, str], tuple[list[str | Path], Path | None, list[str]]] = {}
@@ -522,9 +515,7 @@ def bad_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], 
         pair = [path, good] if i % 2 == 0 else [good, path]
         if case not in LOADABLE:
             jobs[case, "check"] = (["schema", "check", *pair, *extra], None, fragments)
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        futures = {key: pool.submit(run_raw, *job[0]) for key, job in jobs.items()}
-        results = {key: future.result() for key, future in futures.items()}
+    results = {key: run_raw(*job[0]) for key, job in jobs.items()}
     outcomes = {}
     for key, (_, case_dir, fragments) in jobs.items():
         listing = None if case_dir is None else sorted(q.name for q in case_dir.iterdir())

@@ -13,6 +13,7 @@ import pytest
 
 from odf_chain import Dataset, OdfChainError
 from odf_chain.gc import collect_garbage_path
+from tests.cli_run import run_main
 from tests.conftest import snapshot_tree
 
 
@@ -81,22 +82,12 @@ def test_gc_refuses_a_damaged_dataset(dataset: Path) -> None:
 
 def test_cli_gc(dataset: Path) -> None:
     leftovers = _leave_leftovers(dataset)
-    run = subprocess.run(
-        [sys.executable, "-m", "odf_chain.cli", "gc", str(dataset), "--min-age", "0"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    run = run_main(["gc", dataset, "--min-age", "0"])  # as the process would (cli_run.py)
     assert run.returncode == 0, run.stderr
     for relative in leftovers:
         assert f"removed {relative}" in run.stdout
     assert f"removed {len(leftovers)} leftovers" in run.stdout
-    bad = subprocess.run(
-        [sys.executable, "-m", "odf_chain.cli", "gc", str(dataset / "nope")],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    bad = run_main(["gc", dataset / "nope"])
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert len(bad.stderr.strip().splitlines()) == 1
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import blake3
@@ -29,6 +28,7 @@ from odf_chain.replay import ingested_inputs
 from odf_chain.slices import add_data_for
 from odf_chain.state import SOURCE_KEY, TRANSACTION_KEY
 from odf_chain.verify import verify_path
+from tests.cli_run import run_ingest
 from tests.conftest import snapshot_tree
 
 ROWS = pa.table({"id": pa.array([1, 2, 3], pa.int64())})
@@ -331,26 +331,14 @@ def test_ingest_files_into_a_missing_dataset_needs_create(spark, tmp_path: Path)
     assert not (tmp_path / "none").exists()
 
 
-# -- odf-chain ingest, as a subprocess ------------------------------------------------------------
+# -- odf-chain ingest, by its main on the shared session -----------------------------------------
 
 
-def ingest(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "odf_chain.cli",
-            "ingest",
-            *map(str, args),
-            "--format",
-            "csv",
-            "--master",
-            "local[1]",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,  # a JVM per run, on a loaded two-core machine
-    )
+def ingest(spark, *args: str | Path) -> subprocess.CompletedProcess[str]:
+    """The command in this process on the shared SparkSession (tests/cli_run.py): a JVM per
+    command run was the slow part of this suite, and the command's own Spark start is
+    tests/test_cli.py's subject."""
+    return run_ingest(spark, [*args, "--format", "csv", "--master", "local[1]"])
 
 
 def ok(p: subprocess.CompletedProcess[str]) -> list[str]:
@@ -361,7 +349,7 @@ def ok(p: subprocess.CompletedProcess[str]) -> list[str]:
 
 def test_cli_the_same_csv_twice_is_ingested_once(spark, tmp_path: Path) -> None:
     """The command's second run skips; the first and the forced third go through the library
-    call it makes (a JVM per command run is the slow part of this suite)."""
+    call it makes."""
     from odf_chain.spark.sources import ingest_files
 
     csv = tmp_path / "a.csv"
@@ -375,7 +363,7 @@ def test_cli_the_same_csv_twice_is_ingested_once(spark, tmp_path: Path) -> None:
 
     blocks = snapshot_tree(path / "blocks")
     head = (path / "refs" / "head").read_bytes()
-    lines = ok(ingest(path, csv))
+    lines = ok(ingest(spark, path, csv))
     assert lines == [
         f"skipped 1 file already ingested at block {first.block.sequence_number} (a.csv): "
         "nothing appended"
@@ -401,7 +389,7 @@ def test_cli_ingests_only_new_contents_and_each_once(spark, tmp_path: Path) -> N
     first = ingest_files(spark, path, [str(old)], "csv", create=True)
     at = first.result.blocks[-1].block.sequence_number
 
-    lines = ok(ingest(path, old, new, copy))
+    lines = ok(ingest(spark, path, old, new, copy))
     assert lines[:3] == [
         f"skipped 1 file already ingested at block {at} (old.csv)",
         "skipped 1 file with the same content as an earlier input (new-copy.csv = new.csv)",

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 import zlib
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -31,6 +30,7 @@ from odf_chain.index.records import (
 from odf_chain.lineage import LineageRecorder
 from odf_chain.state import EMPTY, DatasetState
 from odf_chain.storage import LocalStorage, open_storage
+from tests.cli_run import run_main
 
 INDEX = Path("info") / "odf-chain-index"
 
@@ -494,12 +494,8 @@ def test_a_stale_index_is_caught_up_within_a_bounded_walk(long_chain: Path, tmp_
 
 
 def run(*args: object) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "odf_chain.cli", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    """The command run by its ``main`` in this process, as a subprocess would run it."""
+    return run_main([str(a) for a in args])
 
 
 def test_log_streams_newest_first_and_reads_only_what_it_shows(copy: Path) -> None:

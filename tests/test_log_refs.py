@@ -1,6 +1,7 @@
 """``odf-chain log`` as git's (newest first, streaming, ``-n``, short hashes that fit 100 columns,
 ``--full``), refs by hash prefix and ``HEAD`` wherever a ref is taken, and usage errors in one
-line. The CLI runs as a subprocess, as users run it."""
+line. The CLI runs by its ``main`` in this process, answering as the process would
+(tests/cli_run.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 import unicodedata
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,10 +23,10 @@ from odf_chain.errors import AmbiguousRefError, FormatError, NotFoundError, Rule
 from odf_chain.events import AddData, SetInfo, SourceState
 from odf_chain.index import read as index_read
 from odf_chain.storage import FsStorage, open_storage
+from tests.cli_run import run_main
 from tests.conftest import multihash_name, snapshot_tree
 from tests.test_index import BOUND, CountingStorage, fast_chain
 
-CHAIN_VERIFY = Path(sys.executable).parent / "chain-verify"
 LONG_SOURCE = "s3://landing-zone/" + "/".join(f"partition-{i:02d}" for i in range(12))
 WIDE_INFO = "Ventes 販売データ — line one\nline two \u202etxet desrever"
 MANY_FIELDS = [f"measurement_{i:02d}_with_a_rather_long_name" for i in range(40)]
@@ -34,12 +34,7 @@ TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 
 
 def run(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "odf_chain.cli", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_main(args)
 
 
 def one_line_error(p: subprocess.CompletedProcess[str], *fragments: str) -> str:
@@ -451,7 +446,7 @@ def test_usage_errors_are_one_line_and_a_hint(
 def test_chain_verify_usage_errors_are_one_line_and_a_hint(
     args: tuple[str, ...], fragment: str
 ) -> None:
-    p = subprocess.run([str(CHAIN_VERIFY), *args], capture_output=True, text=True, timeout=120)
+    p = run_main(args, entry="chain-verify")
     assert p.returncode == 2 and p.stdout == ""
     lines = p.stderr.splitlines()
     assert len(lines) == 2 and lines[0].startswith("chain-verify: error: "), p.stderr

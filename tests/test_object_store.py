@@ -197,7 +197,16 @@ def test_eight_writer_processes_lose_and_duplicate_nothing(s3_bucket: str) -> No
 
 
 def test_the_cli_on_s3_and_on_a_filesystem_without_conditional_writes(s3_bucket: str) -> None:
-    from tests.test_cli import assert_clean, assert_one_line_error, run, run_verify
+    """By the commands' main in this process, as their processes would answer (the S3
+    settings are this process's environment, as they were the children's)."""
+    from tests.cli_run import run_main
+    from tests.test_cli import assert_clean, assert_one_line_error
+
+    def run(*args: str):
+        return run_main(args)
+
+    def run_verify(*args: str):
+        return run_main(args, entry="chain-verify")
 
     refused = run("init", "mock:///bucket/ds")
     assert_one_line_error(refused, "no conditional write", "--single-writer")

@@ -1,7 +1,8 @@
 """Receipts: a head written down outside the dataset catches a rolled-back, truncated, rewritten
 or replaced chain, and passes a chain that extends it; signed receipts are checked against the
 dataset id; the key file is kept outside the dataset, new, mode 0600. Real datasets, real
-blocks, real files, the real console scripts."""
+blocks, real files, the console commands run by their ``main`` in this process as a subprocess
+would run them (tests/cli_run.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ import os
 import shutil
 import stat
 import subprocess
-import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -42,25 +42,18 @@ from odf_chain.receipt import (
 )
 from odf_chain.storage import LocalStorage
 from odf_chain.verify import VerifyReport, verify_path
+from tests.cli_run import run_main
 
-CHAIN_VERIFY = Path(sys.executable).parent / "chain-verify"
 K = 4  # the receipt's block: the middle of a chain of 8 blocks (0..7)
 LAST = 7
 
 
 def cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "odf_chain.cli", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_main(args)
 
 
 def chain_verify(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(CHAIN_VERIFY), *map(str, args)], capture_output=True, text=True, timeout=120
-    )
+    return run_main(args, entry="chain-verify")
 
 
 def one_line_error(p: subprocess.CompletedProcess[str], *fragments: str) -> str:

@@ -7,8 +7,6 @@ and the blocks with the chain reader, and compares the rows with values computed
 from __future__ import annotations
 
 import hashlib
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -34,6 +32,7 @@ from odf_chain.spark.sizing import (
 )
 from odf_chain.spark.sources import ingest_files
 from odf_chain.spark.writer import IngestError, WrittenSlice, _check_files, _merged_counts
+from tests.cli_run import run_main
 from tests.conftest import snapshot_tree
 from tests.test_spark_write import check_clean, check_transaction, partition_sizes
 
@@ -341,23 +340,18 @@ def test_ingest_files_passes_the_target_on(spark, tmp_path):
 def test_cli_refuses_a_bad_target_in_one_line(tmp_path):
     (tmp_path / "in.csv").write_text("a\n1\n")
     for bad in ("0", "-1", "lots"):
-        p = subprocess.run(
+        # by main in this process, as the process would answer (tests/cli_run.py)
+        p = run_main(
             [
-                sys.executable,
-                "-m",
-                "odf_chain.cli",
                 "ingest",
-                str(tmp_path / "ds"),
-                str(tmp_path / "in.csv"),
+                tmp_path / "ds",
+                tmp_path / "in.csv",
                 "--format",
                 "csv",
                 "--create",
                 "--target-slice-size",
                 bad,
-            ],
-            capture_output=True,
-            text=True,
-            timeout=120,
+            ]
         )
         assert p.returncode == 2, (p.returncode, p.stderr)
         assert p.stderr.startswith("odf-chain: error: target slice size"), p.stderr
