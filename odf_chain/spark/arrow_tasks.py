@@ -25,7 +25,6 @@ schema and the same logical hashes for the same rows.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -216,8 +215,6 @@ def write_partition(
             finally:
                 for sink in sinks:
                     sink.close()
-            if sinks and isinstance(filesystem, pafs.LocalFileSystem):
-                _flush_to_disk(path)
         except OSError as exc:  # the store refused (a full disk, no permission): say which file
             raise StorageError(f"{where}Spark could not write {path}: {os_reason(exc)}") from None
         for facts in written:  # none when the partition ran out of rows before this slice
@@ -240,17 +237,6 @@ def write_partition(
     if surplus:
         found.append(TaskSlice("", partition, SURPLUS, "", "", 0, surplus, None, None, None))
     return found
-
-
-def _flush_to_disk(path: str) -> None:
-    """fsync a slice the task wrote to a local disk, while other tasks still compute: the
-    driver's fsync before its rename (which makes the slice durable) then finds nothing left
-    to write, instead of flushing every slice one after another at the end."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _to_microseconds(moment: datetime) -> int:
