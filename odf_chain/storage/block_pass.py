@@ -92,18 +92,8 @@ def read_share(
 class _Helper:
     """The helper process reading ``names``; :meth:`result` is its answer, or None."""
 
-    def __init__(
-        self,
-        dir_fd: int,
-        names: list[str],
-        limit: int,
-        hashes: Hashes,
-        irregular: list[tuple[str, str]] | None = None,
-    ) -> None:
+    def __init__(self, dir_fd: int, names: list[str], limit: int, hashes: Hashes) -> None:
         from odf_chain import helper_process  # not at the top: the helper runs this file alone
-
-        # what the storage's listing found beside regular files (see Storage.irregular_entries)
-        self.irregular = irregular
 
         self._names = names
         arguments = [str(dir_fd), str(limit), str(hashes.name_length)]
