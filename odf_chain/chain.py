@@ -201,9 +201,10 @@ def commit(
     return prepared[-1].after
 
 
-WITHDRAW_WALK_LIMIT = 1_000
+WITHDRAW_WALK_LIMIT = 100
 """How many blocks appended since a failed write :func:`withdraw` reads, at most, to prove a
-file it would remove unreferenced; past that it removes nothing."""
+file it would remove unreferenced; past that it removes nothing. A lost race usually lies a few
+blocks behind; on an object store each block read is a request."""
 WITHDRAW_LOCK_SECONDS = 5.0
 """How long :func:`withdraw` waits for the head lock (the write already failed: a busy lock,
 perhaps the very reason, is no cause to keep the caller waiting long for a cleanup)."""
