@@ -16,9 +16,11 @@ Credentials, regions and endpoints come from each cloud's usual environment vari
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import time
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -49,6 +51,18 @@ def _endpoint(scheme: str, config: dict[str, Any]) -> str:
         if config.get(key):
             return str(config[key])
     return os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or ""
+
+
+@contextlib.contextmanager
+def _refused(action: str) -> Iterator[None]:
+    """An obstore call's error as one StorageError line, ``cannot <action>: <reason>`` (obstore's
+    errors share no public base class to catch instead)."""
+    try:
+        yield
+    except StorageError:
+        raise
+    except Exception as exc:
+        raise StorageError(f"cannot {action}: {_first_line(exc)}") from None
 
 
 def _first_line(exc: BaseException) -> str:
@@ -116,12 +130,8 @@ class ConditionalStore:
         """Write ``relative`` whole, whatever is there (for files no two writers race on)."""
         import obstore
 
-        try:
+        with _refused(f"write {self._where(relative)}"):
             obstore.put(self._store, relative, data)
-        except Exception as exc:
-            raise StorageError(
-                f"cannot write {self._where(relative)}: {_first_line(exc)}"
-            ) from None
 
     def create(self, relative: str, data: bytes) -> bool:
         """Write ``relative`` only if no object has that name; False if one already does.
@@ -165,7 +175,7 @@ class ConditionalStore:
 
         folder, _, _ = relative.rpartition("/")
         found: list[str] = []
-        try:
+        with _refused(f"list {self._where(relative)}*"):
             stream = obstore.list(
                 self._store, prefix=folder, offset=relative, chunk_size=min(limit + 1, 1000)
             )
@@ -179,10 +189,6 @@ class ConditionalStore:
                         found.append(name)
                         if len(found) >= limit:
                             return found
-        except Exception as exc:
-            raise StorageError(
-                f"cannot list {self._where(relative)}*: {_first_line(exc)}"
-            ) from None
         return found
 
     def size(self, relative: str) -> int | None:
@@ -190,12 +196,11 @@ class ConditionalStore:
         would also list the name as a folder when it is missing; an object store has none)."""
         import obstore
 
-        try:
-            meta = obstore.head(self._store, relative)
-        except FileNotFoundError:
-            return None
-        except Exception as exc:
-            raise StorageError(f"cannot read {self._where(relative)}: {_first_line(exc)}") from None
+        with _refused(f"read {self._where(relative)}"):
+            try:
+                meta = obstore.head(self._store, relative)
+            except FileNotFoundError:
+                return None
         return int(meta["size"])
 
     def move(self, source: str, target: str) -> None:
@@ -204,26 +209,16 @@ class ConditionalStore:
         (``pyarrow.fs`` puts one back for the emptied folder)."""
         import obstore
 
-        try:
+        with _refused(f"copy {self._where(source)} to {self._where(target)}"):
             obstore.copy(self._store, source, target)
-        except Exception as exc:
-            raise StorageError(
-                f"cannot copy {self._where(source)} to {self._where(target)}: {_first_line(exc)}"
-            ) from None
         self.delete(source)
 
     def delete(self, relative: str) -> None:
         """Delete the object (deleting a missing one is no error on S3, GCS or Azure)."""
         import obstore
 
-        try:
+        with _refused(f"remove {self._where(relative)}"), contextlib.suppress(FileNotFoundError):
             obstore.delete(self._store, relative)
-        except FileNotFoundError:
-            pass
-        except Exception as exc:
-            raise StorageError(
-                f"cannot remove {self._where(relative)}: {_first_line(exc)}"
-            ) from None
 
     def replace(self, relative: str, data: bytes, version: Version, what: str) -> None:
         """Overwrite ``relative`` only if it is still at ``version``: ConflictError when another
