@@ -4,6 +4,7 @@ and located; leftovers are warnings; the JSON report says what was checked."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from datetime import UTC, datetime
 from pathlib import Path
@@ -572,3 +573,45 @@ def test_damaged_descendant_is_a_plain_orphan(dataset: Path) -> None:
     assert [p.block_hash for p in report.warnings if p.rule == "orphan-block"] == [
         str(entries[6].hash)
     ]
+
+
+def test_slices_hashed_ahead_are_reported_in_chain_order(tmp_path: Path) -> None:
+    """Slices are hashed a few ahead, in threads: problems still come in chain order, each
+    named by its own block, and every file opened ahead is closed."""
+    root = tmp_path / "ds"
+    ds = Dataset.create(root)
+    for i in range(12):
+        ds.write(pa.table({"id": pa.array([i, i + 100], pa.int64())}))
+    slices = [
+        (
+            entry.block.sequence_number,
+            str(entry.hash),
+            str(entry.block.event.new_data.physical_hash),
+        )
+        for entry in ds.blocks()
+        if isinstance(entry.block.event, AddData)
+    ]
+    damaged = {1: "data-missing", 5: "data-hash", 6: "data-size", 10: "data-missing"}
+    for k, rule in damaged.items():
+        path = root / "data" / slices[k][2]
+        if rule == "data-missing":
+            path.unlink()
+        elif rule == "data-hash":
+            data = bytearray(path.read_bytes())
+            data[len(data) // 2] ^= 0x01
+            path.write_bytes(bytes(data))
+        else:
+            path.write_bytes(path.read_bytes()[:-3])
+    open_before = len(os.listdir("/proc/self/fd"))
+    report = verify_path(root)
+    assert len(os.listdir("/proc/self/fd")) == open_before
+    # the truncated file differs in size and, so, in hash as well
+    rules = {
+        1: ["data-missing"],
+        5: ["data-hash"],
+        6: ["data-size", "data-hash"],
+        10: ["data-missing"],
+    }
+    expected = [(rule, *slices[k][:2]) for k in sorted(rules) for rule in rules[k]]
+    assert [(p.rule, p.sequence_number, p.block_hash) for p in report.errors] == expected
+    assert report.slices_checked == 12
