@@ -149,6 +149,47 @@ class VerifyReport:
         self.problems.append(Problem(severity, rule, message, **where))
 
 
+class _Visited:
+    """The block names the walk went through: rows of the one pass over ``blocks/`` (as a
+    bool array: no set of a hundred thousand names is built) and names read one by one."""
+
+    def __init__(self, files: BlockFiles | None = None) -> None:
+        self._files = files
+        self.rows = np.zeros(0 if files is None else len(files.data), bool)
+        self.names: set[str] = set()
+
+    def __contains__(self, name: object) -> bool:
+        if name in self.names:
+            return True
+        if self._files is None or not isinstance(name, str):
+            return False
+        k = self._files.row(name)
+        return k is not None and bool(self.rows[k])
+
+    def add(self, name: str) -> None:
+        self.names.add(name)
+
+    def missing(self, names: list[str]) -> list[bool]:
+        """For each of ``names``, is it not visited? (``not in`` for many names at once.)"""
+        if self._files is None:
+            return [name not in self.names for name in names]
+        rows = self._files.rows_of(names)
+        by_row = self.rows[np.maximum(rows, 0)] & (rows >= 0)
+        return [
+            not seen and name not in self.names
+            for name, seen in zip(names, by_row.tolist(), strict=True)
+        ]
+
+    def others(self, listing: list[str]) -> list[str]:
+        """The names of ``listing`` (a listing of ``blocks/``) not visited, sorted."""
+        files = self._files
+        if files is None or listing is not files.listed:
+            return sorted(name for name in listing if name not in self)
+        names = files.names  # the pass's own listing: its rows not visited, and its unread
+        unvisited = [names[k] for k in np.flatnonzero(~self.rows).tolist()]
+        return sorted(n for n in unvisited + files.unread if n not in self.names)
+
+
 @dataclass
 class _Walk:
     """What the walk from the head saw."""
@@ -157,7 +198,7 @@ class _Walk:
     complete: bool = False  # reached the Seed
     listed: list[str] | None = None  # the block files the one pass over blocks/ listed
     irregular: list[tuple[str, str]] | None = None  # and the other entries it found there
-    visited: set[str] = field(default_factory=set)  # every block name the chain referenced
+    visited: _Visited = field(default_factory=_Visited)  # every block the chain referenced
 
 
 def _walk(storage: Storage, report: VerifyReport) -> _Walk:
@@ -183,7 +224,7 @@ def _walk(storage: Storage, report: VerifyReport) -> _Walk:
     _walk_down(head_name, current, storage, files, walk, report)
     # the verdicts on ExtraAttributes (a helper process may still be judging them; without
     # one, they were taken in already and this finds nothing)
-    if files is not None and files.settle() & walk.chain.plain_rows():
+    if files is not None and (lost := files.settle()) and lost & walk.chain.plain_rows():
         # a block the walk took as plain has ExtraAttributes the decoder refuses: walk again,
         # decoding it, so that the walk reports it as it reports any malformed block
         del report.problems[found:]
@@ -204,6 +245,7 @@ def _walk_down(
 ) -> None:
     """The walk from the head: through the one pass's blocks while it can, then by name."""
     walk.chain = WalkedChain(files)
+    walk.visited = _Visited(files)
     walk.listed = None if files is None else files.listed
     walk.irregular = None if files is None else files.irregular
     current: Multihash | None = head
@@ -225,7 +267,7 @@ def _walk_files(
     ``blocks/``, while each is there, hashes to its name, decodes and was not seen before;
     return the name where the walk block by block must take over (it reports what is wrong
     there), or None when the Seed was reached."""
-    find, hash_ok, plain = files.position.get, files.hash_ok, files.plain
+    find, hash_ok, plain = files.row, files.hash_ok, files.plain
     prev_rows, prev_name, names, data = files.prev_rows, files.prev_name, files.names, files.data
     order, place, run_end = files.runs()
     seen = np.zeros(len(data), bool)  # by row: the walk starts here, nothing is visited yet
@@ -264,9 +306,8 @@ def _walk_files(
             name = None if prev is None else str(prev)
         k = None if name is None else find(name)
     walk.chain.extend(taken)
-    rows = np.flatnonzero(seen)
-    walk.visited.update([names[k] for k in rows.tolist()])
-    report.bytes_hashed += int(files.sizes[rows].sum())
+    walk.visited.rows = seen
+    report.bytes_hashed += int(files.sizes[seen].sum())
     return name
 
 
@@ -893,7 +934,7 @@ def _leftovers(storage: Storage, walk: _Walk, slices: set[str], report: VerifyRe
     listing = walk.listed  # the one pass's, else a listing now
     if listing is None:
         listing = _listing(storage.block_names, "blocks/", report, needed=True)
-    orphans = sorted(name for name in listing if name not in walk.visited)
+    orphans = walk.visited.others(listing)
     descendants = _descendants(storage, walk, orphans, report)
     for name in orphans:
         if name not in descendants:
@@ -962,7 +1003,8 @@ def _check_head_log(
         logged[move.new] = max(logged.get(move.new, 0), move.time_ms)
     if not walk.complete or report.head is None:
         return  # the chain's own errors say enough; its ancestry is not known
-    lost = {n: t for n, t in logged.items() if n != report.head and n not in walk.visited}
+    gone = walk.visited.missing(list(logged))
+    lost = {n: t for (n, t), g in zip(logged.items(), gone, strict=True) if g and n != report.head}
     if not lost:
         return
     newest = max(lost, key=lambda n: (lost[n], n))

@@ -57,6 +57,7 @@ class BlockFiles:
         self._parts: list[BlockColumns] = []
         self._judging: list[_Judgement] = []
         self.listed: list[str] = []  # every block file name of the listing, read or not
+        self.unread: list[str] = []  # those of them the pass left out (see block_pass)
         self.irregular = found.irregular  # what else the listing found (symlinks, FIFOs...)
         self.names: list[str] = []  # the files read, by row
         self.data: list[bytes] = []
@@ -67,7 +68,6 @@ class BlockFiles:
             found.rest()  # the pass's helper is waited for, its descriptor closed
             raise
         self._add(found.rest())
-        self.position = {n: k for k, n in enumerate(self.names)}
         columns = BlockColumns.concat(self._parts)
         self.columns = columns
         self.plain: list[bool] = columns.plain.tolist()
@@ -77,10 +77,11 @@ class BlockFiles:
         self.name_hashes = np.zeros((len(self.names), HASH_SIZE), np.uint8)
         text = bytes.fromhex("".join([self.names[k][1:] for k in named.tolist()]))
         self.name_hashes[named] = np.frombuffer(text, np.uint8).reshape(-1, HASH_SIZE)
+        self._by_hash = _HashIndex(self.name_hashes, named)
         # the row of each plain block's predecessor: -1 when the pass did not read it under its
         # right name (or the block names none; see prev_name)
-        self.prev_rows: list[int] = _rows_named(
-            columns.prev_hash, columns.has_prev & columns.plain, self.name_hashes, named
+        self.prev_rows: list[int] = self._by_hash.rows(
+            columns.prev_hash, columns.has_prev & columns.plain
         ).tolist()
         self.sizes = np.fromiter(map(len, self.data), np.int64, len(self.data))
         if not any(j.pending for j in self._judging):
@@ -91,11 +92,14 @@ class BlockFiles:
         their ExtraAttributes texts sent to be judged."""
         first = len(self.data)
         names, data, hash_ok = self.names, self.data, self.hash_ok
+        unread = self.unread.append
         for name, (content, matches) in share.items():
             if content is not None:
                 names.append(name)
                 data.append(content)
                 hash_ok.append(matches)
+            else:
+                unread(name)
         self.listed.extend(share)
         part = decode_columns(data[first:])
         self._parts.append(part)
@@ -139,36 +143,78 @@ class BlockFiles:
         breaks = np.append(breaks, len(order) - 1)
         return Runs(order, place, breaks[np.searchsorted(breaks, np.arange(len(order)))])
 
+    def row(self, name: str) -> int | None:
+        """The row of the file named ``name`` when the pass read it and it hashes to that name;
+        None otherwise (reading it by name then reports what is wrong with it)."""
+        k = int(self.rows_of([name])[0])
+        return None if k < 0 else k
+
+    def rows_of(self, names: list[str]) -> np.ndarray:
+        """:meth:`row` of each of ``names`` at once, -1 for None."""
+        return self._by_hash.rows(*_name_hashes(names))
+
     def reader(self, by_name: Callable[[str], bytes]) -> Callable[[str], bytes]:
-        """A block's bytes from this pass, or read by name when the pass left it out."""
+        """A block's bytes from this pass, or read by name when the pass did not read it under
+        its right name."""
 
         def read(name: str) -> bytes:
-            k = self.position.get(name)
+            k = self.row(name)
             return by_name(name) if k is None else self.data[k]
 
         return read
 
 
-def _rows_named(
-    hashes: np.ndarray, wanted: np.ndarray, name_hashes: np.ndarray, named: np.ndarray
-) -> np.ndarray:
-    """For each row where ``wanted``, the row of ``named`` whose name hash is its ``hashes``
-    row, else -1: by sorting 8 digest bytes of each name and comparing the whole hash of the
-    one found (two names sharing those 8 bytes leave a -1, which only means "look it up by
-    name")."""
-    found = np.full(len(hashes), -1, np.int64)
-    rows = np.flatnonzero(wanted)
-    if not len(rows) or not len(named):
+def _name_hashes(names: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """The multihash bytes each of ``names`` spells (one row each), and whether it spells one
+    in the canonical form (``f`` and lowercase hex; zeros otherwise)."""
+    width = 1 + 2 * HASH_SIZE
+    hashes = np.zeros((len(names), HASH_SIZE), np.uint8)
+    canonical = np.zeros(len(names), bool)
+    if all(len(n) == width and n[0] == "f" for n in names):  # one hex parse for all
+        digits = "".join([n[1:] for n in names])
+        try:
+            digests = bytes.fromhex(digits)
+        except ValueError:
+            digests = b""
+        if digests.hex() == digits:
+            hashes[:] = np.frombuffer(digests, np.uint8).reshape(-1, HASH_SIZE)
+            canonical[:] = True
+            return hashes, canonical
+    for i, name in enumerate(names):  # some name is not of the form: one by one
+        if len(name) == width and name[0] == "f":
+            try:
+                digest = bytes.fromhex(name[1:])
+            except ValueError:
+                continue
+            if digest.hex() == name[1:]:
+                hashes[i] = np.frombuffer(digest, np.uint8)
+                canonical[i] = True
+    return hashes, canonical
+
+
+class _HashIndex:
+    """The rows ``named`` by their name hashes (multihash bytes), sorted by 8 digest bytes: a
+    row is found by a binary search and a comparison of the whole hash (two names sharing those
+    8 bytes leave a -1, which only means "look it up by name")."""
+
+    def __init__(self, name_hashes: np.ndarray, named: np.ndarray) -> None:
+        self._hashes, self._named = name_hashes, named
+        keys = np.ascontiguousarray(name_hashes[named, 2:10]).view("<u8").ravel()
+        self._order = np.argsort(keys, kind="stable")
+        self._keys = keys[self._order]
+
+    def rows(self, hashes: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+        """For each row of ``hashes`` where ``wanted``, the row named by it, else -1."""
+        found = np.full(len(hashes), -1, np.int64)
+        rows = np.flatnonzero(wanted)
+        if not len(rows) or not len(self._named):
+            return found
+        probes = np.ascontiguousarray(hashes[rows, 2:10]).view("<u8").ravel()
+        at = np.minimum(np.searchsorted(self._keys, probes), len(self._keys) - 1)
+        candidates = self._named[self._order[at]]
+        same = (self._hashes[candidates] == hashes[rows]).all(axis=1)
+        found[rows[same]] = candidates[same]
         return found
-    keys = np.ascontiguousarray(name_hashes[named, 2:10]).view("<u8").ravel()
-    order = np.argsort(keys, kind="stable")
-    sorted_keys = keys[order]
-    probes = np.ascontiguousarray(hashes[rows, 2:10]).view("<u8").ravel()
-    at = np.minimum(np.searchsorted(sorted_keys, probes), len(keys) - 1)
-    candidates = named[order[at]]
-    same = (name_hashes[candidates] == hashes[rows]).all(axis=1)
-    found[rows[same]] = candidates[same]
-    return found
 
 
 class Runs(NamedTuple):
