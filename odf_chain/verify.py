@@ -920,7 +920,7 @@ def _descendants(
     return found
 
 
-def _leftovers(storage: Storage, walk: _Walk, slices: set[str], report: VerifyReport) -> None:
+def _leftovers(storage: Storage, walk: _Walk, report: VerifyReport) -> None:
     if walk.complete:
         why = (
             "block is not part of the chain (a writer's that lost or crashed, or a rolled-back "
@@ -941,8 +941,10 @@ def _leftovers(storage: Storage, walk: _Walk, slices: set[str], report: VerifyRe
             report.add("warning", "orphan-block", why, block_hash=name, path=f"blocks/{name}")
     # a slice a block outside the chain names is kept with it (a rolled-back suffix's data?)
     kept = {n for _, names in report.uncommitted.values() for n in names}
-    for name in _listing(storage.data_names, "data/", report, needed=bool(slices)):
-        if name not in slices and name not in kept:
+    data_names = _listing(storage.data_names, "data/", report, needed=walk.chain.has_slices())
+    named = walk.chain.names_slices(data_names)
+    for name, is_named in zip(data_names, named, strict=True):
+        if not is_named and name not in kept:
             report.add(
                 "warning",
                 "orphan-data",
@@ -962,8 +964,11 @@ def _leftovers(storage: Storage, walk: _Walk, slices: set[str], report: VerifyRe
         irregular = sorted(walk.irregular + storage.irregular_entries(("data", STAGING)))
     for path, kind in irregular:
         folder, _, name = path.partition("/")
-        named = walk.visited if folder == "blocks" else slices if folder == "data" else ()
-        if name not in named:  # the chain's own are errors already, where they are read
+        if folder == "blocks":
+            ours = name in walk.visited
+        else:
+            ours = folder == "data" and walk.chain.names_slices([name])[0]
+        if not ours:  # the chain's own are errors already, where they are read
             report.add(
                 "warning",
                 "irregular-entry",
@@ -1080,7 +1085,7 @@ def verify(
         entries = ((chain[i], state) for positions, state in with_data for i in positions)
         for entry, state, hashed in _hashed_slices(storage, entries):
             _check_slice(entry, state, hashed, report, report.deep)
-    _leftovers(storage, walk, chain.slice_names(), report)
+    _leftovers(storage, walk, report)
     return report
 
 

@@ -396,6 +396,24 @@ class WalkedChain(Sequence[BlockEntry]):
             if isinstance(item, int) or _slice_of(item) is not None:
                 yield i
 
+    def has_slices(self) -> bool:
+        """Does some block of the chain add a data slice?"""
+        return bool(self._plain.any()) or any(_slice_of(e) for _, e in self._decoded)
+
+    def names_slices(self, names: list[str]) -> list[bool]:
+        """For each of ``names`` (of data files), does a block of the chain name it? Looked up
+        in the plain blocks' hash column; the set of :meth:`slice_names` is built only when
+        some name is not found there."""
+        found = np.zeros(len(names), bool)
+        if self._ordered is not None and len(names):
+            column = self._ordered.physical_hash[self._plain]
+            index = _HashIndex(column, np.arange(len(column)))
+            found = index.rows(*_name_hashes(names)) >= 0
+        if found.all():
+            return found.tolist()
+        named = self.slice_names()  # an orphan (or 8 shared hash bytes): exactly, by name
+        return [f or name in named for f, name in zip(found.tolist(), names, strict=True)]
+
     def slice_names(self) -> set[str]:
         """The data files the chain names (every plain block names one)."""
         names = {str(data.physical_hash) for _, e in self._decoded if (data := _slice_of(e))}

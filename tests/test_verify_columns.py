@@ -764,3 +764,31 @@ def test_no_helper_process_without_a_python_to_run(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(sys, "executable", "")
     assert not helper_process.available()
     assert helper_process.Helper("x.py", [], b"", timeout=1).result() is None
+
+
+def test_slices_whose_hashes_share_the_looked_up_bytes_are_told_apart(tmp_path: Path) -> None:
+    """Data files are matched to the chain's slices by a sorted index of 8 hash bytes and then
+    the whole hash: two slices sharing those 8 bytes are both the chain's, and an unnamed file
+    sharing them too is an orphan, as a lookup by name says."""
+    ds = Dataset.create(tmp_path / "ds")
+    ds.set_schema(pa.schema([pa.field("id", pa.int64())]))
+    shared = bytes(range(8))
+    digests = [shared + bytes([k]) * 24 for k in (1, 2, 3)]  # the third one is named by no block
+    names = [str(Multihash(BLAKE3, d)) for d in digests]
+    for name in names:
+        (tmp_path / "ds" / "data" / name).write_bytes(b"x")
+    for k, name in enumerate(names[:2]):
+        ds.append(
+            AddData(
+                prev_offset=None if k == 0 else k - 1,
+                new_data=DataSlice(
+                    logical_hash=Multihash(BLAKE3, bytes(32)),
+                    physical_hash=Multihash.from_multibase(name),
+                    offset_interval=OffsetInterval(k, k),
+                    size=1,
+                ),
+            )
+        )
+    report = verify(LocalStorage(tmp_path / "ds"), check_data=False)
+    assert [(p.rule, p.path) for p in report.warnings] == [("orphan-data", f"data/{names[2]}")]
+    assert report.ok
