@@ -271,8 +271,8 @@ def _walk_files(
     prev_rows, prev_name, names, data = files.prev_rows, files.prev_name, files.names, files.data
     order, place, run_end = files.runs()
     seen = np.zeros(len(data), bool)  # by row: the walk starts here, nothing is visited yet
-    taken: list[int | BlockEntry] = []
-    take = taken.append
+    chain = walk.chain
+    take, add = chain.extend_rows, chain.add
     k = None if name is None else find(name)
     while k is not None:
         if not hash_ok[k] or seen[k]:
@@ -284,11 +284,11 @@ def _walk_files(
                 run = order[at:last]
                 if not seen[run].any():
                     seen[run] = True
-                    taken.extend(run.tolist())
+                    take(run.tolist())
                     k = int(order[last])
                     continue
             seen[k] = True
-            take(k)
+            take([k])
             following = prev_rows[k]
             if following >= 0:
                 k = following
@@ -301,11 +301,10 @@ def _walk_files(
                 name = names[k]
                 break
             seen[k] = True
-            take(BlockEntry(parse_block_name(names[k]), block, len(data[k])))
+            add(BlockEntry(parse_block_name(names[k]), block, len(data[k])))
             prev = block.prev_block_hash
             name = None if prev is None else str(prev)
         k = None if name is None else find(name)
-    walk.chain.extend(taken)
     walk.visited.rows = seen
     report.bytes_hashed += int(files.sizes[seen].sum())
     return name

@@ -269,15 +269,18 @@ class WalkedChain(Sequence[BlockEntry]):
         self._ordered: BlockColumns | None = None
         self._hashes = np.zeros((0, 34), np.uint8)
         self._decoded: list[tuple[int, BlockEntry]] = []
+        self._added: list[int] = []  # where the decoded entries are among the items
 
     # -- building (newest first) ------------------------------------------------------------
 
     def add(self, entry: BlockEntry) -> None:
+        """A block the walk decoded, after those taken."""
+        self._added.append(len(self._items))
         self._items.append(entry)
 
-    def extend(self, items: list[int | BlockEntry]) -> None:
-        """Rows of plain blocks and decoded entries, newest first, after those added."""
-        self._items.extend(items)
+    def extend_rows(self, rows: list[int]) -> None:
+        """Rows of plain blocks, newest first, after those taken."""
+        self._items.extend(rows)
 
     def plain_rows(self) -> set[int]:
         """The rows of :class:`BlockFiles` taken as plain blocks."""
@@ -287,13 +290,11 @@ class WalkedChain(Sequence[BlockEntry]):
         """The walk is done: oldest first from now on."""
         items = self._items
         items.reverse()
-        rows: list[int] = []
-        for i, item in enumerate(items):
-            if isinstance(item, int):
-                rows.append(item)
-            else:
-                rows.append(-1)
-                self._decoded.append((i, item))
+        rows = items.copy()
+        last = len(items) - 1
+        for i in reversed(self._added):
+            self._decoded.append((last - i, items[last - i]))
+            rows[last - i] = -1
         files = self._files
         if files is None:
             return
