@@ -268,8 +268,8 @@ def _walk_files(
     return the name where the walk block by block must take over (it reports what is wrong
     there), or None when the Seed was reached."""
     find, hash_ok, plain = files.row, files.hash_ok, files.plain
-    prev_rows, prev_name, names, data = files.prev_rows, files.prev_name, files.names, files.data
-    order, place, run_end = files.runs()
+    prev_name, names, data = files.prev_name, files.names, files.data
+    order, place, run_end, prev_rows = files.runs()
     seen = np.zeros(len(data), bool)  # by row: the walk starts here, nothing is visited yet
     chain = walk.chain
     take, add = chain.extend_rows, chain.add
@@ -289,7 +289,7 @@ def _walk_files(
                     continue
             seen[k] = True
             take([k])
-            following = prev_rows[k]
+            following = int(prev_rows[k])
             if following >= 0:
                 k = following
                 continue

@@ -78,11 +78,6 @@ class BlockFiles:
         text = bytes.fromhex("".join([self.names[k][1:] for k in named.tolist()]))
         self.name_hashes[named] = np.frombuffer(text, np.uint8).reshape(-1, HASH_SIZE)
         self._by_hash = _HashIndex(self.name_hashes, named)
-        # the row of each plain block's predecessor: -1 when the pass did not read it under its
-        # right name (or the block names none; see prev_name)
-        self.prev_rows: list[int] = self._by_hash.rows(
-            columns.prev_hash, columns.has_prev & columns.plain
-        ).tolist()
         self.sizes = np.fromiter(map(len, self.data), np.int64, len(self.data))
         if not any(j.pending for j in self._judging):
             self.settle()
@@ -138,10 +133,19 @@ class BlockFiles:
         order = rows[np.argsort(columns.sequence_number[rows], kind="stable")[::-1]]
         place = np.full(len(self.data), -1, np.int64)
         place[order] = np.arange(len(order))
-        prev_rows = np.array(self.prev_rows, np.int64)
-        breaks = np.flatnonzero(prev_rows[order[:-1]] != order[1:])
-        breaks = np.append(breaks, len(order) - 1)
-        return Runs(order, place, breaks[np.searchsorted(breaks, np.arange(len(order)))])
+        prev = np.full(len(self.data), -1, np.int64)
+        if not len(order):
+            return Runs(order, place, np.zeros(0, np.int64), prev)
+        # a block names the next one in this order as its predecessor: compared as whole hashes
+        newer, older = order[:-1], order[1:]
+        linked = columns.has_prev[newer] & (
+            columns.prev_hash[newer] == self.name_hashes[older]
+        ).all(axis=1)
+        prev[newer[linked]] = older[linked]
+        breaks = np.append(np.flatnonzero(~linked), len(order) - 1)
+        ends = order[breaks]  # where a run ends, the predecessor is found by its hash
+        prev[ends] = self._by_hash.rows(columns.prev_hash[ends], columns.has_prev[ends])
+        return Runs(order, place, breaks[np.searchsorted(breaks, np.arange(len(order)))], prev)
 
     def row(self, name: str) -> int | None:
         """The row of the file named ``name`` when the pass read it and it hashes to that name;
@@ -227,6 +231,7 @@ class Runs(NamedTuple):
     order: np.ndarray
     place: np.ndarray
     run_end: np.ndarray
+    prev: np.ndarray  # each row's predecessor's row, -1 when the pass did not read it rightly named
 
 
 class _Judgement:

@@ -473,6 +473,11 @@ def test_the_walk_takes_a_run_whole_and_stops_at_forks(tmp_path: Path) -> None:
     files = BlockFiles(LocalStorage(forked).read_all_blocks(BLOCK_NAMES))
     runs = files.runs()
     assert len(runs.order) == N + 6
+    # every block's predecessor row, inside a run or at its end (a fork): the row named by it
+    named = {name: k for k, name in enumerate(files.names)}
+    for k in runs.order.tolist():
+        assert runs.prev[k] == named.get(files.prev_name(k), -1)  # type: ignore[arg-type]
+    assert (runs.prev[runs.order] >= 0).all()  # every predecessor was read, rightly named
     assert len(np.unique(runs.run_end)) >= 4  # each fork cuts the run at least once
     assert _compare(forked) == []
     report = verify(LocalStorage(forked), check_data=False)
