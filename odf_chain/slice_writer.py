@@ -47,6 +47,14 @@ ROW_GROUP_ROWS = 1 << 20
 _CONSTANT_ROWS = 1 << 16
 """Rows in the one chunk of ``op`` and ``system_time`` values a row group repeats."""
 
+DICTIONARY_PAGE_BYTES = 128 * 1024
+"""Dictionary bytes per column chunk past which the Parquet writer gives up on a column's
+dictionary and writes the rest of the chunk plain (pyarrow's default: 1 MiB). A column of few
+distinct values (a station, a country, a status) fits in far less; a column of mostly distinct
+ones (ids, measurements, hashes) never pays off, and until the writer gives up it hashes every
+value into the dictionary and writes its pages: with 1 MiB that was a third of the writing time
+of ``tools/bench_ingest.py``'s rows, and their files came out 8% larger."""
+
 _SINK_BUFFER = 1 << 20
 """Bytes gathered before they cross into Python to be hashed and written: the Parquet writer
 emits many small pieces (page headers, statistics), each would be a call otherwise."""
@@ -108,6 +116,7 @@ class SliceSpec:
     algorithm: str
     compression: str = "zstd"
     row_group_rows: int = ROW_GROUP_ROWS
+    dictionary_page_bytes: int = DICTIONARY_PAGE_BYTES
     target_slice_bytes: int | None = None  # None: one slice, however large
 
     def __post_init__(self) -> None:
@@ -318,6 +327,7 @@ class _OpenSlice:
             spec.schema,
             compression=spec.compression,
             use_dictionary=[p for p in layout.leaf_paths if p not in built],
+            dictionary_pagesize_limit=spec.dictionary_page_bytes,
             column_encoding=dict.fromkeys(spec.vocab.system_columns, "DELTA_BINARY_PACKED"),
         )
         self._logical = LogicalHasher(layout.read_back, spec.algorithm)
