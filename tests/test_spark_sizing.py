@@ -357,3 +357,31 @@ def test_cli_refuses_a_bad_target_in_one_line(tmp_path):
         assert p.stderr.startswith("odf-chain: error: target slice size"), p.stderr
         assert len(p.stderr.strip().splitlines()) == 1, p.stderr
         assert not (tmp_path / "ds").exists()
+
+
+def test_work_beside_a_job_is_cancelled_when_no_longer_wanted(spark) -> None:
+    """What the driver runs beside the count (the sample) is cancelled when the count is done
+    long before it: its Spark job stops, the thread ends, and the caller samples itself."""
+    from odf_chain.spark.beside import Beside
+
+    def slow(batches):
+        for batch in batches:
+            time.sleep(600)
+            yield batch
+
+    started = time.monotonic()
+    stuck = Beside(
+        spark,
+        "sample",
+        lambda: spark.range(0, 4, 1, 1).mapInArrow(slow, "id long").collect(),
+    )
+    assert stuck.done_or_cancel(wait=0.5) == (False, None)
+    assert time.monotonic() - started < 300  # the task's 600 s sleep was cut short
+    assert spark.sparkContext.statusTracker().getActiveJobsIds() == []
+    # work that ends gives its result, and an error is not taken for one
+    done = Beside(spark, "sample", lambda: spark.range(0, 7, 1, 1).count())
+    assert done.done_or_cancel(wait=300) == (True, 7)
+    failed = Beside(spark, "sample", lambda: 1 // 0)
+    assert failed.done_or_cancel(wait=300) == (False, None)
+    with pytest.raises(ZeroDivisionError):
+        failed.result()

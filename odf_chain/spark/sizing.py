@@ -134,23 +134,28 @@ def planned_slices(
     return planned
 
 
-def bytes_per_row(df, counts: Mapping[int, int]) -> float:
+def bytes_per_row(df, counts: Mapping[int, int] | None) -> float:
     """Parquet bytes per row of ``df`` (plus an int64 offset column), from a sample of its
-    first rows written to Parquet (zstd, as the writer's files) in memory.
-
-    The difference between the sample and its first row discounts per-column-chunk overhead,
-    which a small sample would otherwise spread over few rows. A frame whose rows cannot be
-    sampled (types without an Arrow form) falls back on Spark's own default sizes per type.
-    """
-    wanted = sample_rows(counts)
+    first rows written to Parquet (zstd, as the writer's files) in memory: no more rows than
+    :func:`sample_rows` finds in the first partitions, or :data:`SAMPLE_ROWS` when the counts
+    are not known yet. A frame whose rows cannot be sampled (types without an Arrow form) falls
+    back on Spark's own default sizes per type."""
     try:
-        from pyspark.sql.pandas.types import to_arrow_schema
-
-        rows = df.limit(wanted).collect()
-        schema = to_arrow_schema(df.schema, timezone="UTC")
-        table = pa.Table.from_pylist([r.asDict(recursive=True) for r in rows], schema=schema)
+        return sampled_bytes_per_row(df, SAMPLE_ROWS if counts is None else sample_rows(counts))
     except Exception:  # odd types (UDTs, intervals, variants): a static estimate will do
         return schema_row_bytes(df.schema)
+
+
+def sampled_bytes_per_row(df, wanted: int) -> float:
+    """Parquet bytes per row of ``df``'s first ``wanted`` rows (Spark's failures raised).
+
+    The difference between the sample and its first row discounts per-column-chunk overhead,
+    which a small sample would otherwise spread over few rows."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    rows = df.limit(wanted).collect()
+    schema = to_arrow_schema(df.schema, timezone="UTC")
+    table = pa.Table.from_pylist([r.asDict(recursive=True) for r in rows], schema=schema)
     if table.num_rows == 0:
         return schema_row_bytes(df.schema)
     table = table.append_column("offset", pa.array(range(table.num_rows), pa.int64()))

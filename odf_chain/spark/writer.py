@@ -82,14 +82,17 @@ from odf_chain.schema.evolution import check_new_columns
 from odf_chain.slice_writer import SliceSpec, slice_schema
 from odf_chain.slices import add_data_for, os_reason, own_metadata, system_fields
 from odf_chain.spark.arrow_tasks import SURPLUS, arrow_schema_of, read_in_tasks, write_in_tasks
+from odf_chain.spark.beside import Beside
 from odf_chain.spark.schema_limits import check_nesting
 from odf_chain.spark.sizing import (
     DEFAULT_TARGET_SLICE_BYTES,
+    SAMPLE_ROWS,
     PlannedSlice,
     bytes_per_row,
     merge_to,
     planned_slices,
     records_per_file,
+    sampled_bytes_per_row,
     target_slice_bytes as checked_target,
 )
 from odf_chain.spark.storage_failures import storage_failures
@@ -469,8 +472,15 @@ def _merged_counts(merged, counts: Mapping[int, int]) -> dict[int, int] | None:
     return {i: n for i, n in merged_counts.items() if n}
 
 
-def _size_slices(df, counts: dict[int, int], vocab: Vocabulary, target: int | None):
-    """Step 2's plan: (the frame to write, its rows per partition, rows per file).
+def _size_slices(
+    df,
+    counts: dict[int, int],
+    vocab: Vocabulary,
+    target: int | None,
+    sampled: float | None = None,
+):
+    """Step 2's plan: (the frame to write, its rows per partition, rows per file), from the
+    bytes per row ``sampled`` while the count ran, or sampled now.
 
     Merging uses ``coalesce``, whose groups of partitions follow their locations (cached
     blocks, file splits), not their numbers, so the merged partitions' rows are summed from
@@ -479,7 +489,7 @@ def _size_slices(df, counts: dict[int, int], vocab: Vocabulary, target: int | No
     step 3 checks that it did). A merge into one partition holds every row."""
     if target is None:
         return df, counts, 0
-    per_row = bytes_per_row(df, counts)
+    per_row = sampled if sampled is not None else bytes_per_row(df, counts)
     merged = merge_to(counts, per_row, target)
     if merged is not None:
         df = df.coalesce(merged)
@@ -602,8 +612,17 @@ def write(
             shaped = shaped.persist(StorageLevel.MEMORY_AND_DISK)
         in_tasks = writer != "spark"
         staging = storage.staging_area("spark")
+        beside: list[Beside] = []  # driver-side work run while a job runs; stopped on the way out
         try:
             with _session_conf(spark, _WRITE_CONF):
+                sampling = None
+                if target is not None and not persist and Beside.possible(spark):
+                    # a shuffle-free input: its first rows are sampled while the count runs
+                    # (a persisted one is sampled from the cache the count fills)
+                    sampling = Beside(
+                        spark, "sample", lambda: sampled_bytes_per_row(shaped, SAMPLE_ROWS)
+                    )
+                    beside.append(sampling)
                 try:
                     counts = _count_partitions(
                         shaped, vocab, check_timestamps=not truncate_timestamps
@@ -618,11 +637,28 @@ def write(
                     return IngestResult(path, 0, 0, 0, [], state.head, timings)
 
                 clock = time.perf_counter()
-                framed, counts, records = _size_slices(shaped, counts, vocab, target)
+                # the sample gets as long again as the count took: its first task is as a rule
+                # done by then; cancelling it and sampling anew is for inputs whose first
+                # partitions hold too few rows (limit then reads them round after round)
+                sampled = None
+                if sampling is not None:
+                    sampled = sampling.done_or_cancel(wait=timings["offsets"])[1]
+                framed, counts, records = _size_slices(shaped, counts, vocab, target, sampled)
                 planned = planned_slices(counts, state.next_offset, records)
                 timings["sizing"] = time.perf_counter() - clock
 
                 clock = time.perf_counter()
+                captured: Beside | None = None
+
+                def capture_lineage(schema: pa.Schema) -> None:
+                    # the plan's lineage is read on the driver while the tasks write
+                    nonlocal captured
+                    if lineage is True and Beside.possible(spark):
+                        captured = Beside(
+                            spark, "lineage", lambda: _plan_lineage(shaped, schema, vocab)
+                        )
+                        beside.append(captured)
+
                 if in_tasks:
                     written, schema, watermark = _write_in_tasks(
                         framed,
@@ -634,6 +670,7 @@ def write(
                         storage,
                         staging,
                         truncate_timestamps=truncate_timestamps,
+                        before_job=capture_lineage,
                     )
                     timings["task_write"] = time.perf_counter() - clock
                 else:
@@ -671,6 +708,7 @@ def write(
                     offsets=OffsetInterval(current.next_offset, current.next_offset + total - 1),
                 ),
                 vocab=vocab,
+                captured=None if captured is None else captured.result,
             )
             if event is not None:
                 prepared.append(chain.prepare(current, event, system_time=system_time))
@@ -721,6 +759,8 @@ def write(
                 lineage=event,
             )
         finally:
+            for work in beside:
+                work.done_or_cancel()
             if persist:
                 shaped.unpersist()
             storage.discard_area(staging)
@@ -804,10 +844,12 @@ def _write_in_tasks(
     staging: str,
     *,
     truncate_timestamps: bool,
+    before_job: Callable[[pa.Schema], None] | None = None,
 ) -> tuple[list[WrittenSlice], pa.Schema, datetime | None]:
     """Steps 2 and 3 in one pass (:mod:`odf_chain.spark.arrow_tasks`): each task writes its
     planned slices through Arrow to the store, hashing them on the way. The schema is decided
-    (and checked against the evolution rules) before the job runs."""
+    (and checked against the evolution rules) before the job runs, and given to ``before_job``
+    then."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import TimestampType
 
@@ -829,6 +871,8 @@ def _write_in_tasks(
     schema = _schema_to_declare(written_schema, state, avro_schema)
     if state.schema is None or not schema.equals(state.schema, check_metadata=True):
         chain.prepare(state, SetDataSchema.from_arrow(schema), system_time=system_time)
+    if before_job is not None:
+        before_job(schema)
     spec = SliceSpec(schema, vocab, state.next_offset, system_time, algorithm)
     if isinstance(storage.filesystem, pafs.LocalFileSystem):  # object stores need no folder
         try:
@@ -884,20 +928,34 @@ def _with_transaction(
     return {**(extra or {}), **transaction_extra(*transaction)}
 
 
+def _plan_lineage(df, schema: pa.Schema, vocab: Vocabulary):
+    """The inputs and field operations of ``df`` written as ``schema``, from its plan (None
+    under Spark Connect)."""
+    from odf_chain.spark.plan_lineage import lineage_from_plan
+
+    return lineage_from_plan(df, schema, system_columns=set(vocab.system_columns))
+
+
 def _lineage_event(
-    df, lineage: LineageRecorder | bool, schema: pa.Schema, *, run: LineageRun, vocab: Vocabulary
+    df,
+    lineage: LineageRecorder | bool,
+    schema: pa.Schema,
+    *,
+    run: LineageRun,
+    vocab: Vocabulary,
+    captured: Callable[[], Any] | None = None,
 ) -> AddFieldLineage | None:
     """The lineage to append for this write (see :func:`write`), settled on ``schema``: plain
-    names turned into v2 paths, input fields checked against the datasets they pin."""
+    names turned into v2 paths, input fields checked against the datasets they pin.
+    ``captured`` gives what :func:`_plan_lineage` found (read while the job ran); without it,
+    the plan is read now."""
     if lineage is False:
         return None
     if isinstance(lineage, LineageRecorder):
         event = lineage.event(started_at=run.started_at, ended_at=run.ended_at, offsets=run.offsets)
         event = replace(event, run=replace(run, job_name=lineage.job_name, run_id=lineage.run_id))
     else:
-        from odf_chain.spark.plan_lineage import lineage_from_plan
-
-        parts = lineage_from_plan(df, schema, system_columns=set(vocab.system_columns))
+        parts = captured() if captured is not None else _plan_lineage(df, schema, vocab)
         if parts is None:  # Spark Connect: lineage_from_plan has warned
             return None
         inputs, operations = parts
