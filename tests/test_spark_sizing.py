@@ -21,9 +21,12 @@ from odf_chain.events import AddData, OffsetInterval
 from odf_chain.format.multihash import BLAKE3
 from odf_chain.spark import write
 from odf_chain.spark.sizing import (
+    ARROW_BATCH_BYTES,
     DEFAULT_TARGET_SLICE_BYTES,
     PlannedSlice,
+    RowBytes,
     SliceSizeError,
+    arrow_batch_rows,
     merge_to,
     planned_slices,
     records_per_file,
@@ -385,3 +388,41 @@ def test_work_beside_a_job_is_cancelled_when_no_longer_wanted(spark) -> None:
     assert failed.done_or_cancel(wait=300) == (False, None)
     with pytest.raises(ZeroDivisionError):
         failed.result()
+
+
+def test_arrow_batches_are_sized_by_rows_from_the_sample():
+    """Batches of about ARROW_BATCH_BYTES of the sample's rows, never more rows than Spark's
+    maxRecordsPerBatch, never none."""
+    narrow = RowBytes(parquet=20.0, memory=150.0)
+    assert arrow_batch_rows(narrow, 10_000) == 10_000  # 1.5 MB: Spark's row limit rules
+    assert arrow_batch_rows(narrow, 500) == 500
+    wide = RowBytes(parquet=2_000.0, memory=64 * KIB)  # 64 KiB rows: 256 of them fill 16 MiB
+    assert arrow_batch_rows(wide, 10_000) == ARROW_BATCH_BYTES // (64 * KIB) == 256
+    assert arrow_batch_rows(RowBytes(1e9, 1e9), 10_000) == 1
+
+
+def test_the_arrow_write_puts_spark_s_batch_settings_back(spark, tmp_path):
+    """The write's job runs with rows per batch from the sample and Spark's per-row size check
+    off; afterwards the session holds what it held before (a user's own value included), and
+    wide rows (a struct, long strings) come through intact."""
+    records, size = (
+        "spark.sql.execution.arrow.maxRecordsPerBatch",
+        "spark.sql.execution.arrow.maxBytesPerBatch",
+    )
+    before = spark.conf.get(size)
+    spark.conf.set(records, "777")
+    try:
+        df = spark.range(0, 3000, numPartitions=3).select(
+            F.col("id"),
+            F.struct(F.col("id").alias("a"), F.repeat(F.lit("x"), 5000).alias("b")).alias("s"),
+        )
+        result = write(df, tmp_path / "wide", create=True)
+        assert spark.conf.get(records) == "777"
+        assert spark.conf.get(size) == before
+    finally:
+        spark.conf.unset(records)
+    assert result.rows == 3000
+    files = check_transaction(tmp_path / "wide", result, 0, 3000, BLAKE3)
+    table = pa.concat_tables(files)
+    assert sorted(table.column("id").to_pylist()) == list(range(3000))
+    assert {len(s["b"]) for s in table.column("s").to_pylist()} == {5000}

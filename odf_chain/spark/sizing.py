@@ -30,6 +30,13 @@ from odf_chain.events import OffsetInterval
 DEFAULT_TARGET_SLICE_BYTES = 256 * 1024 * 1024
 MIN_TARGET_SLICE_BYTES = 1024  # smaller targets would make a slice (and a block) per few rows
 SAMPLE_ROWS = 1000
+ARROW_BATCH_BYTES = 16 * 1024 * 1024
+"""Arrow memory per batch of rows a Spark task gets, estimated from the sample: a quarter of
+Spark's own ``maxBytesPerBatch`` (64 MiB), since the sample gives an average row, not the
+widest. Spark checks that limit by asking the batch its size after every row, which for a
+struct column walks all its children each time: most of a task's time in
+``tools/bench_ingest.py``. The writer sizes batches by rows instead (see
+:func:`arrow_batch_rows`) and turns that check off for its job."""
 # A partition is cut only when its estimate exceeds the target by a quarter: estimates are
 # rough, and cutting a partition of 1.05x the target leaves a sliver of a file behind.
 SPLIT_SLACK = 1.25
@@ -134,20 +141,29 @@ def planned_slices(
     return planned
 
 
-def bytes_per_row(df, counts: Mapping[int, int] | None) -> float:
-    """Parquet bytes per row of ``df`` (plus an int64 offset column), from a sample of its
-    first rows written to Parquet (zstd, as the writer's files) in memory: no more rows than
+@dataclass(frozen=True, slots=True)
+class RowBytes:
+    """Bytes per row: in zstd Parquet (what slices are sized by) and in Arrow memory (what a
+    batch of rows handed to a Spark task holds)."""
+
+    parquet: float
+    memory: float
+
+
+def bytes_per_row(df, counts: Mapping[int, int] | None) -> RowBytes:
+    """Bytes per row of ``df`` (plus an int64 offset column), from a sample of its first rows
+    written to Parquet (zstd, as the writer's files) in memory: no more rows than
     :func:`sample_rows` finds in the first partitions, or :data:`SAMPLE_ROWS` when the counts
     are not known yet. A frame whose rows cannot be sampled (types without an Arrow form) falls
     back on Spark's own default sizes per type."""
     try:
         return sampled_bytes_per_row(df, SAMPLE_ROWS if counts is None else sample_rows(counts))
     except Exception:  # odd types (UDTs, intervals, variants): a static estimate will do
-        return schema_row_bytes(df.schema)
+        return _static(df.schema)
 
 
-def sampled_bytes_per_row(df, wanted: int) -> float:
-    """Parquet bytes per row of ``df``'s first ``wanted`` rows (Spark's failures raised).
+def sampled_bytes_per_row(df, wanted: int) -> RowBytes:
+    """Bytes per row of ``df``'s first ``wanted`` rows (Spark's failures raised).
 
     The difference between the sample and its first row discounts per-column-chunk overhead,
     which a small sample would otherwise spread over few rows."""
@@ -157,13 +173,25 @@ def sampled_bytes_per_row(df, wanted: int) -> float:
     schema = to_arrow_schema(df.schema, timezone="UTC")
     table = pa.Table.from_pylist([r.asDict(recursive=True) for r in rows], schema=schema)
     if table.num_rows == 0:
-        return schema_row_bytes(df.schema)
+        return _static(df.schema)
     table = table.append_column("offset", pa.array(range(table.num_rows), pa.int64()))
+    memory = max(table.nbytes / table.num_rows, 1.0)
     whole = _parquet_data_bytes(table)
     if table.num_rows == 1:
-        return max(whole, 1.0)
+        return RowBytes(max(whole, 1.0), memory)
     one = _parquet_data_bytes(table.slice(0, 1))
-    return max((whole - one) / (table.num_rows - 1), 0.1)
+    return RowBytes(max((whole - one) / (table.num_rows - 1), 0.1), memory)
+
+
+def _static(schema) -> RowBytes:
+    size = schema_row_bytes(schema)
+    return RowBytes(size, size)
+
+
+def arrow_batch_rows(row: RowBytes, limit: int) -> int:
+    """Rows per Arrow batch Spark hands a task, so that a batch of rows as wide as the sample's
+    holds about :data:`ARROW_BATCH_BYTES`; at most ``limit`` (Spark's ``maxRecordsPerBatch``)."""
+    return max(1, min(limit, int(ARROW_BATCH_BYTES / row.memory)))
 
 
 def sample_rows(counts: Mapping[int, int]) -> int:

@@ -88,6 +88,8 @@ from odf_chain.spark.sizing import (
     DEFAULT_TARGET_SLICE_BYTES,
     SAMPLE_ROWS,
     PlannedSlice,
+    RowBytes,
+    arrow_batch_rows,
     bytes_per_row,
     merge_to,
     planned_slices,
@@ -380,6 +382,46 @@ def _session_conf(spark, settings: Mapping[str, str]) -> Iterator[None]:
                         spark.conf.set(name, value)
 
 
+_MAX_BATCH_BYTES = "spark.sql.execution.arrow.maxBytesPerBatch"
+_MAX_BATCH_RECORDS = "spark.sql.execution.arrow.maxRecordsPerBatch"
+_batch_locks: dict[int, threading.Lock] = {}
+
+
+@contextlib.contextmanager
+def _arrow_batches(spark, row_bytes: RowBytes | None) -> Iterator[None]:
+    """The Arrow writer's job gets batches of rows sized from the sample
+    (:func:`~odf_chain.spark.sizing.arrow_batch_rows`) and Spark's byte check after every row
+    off (:data:`~odf_chain.spark.sizing.ARROW_BATCH_BYTES` says why). These are settings of
+    the session: one such job at a time per session holds them, and puts back what was there.
+    Without a sample (none could be taken), Spark's own settings stay."""
+    if row_bytes is None:
+        yield
+        return
+    with _conf_lock:
+        lock = _batch_locks.setdefault(id(spark), threading.Lock())
+    with lock:
+        try:
+            limit = int(str(spark.conf.get(_MAX_BATCH_RECORDS, "10000")))
+        except ValueError:
+            limit = 10_000
+        limit = limit if limit > 0 else 10_000  # Spark reads 0 or less as no limit
+        settings = {
+            _MAX_BATCH_BYTES: str(2**31 - 1),  # Spark's "no limit": no size asked per row
+            _MAX_BATCH_RECORDS: str(arrow_batch_rows(row_bytes, limit)),
+        }
+        saved = {name: spark.conf.get(name, None) for name in settings}
+        for name, value in settings.items():
+            spark.conf.set(name, value)
+        try:
+            yield
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    spark.conf.unset(name)
+                else:
+                    spark.conf.set(name, value)
+
+
 def _shuffles(df) -> bool:
     """Does ``df``'s physical plan move rows between partitions (an Exchange)?"""
     try:
@@ -477,10 +519,10 @@ def _size_slices(
     counts: dict[int, int],
     vocab: Vocabulary,
     target: int | None,
-    sampled: float | None = None,
+    row_bytes: RowBytes | None = None,
 ):
-    """Step 2's plan: (the frame to write, its rows per partition, rows per file), from the
-    bytes per row ``sampled`` while the count ran, or sampled now.
+    """Step 2's plan: (the frame to write, its rows per partition, rows per file), from
+    ``row_bytes`` (sampled while the count ran), or from a sample taken now.
 
     Merging uses ``coalesce``, whose groups of partitions follow their locations (cached
     blocks, file splits), not their numbers, so the merged partitions' rows are summed from
@@ -489,7 +531,7 @@ def _size_slices(
     step 3 checks that it did). A merge into one partition holds every row."""
     if target is None:
         return df, counts, 0
-    per_row = sampled if sampled is not None else bytes_per_row(df, counts)
+    per_row = (row_bytes or bytes_per_row(df, counts)).parquet
     merged = merge_to(counts, per_row, target)
     if merged is not None:
         df = df.coalesce(merged)
@@ -616,7 +658,8 @@ def write(
         try:
             with _session_conf(spark, _WRITE_CONF):
                 sampling = None
-                if target is not None and not persist and Beside.possible(spark):
+                wants_sample = target is not None or in_tasks  # slice sizes, batch sizes
+                if wants_sample and not persist and Beside.possible(spark):
                     # a shuffle-free input: its first rows are sampled while the count runs
                     # (a persisted one is sampled from the cache the count fills)
                     sampling = Beside(
@@ -640,10 +683,12 @@ def write(
                 # the sample gets as long again as the count took: its first task is as a rule
                 # done by then; cancelling it and sampling anew is for inputs whose first
                 # partitions hold too few rows (limit then reads them round after round)
-                sampled = None
+                row_bytes = None
                 if sampling is not None:
-                    sampled = sampling.done_or_cancel(wait=timings["offsets"])[1]
-                framed, counts, records = _size_slices(shaped, counts, vocab, target, sampled)
+                    row_bytes = sampling.done_or_cancel(wait=timings["offsets"])[1]
+                if row_bytes is None and wants_sample:
+                    row_bytes = bytes_per_row(shaped, counts)
+                framed, counts, records = _size_slices(shaped, counts, vocab, target, row_bytes)
                 planned = planned_slices(counts, state.next_offset, records)
                 timings["sizing"] = time.perf_counter() - clock
 
@@ -671,6 +716,7 @@ def write(
                         staging,
                         truncate_timestamps=truncate_timestamps,
                         before_job=capture_lineage,
+                        row_bytes=row_bytes,
                     )
                     timings["task_write"] = time.perf_counter() - clock
                 else:
@@ -845,6 +891,7 @@ def _write_in_tasks(
     *,
     truncate_timestamps: bool,
     before_job: Callable[[pa.Schema], None] | None = None,
+    row_bytes: RowBytes | None = None,
 ) -> tuple[list[WrittenSlice], pa.Schema, datetime | None]:
     """Steps 2 and 3 in one pass (:mod:`odf_chain.spark.arrow_tasks`): each task writes its
     planned slices through Arrow to the store, hashing them on the way. The schema is decided
@@ -883,9 +930,10 @@ def _write_in_tasks(
                 f"{os_reason(exc)}"
             ) from exc
     try:
-        found = write_in_tasks(
-            frame, planned, spec, storage.filesystem, staging, dataset=storage.location
-        )
+        with _arrow_batches(frame.sparkSession, row_bytes):
+            found = write_in_tasks(
+                frame, planned, spec, storage.filesystem, staging, dataset=storage.location
+            )
     except Exception as exc:  # py4j / Spark errors: the job failed, nothing appended
         raise _spark_failure("write the slices", exc) from exc
     surplus = [f for f in found if f.file_number == SURPLUS]
