@@ -363,9 +363,7 @@ def _session_conf(spark, settings: Mapping[str, str]) -> Iterator[None]:
     with _conf_lock:
         holders, saved = _conf_holders.get(key, (0, {}))
         if holders == 0:
-            saved = {name: spark.conf.get(name, None) for name in settings}
-            for name, value in settings.items():
-                spark.conf.set(name, value)
+            saved = _set_conf(spark, settings)
         _conf_holders[key] = (holders + 1, saved)
     try:
         yield
@@ -375,11 +373,18 @@ def _session_conf(spark, settings: Mapping[str, str]) -> Iterator[None]:
             if holders > 1:
                 _conf_holders[key] = (holders - 1, saved)
             else:
-                for name, value in saved.items():
-                    if value is None:
-                        spark.conf.unset(name)
-                    else:
-                        spark.conf.set(name, value)
+                _set_conf(spark, saved)
+
+
+def _set_conf(spark, settings: Mapping[str, str | None]) -> dict[str, str | None]:
+    """Set ``settings`` on the session (None: unset); return what they replaced."""
+    saved = {name: spark.conf.get(name, None) for name in settings}
+    for name, value in settings.items():
+        if value is None:
+            spark.conf.unset(name)
+        else:
+            spark.conf.set(name, value)
+    return saved
 
 
 _MAX_BATCH_BYTES = "spark.sql.execution.arrow.maxBytesPerBatch"
@@ -409,17 +414,11 @@ def _arrow_batches(spark, row_bytes: RowBytes | None) -> Iterator[None]:
             _MAX_BATCH_BYTES: str(2**31 - 1),  # Spark's "no limit": no size asked per row
             _MAX_BATCH_RECORDS: str(arrow_batch_rows(row_bytes, limit)),
         }
-        saved = {name: spark.conf.get(name, None) for name in settings}
-        for name, value in settings.items():
-            spark.conf.set(name, value)
+        saved = _set_conf(spark, settings)
         try:
             yield
         finally:
-            for name, value in saved.items():
-                if value is None:
-                    spark.conf.unset(name)
-                else:
-                    spark.conf.set(name, value)
+            _set_conf(spark, saved)
 
 
 def _shuffles(df) -> bool:
