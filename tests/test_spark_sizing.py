@@ -426,3 +426,31 @@ def test_the_arrow_write_puts_spark_s_batch_settings_back(spark, tmp_path):
     table = pa.concat_tables(files)
     assert sorted(table.column("id").to_pylist()) == list(range(3000))
     assert {len(s["b"]) for s in table.column("s").to_pylist()} == {5000}
+
+
+def test_the_batch_settings_hold_for_the_job_and_yield_to_a_chosen_bound(spark):
+    """Inside the write job's settings: Spark's per-row size check off, rows per batch from the
+    sample. A maxBytesPerBatch someone set (not Spark's 64 MiB) is kept, with its check, as
+    are Spark's settings when the estimate comes from the types alone."""
+    from odf_chain.spark.writer import _arrow_batches
+
+    records, size = (
+        "spark.sql.execution.arrow.maxRecordsPerBatch",
+        "spark.sql.execution.arrow.maxBytesPerBatch",
+    )
+    wide = RowBytes(parquet=100.0, memory=4096.0)
+    before = (spark.conf.get(records), spark.conf.get(size))
+    with _arrow_batches(spark, wide):
+        assert spark.conf.get(size).rstrip("b") == str(2**31 - 1)
+        assert int(spark.conf.get(records)) == ARROW_BATCH_BYTES // 4096 == 4096
+    assert (spark.conf.get(records), spark.conf.get(size)) == before
+    with _arrow_batches(spark, RowBytes(100.0, 4096.0, sampled=False)):
+        assert (spark.conf.get(records), spark.conf.get(size)) == before
+    spark.conf.set(size, "32m")
+    try:
+        with _arrow_batches(spark, wide):
+            assert spark.conf.get(size) in ("32m", "33554432b")
+            assert spark.conf.get(records) == before[0]
+    finally:
+        spark.conf.unset(size)
+    assert (spark.conf.get(records), spark.conf.get(size)) == before

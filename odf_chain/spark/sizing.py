@@ -144,10 +144,12 @@ def planned_slices(
 @dataclass(frozen=True, slots=True)
 class RowBytes:
     """Bytes per row: in zstd Parquet (what slices are sized by) and in Arrow memory (what a
-    batch of rows handed to a Spark task holds)."""
+    batch of rows handed to a Spark task holds); ``sampled`` is False for the estimate from
+    the types alone, which says little about memory (a string is 20 bytes to it)."""
 
     parquet: float
     memory: float
+    sampled: bool = True
 
 
 def bytes_per_row(df, counts: Mapping[int, int] | None) -> RowBytes:
@@ -185,7 +187,7 @@ def sampled_bytes_per_row(df, wanted: int) -> RowBytes:
 
 def _static(schema) -> RowBytes:
     size = schema_row_bytes(schema)
-    return RowBytes(size, size)
+    return RowBytes(size, size, sampled=False)
 
 
 def arrow_batch_rows(row: RowBytes, limit: int) -> int:

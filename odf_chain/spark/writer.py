@@ -389,7 +389,19 @@ def _set_conf(spark, settings: Mapping[str, str | None]) -> dict[str, str | None
 
 _MAX_BATCH_BYTES = "spark.sql.execution.arrow.maxBytesPerBatch"
 _MAX_BATCH_RECORDS = "spark.sql.execution.arrow.maxRecordsPerBatch"
+_SPARK_BATCH_BYTES = 64 * 1024 * 1024  # Spark's default maxBytesPerBatch
 _batch_locks: dict[int, threading.Lock] = {}
+
+
+def _conf_bytes(value: str | None) -> int | None:
+    """A byte size as Spark's conf shows or takes it (``67108864b``, ``64m``, ``1g``); None
+    when unset or not such a size."""
+    if value is None:
+        return None
+    match = re.fullmatch(r"\s*(\d+)\s*([bkmgt]?)b?\s*", str(value).lower())
+    if match is None:
+        return None
+    return int(match.group(1)) * 1024 ** "bkmgt".index(match.group(2) or "b")
 
 
 @contextlib.contextmanager
@@ -398,13 +410,18 @@ def _arrow_batches(spark, row_bytes: RowBytes | None) -> Iterator[None]:
     (:func:`~odf_chain.spark.sizing.arrow_batch_rows`) and Spark's byte check after every row
     off (:data:`~odf_chain.spark.sizing.ARROW_BATCH_BYTES` says why). These are settings of
     the session: one such job at a time per session holds them, and puts back what was there.
-    Without a sample (none could be taken), Spark's own settings stay."""
-    if row_bytes is None:
+    Spark's own settings stay without a sample of rows (none could be taken), and when the
+    session's ``maxBytesPerBatch`` is not Spark's default: someone chose a bound to keep."""
+    if row_bytes is None or not row_bytes.sampled:
         yield
         return
     with _conf_lock:
         lock = _batch_locks.setdefault(id(spark), threading.Lock())
     with lock:
+        chosen = spark.conf.get(_MAX_BATCH_BYTES, None)  # None: not set, Spark's default
+        if chosen is not None and _conf_bytes(chosen) != _SPARK_BATCH_BYTES:
+            yield
+            return
         try:
             limit = int(str(spark.conf.get(_MAX_BATCH_RECORDS, "10000")))
         except ValueError:
