@@ -15,8 +15,10 @@ columns the schema in force lacks is refused, before Spark runs any job, unless 
    the same every time and is not cached. Whatever still differs is caught by step 3's check.
 2. **Slices of about ``target_slice_bytes``, decided before Spark writes.** The rows' Parquet
    size is estimated as rows (known from the counts) times bytes per row, measured by writing
-   a small sample (the first rows, one task as a rule) to Parquet in memory; Catalyst's
-   ``sizeInBytes`` is no help after joins and aggregates, and absent under Spark Connect.
+   a small sample (the first rows, one task as a rule; for a shuffle-free input, taken in a
+   driver thread while the count runs: :mod:`odf_chain.spark.beside`) to Parquet in memory;
+   Catalyst's ``sizeInBytes`` is no help after joins and aggregates, and absent under Spark
+   Connect.
    Partitions much smaller than the target are merged with ``coalesce`` (no shuffle); since
    Spark's coalescer groups partitions by locality, not by index, the offsets are assigned
    after it, from the rows of the merged partitions (summed from the groups the JVM plan
@@ -31,6 +33,8 @@ columns the schema in force lacks is refused, before Spark runs any job, unless 
    task gets its partition's rows through ``mapInArrow``, writes its planned slices through
    ``pyarrow.fs`` straight to the store (no Hadoop connector), numbers the rows from the
    planned offsets, hashes the bytes and the rows on their way, and returns only the facts.
+   Spark hands those tasks batches bounded by rows sized from the sample, not by a size it
+   would otherwise ask each batch for after every row (see :func:`_arrow_batches`).
    **Spark's Parquet writer** (``writer="spark"``): the offsets become a column, Spark writes
    the files through the store's Hadoop connector, and step 3 reads each back.
 3. **Each file is checked against its plan**: physical and logical hash, size, row count and
