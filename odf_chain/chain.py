@@ -175,6 +175,7 @@ def commit(
             f"the lineage event promises offsets {pending.uncovered.start}.."
             f"{pending.uncovered.end}; commit it together with the data slices covering them",
         ).at(pending.sequence_number, None)
+    check_not_rolled_back(storage, prepared[0].before)
     created = [
         str(b.entry.hash) for b in prepared if storage.write_block(str(b.entry.hash), b.data)
     ]
@@ -199,6 +200,45 @@ def commit(
     # The head has moved: the derived index follows, best effort (it never fails the write).
     index_update.record_commit(storage, prepared[0].before, [(p.entry, p.after) for p in prepared])
     return prepared[-1].after
+
+
+def check_not_rolled_back(storage: Storage, state: DatasetState) -> None:
+    """Refuse to write on a head the head log shows was moved back (rule ``head-rollback``).
+
+    The log's last line names the head the last writer set. A head that is that block, or a
+    descendant of it (a crash fell between a head move and its log line: the next move repairs
+    the log), is fine. Any other head was put back by hand (a restored backup, a mistake,
+    tampering): a write on it would be acknowledged and then orphaned by the repair verify
+    asks for (writing the logged head back), so nothing is written until the head is
+    restored. A dataset from before the log has nothing to compare. A writer whose state is
+    not the current head is left to the head move, which refuses it as a conflict."""
+    if state.head is None or storage.read_head() != str(state.head):
+        return  # a new chain, or another writer moved the head: the move reports a conflict
+    logged = storage.logged_head()
+    if logged is None or logged == str(state.head):
+        return
+    try:
+        logged_hash = parse_block_name(logged)
+        was = load_block(storage, logged_hash).block.sequence_number
+    except OdfChainError as exc:
+        raise IntegrityError(
+            f"{storage.location}: the head log's last head {logged} cannot be read ({exc}); "
+            "nothing was written: run chain-verify"
+        ) from None
+    if was < state.sequence_number:
+        for entry in walk_back(storage, state.head):
+            if entry.block.sequence_number <= was:
+                if entry.hash == logged_hash:
+                    return  # an ancestor of the head: the log is only behind
+                break
+    raise RuleViolation(
+        "head-rollback",
+        f"refs/head moved back: block {was} {logged} was the head (logs/head), the head is now "
+        f"block {state.sequence_number}; nothing was written. Write that hash back to "
+        "refs/head to restore the chain, then run chain-verify",
+        sequence_number=state.sequence_number,
+        block_hash=str(state.head),
+    )
 
 
 WITHDRAW_WALK_LIMIT = 100

@@ -167,10 +167,14 @@ class Dataset:
         walker = chain.walk_back(self.storage, chain.read_head(self.storage))
         return walker if limit is None else itertools.islice(walker, max(limit, 0))
 
-    def state_at(self, ref: replay.Ref = "head") -> DatasetState:
+    def state_at(self, ref: replay.Ref = "head", *, verified: bool = False) -> DatasetState:
         """The state as of ``ref`` (see :mod:`odf_chain.replay`), through the index: a bounded
-        number of blocks, whatever the chain's length."""
-        return replay.state_at(self.storage, ref)
+        number of blocks, whatever the chain's length. The index is trusted for one thing it
+        cannot prove without a fold: that the blocks it names below the head are the head's
+        ancestors (``chain-verify`` checks that, and fails when they are not). ``verified``:
+        answer from one full fold of the chain walked back from the head instead (O(chain
+        length), nothing taken from the index)."""
+        return replay.state_at(self.storage, ref, verified=verified)
 
     def to_pyarrow_dataset(self, at: replay.Ref = "head") -> pads.Dataset:
         """The data as of block ``at`` as a ``pyarrow.dataset.Dataset``: exactly the slices the
@@ -210,14 +214,16 @@ class Dataset:
         return self.to_pyarrow_dataset(at).to_table(columns=columns, filter=filter)
 
     def lineage(
-        self, at: replay.Ref = "head", *, follow_inputs: bool = True
+        self, at: replay.Ref = "head", *, follow_inputs: bool = True, verified: bool = False
     ) -> replay.LineageReplay:
-        """The field graph as of block ``at``, across the datasets it read when reachable."""
-        return replay.lineage_at(self.storage, at, follow_inputs=follow_inputs)
+        """The field graph as of block ``at``, across the datasets it read when reachable;
+        ``verified`` as for :meth:`state_at`."""
+        return replay.lineage_at(self.storage, at, follow_inputs=follow_inputs, verified=verified)
 
-    def schema_history(self) -> list[replay.SchemaChange]:
-        """Every SetDataSchema, oldest first, with the diff from the schema before it."""
-        return replay.schema_history(self.storage)
+    def schema_history(self, *, verified: bool = False) -> list[replay.SchemaChange]:
+        """Every SetDataSchema, oldest first, with the diff from the schema before it;
+        ``verified`` as for :meth:`state_at`."""
+        return replay.schema_history(self.storage, verified=verified)
 
     def verify(
         self,
@@ -297,7 +303,9 @@ class Dataset:
         ``transaction=(app_id, version)``: the pair is recorded on the (first) AddData, and a
         write whose version is not above the last one the chain records for ``app_id`` appends
         nothing and returns ``[]`` (a retried job whose first attempt did commit), before any
-        file is written.
+        file is written. That last version is proved against the chain (a walk back from the
+        head to the block that recorded it; to the Seed for an app id never seen), never taken
+        from the index alone: a skipped write is data not written.
 
         ``lineage``: the field operations that produced ``table``, recorded by hand; they are
         appended as an AddFieldLineage just before the AddData, in the same transaction, and
@@ -323,8 +331,13 @@ class Dataset:
         state = base = self.refresh()
         if table.num_rows == 0:
             return []
-        if transaction is not None and rules.transaction_recorded(state, *transaction):
-            return []
+        chain.check_not_rolled_back(self.storage, state)  # before any file (commit checks again)
+        if transaction is not None:  # whether to write at all is never a cache's decision
+            state = base = self._state = replay.proven_transactions(
+                self.storage, state, transaction[0]
+            )
+            if rules.transaction_recorded(state, *transaction):
+                return []
         system_time = chain.now(state.system_time)
         source = table.replace_schema_metadata(slices.own_metadata(table.schema))
         columns = zip(source.schema.names, source.columns, strict=True)

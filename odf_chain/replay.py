@@ -46,7 +46,7 @@ from odf_chain.format.multihash import Multihash
 from odf_chain.index import read as index_read
 from odf_chain.lineage.graph import FieldGraph, FieldRef
 from odf_chain.schema.evolution import SchemaDiff, diff_schemas
-from odf_chain.state import EMPTY, SOURCE_KEY, DatasetState
+from odf_chain.state import EMPTY, SOURCE_KEY, DatasetState, recorded_transaction
 from odf_chain.storage import Storage
 
 Ref = str | int | datetime | Multihash
@@ -197,10 +197,11 @@ def _state_in(index: index_read.ChainIndex, ref: Ref) -> DatasetState:
     return index.head
 
 
-def state_at(storage: Storage, ref: Ref = "head") -> DatasetState:
+def state_at(storage: Storage, ref: Ref = "head", *, verified: bool = False) -> DatasetState:
     """The state as of the block ``ref`` names: a checked index snapshot plus at most a few
     hundred blocks folded by every rule (see :mod:`odf_chain.index.read`), whatever the
-    chain's length.
+    chain's length. ``verified``: from one full fold of the chain walked back from its head
+    instead (O(chain length); nothing is taken from the index, which is saved anew).
 
     A chain whose later blocks break a rule still answers for the blocks before the first
     broken one (an auditor's question: what did it look like then?): the index cannot be built
@@ -208,7 +209,7 @@ def state_at(storage: Storage, ref: Ref = "head") -> DatasetState:
     up to ``ref``. The broken block itself, and any after it, are refused, naming the rule."""
     ref = resolve_ref(storage, ref)
     try:
-        return index_read.answer(storage, lambda index: _state_in(index, ref))
+        return index_read.answer(storage, lambda index: _state_in(index, ref), verified=verified)
     except RuleViolation as violation:
         entries = load_chain(storage)
         wanted = select(entries, ref)
@@ -217,25 +218,94 @@ def state_at(storage: Storage, ref: Ref = "head") -> DatasetState:
         return fold(entries[: wanted + 1])
 
 
-def slices_at(storage: Storage, ref: Ref = "head") -> tuple[DatasetState, list[DataSlice]]:
-    """The state as of block ``ref`` and the data slices the chain names up to it, oldest
-    first: exactly what a reader of the data as of ``ref`` reads. Every block up to ``ref``
-    may name a slice, so they are walked back from it (each checked against its hash); the
-    count must be the state's."""
-    state = state_at(storage, ref)
+class _Contradiction(Exception):
+    """What the index said of a block disagrees with the chain walked from its head."""
+
+
+def _proven_slices(storage: Storage, head: Multihash, state: DatasetState) -> list[DataSlice]:
+    """The slices the chain names up to ``state``'s block, walked back from ``head`` (the chain's
+    own head): the walk proves that block an ancestor of the head, and the schema and slice
+    count the index gave for it are checked against the blocks walked. Raises
+    :class:`_Contradiction` when they disagree."""
     found: list[DataSlice] = []
-    if state.head is not None:
-        for entry in walk_back(storage, state.head):
-            event = entry.block.event
-            if isinstance(event, AddData | ExecuteTransform) and event.new_data is not None:
-                found.append(event.new_data)
-    found.reverse()
+    schema_seen = False
+    reached = False
+    for entry in walk_back(storage, head):
+        seq = entry.block.sequence_number
+        if not reached:
+            if seq > state.sequence_number:
+                continue
+            if seq != state.sequence_number or entry.hash != state.head:
+                raise _Contradiction(f"block {state.sequence_number} is not {state.head}")
+            reached = True
+        event = entry.block.event
+        if isinstance(event, AddData | ExecuteTransform) and event.new_data is not None:
+            found.append(event.new_data)
+        elif isinstance(event, SetDataSchema) and not schema_seen:
+            schema_seen = True
+            if seq != state.schema_sequence_number or not (
+                state.schema is not None
+                and event.arrow_schema.equals(state.schema, check_metadata=True)
+            ):
+                raise _Contradiction(f"the schema in force is block {seq}'s")
+    if not reached or (not schema_seen and state.schema is not None):
+        raise _Contradiction(f"block {state.sequence_number} is not in the chain")
     if len(found) != state.num_slices:
-        raise IntegrityError(
-            f"the chain up to block {state.sequence_number} names {len(found)} slices, its state "
-            f"counts {state.num_slices}"
-        )
-    return state, found
+        raise _Contradiction(f"{len(found)} slices up to block {state.sequence_number}")
+    found.reverse()
+    return found
+
+
+def slices_at(
+    storage: Storage, ref: Ref = "head", *, verified: bool = False
+) -> tuple[DatasetState, list[DataSlice]]:
+    """The state as of block ``ref`` and the data slices the chain names up to it, oldest
+    first: exactly what a reader of the data as of ``ref`` reads.
+
+    Every block up to ``ref`` may name a slice, so the chain is walked back from its head
+    (each block checked against its hash) through ``ref``'s block to the Seed: what the index
+    said of that block (which block it is, its schema, its slice count) is proved by the walk,
+    never believed. When the walk contradicts the index, the answer comes from a full fold
+    (the index is rebuilt), never from the index."""
+    ref = resolve_ref(storage, ref)
+    head = read_head(storage)
+    state = state_at(storage, ref, verified=verified)
+    try:
+        return state, _proven_slices(storage, head, state)
+    except _Contradiction:
+        state = state_at(storage, ref, verified=True)
+    try:
+        return state, _proven_slices(storage, read_head(storage), state)
+    except _Contradiction as exc:
+        raise IntegrityError(f"{storage.location}: the chain changed while read ({exc})") from None
+
+
+def proven_transactions(storage: Storage, state: DatasetState, app_id: str) -> DatasetState:
+    """``state`` (the head's, as a writer read it) once the chain confirms what it says of
+    ``app_id``'s last transaction version; else the head state of a full fold.
+
+    A writer decides from that version whether to write at all, and a skipped write is data not
+    written, so the version is never taken from a cache: the chain is walked back from the head
+    to the block the state says recorded it (which must record exactly that version), and no
+    block after it may record ``app_id`` again. An app id the state has never seen is proved
+    absent by a walk to the Seed (once per app id: after its first write the walk is short)."""
+    if state.head is None:
+        return state
+    version = state.transactions.get(app_id)
+    where = state.transactions.recorded_at(app_id)
+    for entry in walk_back(storage, state.head):
+        seq = entry.block.sequence_number
+        recorded = recorded_transaction(entry.block.event)
+        if recorded is not None and recorded[0] == app_id:
+            if seq == where and recorded[1] == version:
+                return state
+            break  # a version the state does not know of, or another one where it says
+        if where is not None and seq <= where:
+            break  # the block the state names does not record the app id
+    else:
+        if where is None:
+            return state  # the whole chain walked: never recorded, as the state says
+    return index_read.answer(storage, lambda index: index.head, state.head, verified=True)
 
 
 @dataclass(frozen=True)
@@ -247,12 +317,14 @@ class SchemaChange:
     diff: SchemaDiff | None  # None for the first schema
 
 
-def schema_history(storage: Storage) -> list[SchemaChange]:
+def schema_history(storage: Storage, *, verified: bool = False) -> list[SchemaChange]:
     """Every schema the dataset has had, oldest first, each with its diff from the previous.
-    Reads the SetDataSchema blocks the index lists (each checked), not the whole chain."""
+    Reads the SetDataSchema blocks the index lists (each checked), not the whole chain;
+    ``verified``: from one full fold instead (see :func:`state_at`)."""
     history: list[SchemaChange] = []
     previous: pa.Schema | None = None
-    for entry in index_read.answer(storage, lambda index: index.schema_blocks()):
+    blocks = index_read.answer(storage, lambda index: index.schema_blocks(), verified=verified)
+    for entry in blocks:
         event = entry.block.event
         assert isinstance(event, SetDataSchema)
         schema = event.arrow_schema
@@ -347,6 +419,7 @@ def lineage_at(
     *,
     follow_inputs: bool = True,
     open_input: Callable[[str], Storage] | None = None,
+    verified: bool = False,
 ) -> LineageReplay:
     """The field graph of the dataset as of block ``ref``: every lineage event up to it.
 
@@ -355,13 +428,15 @@ def lineage_at(
     theirs in turn, so upstream and downstream queries cross datasets. A dataset input that
     cannot be opened is listed in ``unreachable``, never fatal: lineage is still answered as
     far as it goes. Each chain is read through its index: the lineage blocks it lists, not
-    the whole chain.
+    the whole chain; ``verified``: each by one full fold instead (see :func:`state_at`).
     """
     from odf_chain.storage import open_storage
 
     opener = open_input or open_storage
     ref = resolve_ref(storage, ref)
-    own, blocks = index_read.answer(storage, lambda index: _lineage_upto(index, ref))
+    own, blocks = index_read.answer(
+        storage, lambda index: _lineage_upto(index, ref), verified=verified
+    )
     if own.dataset_id is None:
         raise NotFoundError(f"{storage.location} has no Seed at that block")
     key = own.dataset_id.to_did()
@@ -391,7 +466,9 @@ def lineage_at(
                     raise NotFoundError("the input names no location")
                 pin = pinned.block_hash
                 other_state, other_blocks = index_read.answer(
-                    opener(pinned.uri), lambda index, pin=pin: _lineage_upto(index, pin)
+                    opener(pinned.uri),
+                    lambda index, pin=pin: _lineage_upto(index, pin),
+                    verified=verified,
                 )
                 other_id = other_state.dataset_id
                 if other_id is None or other_id.to_did() != upstream:

@@ -122,16 +122,18 @@ def schema_path_set(schema: pa.Schema) -> frozenset[str]:
 
 class TransactionVersions(Mapping[str, int]):
     """App id -> the last transaction version the chain records for it (Delta's txnAppId /
-    txnVersion). Immutable and hashable like the rest of the state; one entry per app id, so
-    it grows with the number of jobs, not with the chain."""
+    txnVersion), and where: the sequence number of the block that recorded it, so a writer can
+    prove a version against that block instead of believing a cache (:func:`odf_chain.replay.
+    proven_transactions`). Immutable and hashable like the rest of the state; one entry per app
+    id, so it grows with the number of jobs, not with the chain."""
 
     __slots__ = ("_versions",)
 
-    def __init__(self, versions: Iterable[tuple[str, int]] = ()) -> None:
-        self._versions: dict[str, int] = dict(versions)
+    def __init__(self, versions: Iterable[tuple[str, int, int]] = ()) -> None:
+        self._versions: dict[str, tuple[int, int]] = {a: (v, s) for a, v, s in versions}
 
     def __getitem__(self, app_id: str) -> int:
-        return self._versions[app_id]
+        return self._versions[app_id][0]
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._versions)
@@ -142,12 +144,29 @@ class TransactionVersions(Mapping[str, int]):
     def __hash__(self) -> int:
         return hash(frozenset(self._versions.items()))
 
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, TransactionVersions):
+            return self._versions == other._versions
+        return Mapping.__eq__(self, other)
+
     def __repr__(self) -> str:
         return f"TransactionVersions({self._versions!r})"
 
-    def recorded(self, app_id: str, version: int) -> TransactionVersions:
-        """A copy with ``version`` as the last version of ``app_id``."""
-        return TransactionVersions({**self._versions, app_id: version})
+    def recorded_at(self, app_id: str) -> int | None:
+        """The sequence number of the block that recorded ``app_id``'s last version."""
+        found = self._versions.get(app_id)
+        return None if found is None else found[1]
+
+    def triples(self) -> list[tuple[str, int, int]]:
+        """(app id, version, sequence number) for every app id, in the order first recorded."""
+        return [(a, v, s) for a, (v, s) in self._versions.items()]
+
+    def recorded(self, app_id: str, version: int, sequence_number: int) -> TransactionVersions:
+        """A copy with ``version`` as the last version of ``app_id``, recorded by block
+        ``sequence_number``."""
+        copy = TransactionVersions()
+        copy._versions = {**self._versions, app_id: (version, sequence_number)}
+        return copy
 
 
 NO_TRANSACTIONS = TransactionVersions()
@@ -164,6 +183,12 @@ def transaction_of(event: object) -> Any:
     if isinstance(event, AddData) and isinstance(event.extra, Mapping):
         return event.extra.get(TRANSACTION_KEY)
     return None
+
+
+def recorded_transaction(event: object) -> tuple[str, int] | None:
+    """The well-formed ``(app_id, version)`` an event records, or None (a malformed pair is the
+    rule ``transaction-version``'s to report; the fold keeps only well-formed ones)."""
+    return _well_formed(transaction_of(event))
 
 
 def _well_formed(value: Any) -> tuple[str, int] | None:
@@ -331,9 +356,9 @@ def apply(state: DatasetState, block: MetadataBlock, block_hash: Multihash) -> D
         "sequence_number": block.sequence_number,
         "system_time": block.system_time,
     }
-    recorded = _well_formed(transaction_of(event))
+    recorded = recorded_transaction(event)
     if recorded is not None:  # the version as recorded (verify folds on past violations too)
-        changes["transactions"] = state.transactions.recorded(*recorded)
+        changes["transactions"] = state.transactions.recorded(*recorded, block.sequence_number)
     if state.lineage_pending is not None and not _covers_pending(event):
         # Only in a chain that broke rule lineage-data (verify folds on past violations):
         # report the uncovered offsets once, not again at every later block.

@@ -21,7 +21,7 @@ import pyarrow.fs as pafs
 import pytest
 
 from odf_chain import Dataset, chain
-from odf_chain.errors import ConflictError, OdfChainError, StorageError
+from odf_chain.errors import ConflictError, OdfChainError, RuleViolation, StorageError
 from odf_chain.events import AddData, SetInfo
 from odf_chain.gc import collect_garbage_path
 from odf_chain.storage import FsStorage, LocalStorage
@@ -257,14 +257,32 @@ def test_a_writer_that_loses_the_head_race_removes_what_it_created(tmp_path: Pat
     assert verify_path(root).problems == []
 
 
-def test_a_write_on_a_rolled_back_head_does_not_hide_it(tmp_path: Path) -> None:
+def test_a_write_on_a_rolled_back_head_is_refused_and_the_repair_verifies(tmp_path: Path) -> None:
+    """Issue 20 (6): a write on a head the head log shows rolled back used to be acknowledged,
+    and the repair verify asks for (writing the logged head back) then orphaned it. Writers
+    now refuse, naming the logged head and the repair, and the repair leaves a clean chain."""
     root = _dataset(tmp_path / "ds", writes=3)
     entries = Dataset.open(root).blocks()
+    real = (root / "refs" / "head").read_text()
     (root / "refs" / "head").write_text(str(entries[-3].hash))
-    Dataset.open(root).write(pa.table({"x": [99]}))  # a fork on top of the old head
+    files = sorted(p.name for d in ("blocks", "data") for p in (root / d).iterdir())
+    for write in (
+        lambda ds: ds.write(pa.table({"x": [99]})),
+        lambda ds: ds.append(SetInfo(description="on the old head")),
+    ):
+        with pytest.raises(RuleViolation) as caught:
+            write(Dataset.open(root))
+        assert caught.value.rule == "head-rollback"
+        assert str(entries[-1].hash) in str(caught.value) and "refs/head" in str(caught.value)
+    assert sorted(p.name for d in ("blocks", "data") for p in (root / d).iterdir()) == files
     report = verify_path(root)
     assert [p.rule for p in report.errors] == ["head-rollback"]
     assert str(entries[-1].hash) in report.errors[0].message
+    (root / "refs" / "head").write_text(real)  # the repair verify names
+    assert verify_path(root).ok
+    Dataset.open(root).write(pa.table({"x": [100]}))
+    report = verify_path(root)
+    assert report.ok and not report.errors, [p.line() for p in report.errors]
 
 
 def test_without_a_head_log_rolled_back_data_is_kept_as_descendants(tmp_path: Path) -> None:

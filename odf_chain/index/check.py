@@ -1,12 +1,17 @@
-"""Verify's view of the index: compare it with what verify derived itself, and warn where it lies.
+"""Verify's view of the index: compare it with what verify derived itself, and fail where it lies.
 
 Verify never trusts or writes the index: after its own walk and fold it calls
 :func:`report_index` with the blocks it read, and every entry and snapshot of the index is
-compared with them. A lying index is a warning (readers would detect most of it and rebuild; a
-forgery naming genuine blocks of another branch, or wrong counters, they cannot): rules
-``index-stale`` (it describes a block not in the chain, or more blocks than the chain has;
-an index merely behind the head is no finding: readers catch up) and
-``index-mismatch`` (an entry or snapshot field differs from the chain, or a file is damaged).
+compared with them. Readers take from the index what they cannot prove without a fold (that
+a block it names below the head is an ancestor of the head; counters), so an index that
+*contradicts* the chain is an **error**, ``index-mismatch`` (an entry, list or snapshot field
+that differs from the chain, naming the block, file and fields): a forged index must never
+make a reader answer from another branch while verify passes. What cannot mislead a reader is
+a warning: ``index-damaged`` (a file that fails its checksum, is cut short or cannot be read:
+readers rebuild) and ``index-stale`` (entries or snapshots past the head, a head snapshot of a
+block not in the chain: readers walk from the head and never reach them). An index merely
+behind the head (a crash between a commit and its index update, a writer that does not keep
+the index) is no finding: readers catch up.
 """
 
 from __future__ import annotations
@@ -61,7 +66,7 @@ def report_index(
     try:
         names = storage.list_derived(INDEX_DIR)
     except OdfChainError as exc:
-        add("warning", "index-mismatch", f"the index cannot be listed: {exc}", path=INDEX_DIR)
+        add("warning", "index-damaged", f"the index cannot be listed: {exc}", path=INDEX_DIR)
         return
     if not names:
         return
@@ -76,7 +81,7 @@ def report_index(
             if raw is not None:
                 snapshots[name] = Snapshot.decode(raw, name)
         except (OdfChainError, IndexDamage) as exc:
-            add("warning", "index-mismatch", f"{exc}", path=f"info/{name}")
+            add("warning", "index-damaged", f"{exc}", path=f"info/{name}")
     states = dict(periodic)
     behind = snapshots.get(HEAD_SNAPSHOT)
     if behind is not None and behind.sequence_number < len(entries) - 1:
@@ -103,8 +108,8 @@ def report_index(
         else:
             add(
                 "warning",
-                "index-mismatch",
-                f"{name} describes block {seq}, which is not a snapshot's place",
+                "index-damaged",
+                f"{name} describes block {seq}, which is not a snapshot's place (never read)",
                 sequence_number=seq,
                 path=f"info/{name}",
             )
@@ -130,9 +135,10 @@ def report_index(
             and snapshot.block_hash != entries.hash(seq)
         ):
             add(
-                "warning",
+                "error",
                 "index-mismatch",
-                f"{name} names {snapshot.block_hash}, not block {snapshot.sequence_number}",
+                f"{name} names {snapshot.block_hash}, not block {snapshot.sequence_number} "
+                "of the chain",
                 sequence_number=snapshot.sequence_number,
                 path=f"info/{name}",
             )
@@ -158,8 +164,17 @@ def report_index(
             "is not in this chain: readers rebuild the index",
             path=f"info/{HEAD_SNAPSHOT}",
         )
+    covered = max(
+        (
+            snapshot.sequence_number
+            for snapshot in snapshots.values()
+            if snapshot.sequence_number < len(entries)
+            and snapshot.block_hash == entries.hash(snapshot.sequence_number)
+        ),
+        default=-1,
+    )  # the lists must be whole up to the last block a snapshot of this chain describes
     for name, derived in ((SCHEMA_LIST, schemas), (LINEAGE_LIST, lineage)):
-        _check_list(storage, name, derived, len(entries), add)
+        _check_list(storage, name, derived, len(entries), covered, add)
 
 
 def _compare_snapshot(name: str, stored: Snapshot, derived: Snapshot, add: Add) -> None:
@@ -175,7 +190,7 @@ def _compare_snapshot(name: str, stored: Snapshot, derived: Snapshot, add: Add) 
         ]
     if differ:
         add(
-            "warning",
+            "error",
             "index-mismatch",
             f"{name} (block {derived.sequence_number}) differs from the chain in "
             f"{', '.join(differ)}",
@@ -194,7 +209,7 @@ def _check_table(storage: Storage, entries: WalkedChain, names: list[str], add: 
             raw = storage.read_derived(path, SEGMENT_BYTES) or b""
             table = raw_seq(raw, first, path)
         except (OdfChainError, IndexDamage) as exc:
-            add("warning", "index-mismatch", str(exc), path=f"info/{path}")
+            add("warning", "index-damaged", str(exc), path=f"info/{path}")
             continue
         for seq, moment, hash_bytes in table:
             if seq >= len(entries):
@@ -217,7 +232,7 @@ def _check_table(storage: Storage, entries: WalkedChain, names: list[str], add: 
             if wrong and shown < _SHOWN:
                 shown += 1
                 add(
-                    "warning",
+                    "error",
                     "index-mismatch",
                     f"{path}: the entry of block {seq} has the wrong {' and '.join(wrong)}",
                     sequence_number=seq,
@@ -226,14 +241,19 @@ def _check_table(storage: Storage, entries: WalkedChain, names: list[str], add: 
                 )
 
 
-def _check_list(storage: Storage, name: str, derived: list[Pointer], length: int, add: Add) -> None:
+def _check_list(
+    storage: Storage, name: str, derived: list[Pointer], length: int, covered: int, add: Add
+) -> None:
+    """A list may lack the blocks past ``covered`` (behind, like a head snapshot left behind:
+    readers extend it as they catch up), never name a block of another kind or chain, nor lack
+    one a snapshot relies on."""
     try:
         raw = storage.read_derived(name, MAX_LIST_BYTES)
         if raw is None:
             return
         stored = decode_list(raw, name)
     except (OdfChainError, IndexDamage) as exc:
-        add("warning", "index-mismatch", str(exc), path=f"info/{name}")
+        add("warning", "index-damaged", str(exc), path=f"info/{name}")
         return
     past = [p.sequence_number for p in stored if p.sequence_number >= length]
     if past:
@@ -244,10 +264,13 @@ def _check_list(storage: Storage, name: str, derived: list[Pointer], length: int
             path=f"info/{name}",
         )
         stored = [p for p in stored if p.sequence_number < length]
-    if stored != derived:
+    behind = stored == derived[: len(stored)] and all(
+        p.sequence_number > covered for p in derived[len(stored) :]
+    )
+    if not behind:
         extra = sorted({p.sequence_number for p in stored} ^ {p.sequence_number for p in derived})
         add(
-            "warning",
+            "error",
             "index-mismatch",
             f"{name} does not list exactly the chain's blocks of its kind"
             + (f" (differs at blocks {extra[:_SHOWN]})" if extra else ""),

@@ -514,12 +514,17 @@ def rebuild(storage: Storage, head: Multihash | None = None) -> ChainIndex:
 
 
 def answer(
-    storage: Storage, question: Callable[[ChainIndex], T], head: Multihash | None = None
+    storage: Storage,
+    question: Callable[[ChainIndex], T],
+    head: Multihash | None = None,
+    *,
+    verified: bool = False,
 ) -> T:
     """``question`` asked of the checked index (of the current head, or of ``head``); if the
     index turns out not to be believable on the way (a table entry that does not fit its block,
-    a damaged segment), asked again of a rebuilt one: the answer is always the full fold's."""
-    index = open_index(storage, head)
+    a damaged segment), asked again of a rebuilt one. ``verified``: asked of a rebuilt one
+    straight away (one full fold from the head: nothing the index holds is believed)."""
+    index = rebuild(storage, head) if verified else open_index(storage, head)
     if not index.rebuilt:
         try:
             return question(index)

@@ -52,7 +52,7 @@ _LIST = struct.Struct("<Q34sI")
 SEQ_RECORD_BYTES = _SEQ.size
 LIST_RECORD_BYTES = _LIST.size
 SEGMENT_BYTES = SEGMENT_ENTRIES * SEQ_RECORD_BYTES
-_MAGIC = b"odf-chain-index-snapshot 1 "
+_MAGIC = b"odf-chain-index-snapshot 2 "  # 2: transactions say which block recorded them
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICRO = timedelta(microseconds=1)
 
@@ -243,7 +243,7 @@ class Snapshot:
     num_slices: int = 0
     lineage_pending: tuple[int, Multihash, int, int] | None = None  # seq, hash, start, end
     last_lineage_sequence_number: int | None = None
-    transactions: tuple[tuple[str, int], ...] = field(default=())
+    transactions: tuple[tuple[str, int, int], ...] = field(default=())  # app, version, seq
 
     @classmethod
     def of_state(cls, state: DatasetState, pointers: Pointers) -> Snapshot:
@@ -268,7 +268,7 @@ class Snapshot:
                 pending.uncovered.end,
             ),
             state.last_lineage_sequence_number,
-            tuple(state.transactions.items()),
+            tuple(state.transactions.triples()),
         )
 
     def encode(self) -> bytes:
@@ -330,7 +330,7 @@ class Snapshot:
                     _int(pending[3]),
                 ),
                 None if doc["last_lineage_seq"] is None else _int(doc["last_lineage_seq"]),
-                tuple((_str(a), _int(v, signed=True)) for a, v in doc["transactions"]),
+                tuple((_str(a), _int(v, signed=True), _int(s)) for a, v, s in doc["transactions"]),
             )
         except (ValueError, TypeError, KeyError, IndexError, AttributeError, FormatError) as exc:
             problem = f"{type(exc).__name__}: {exc}"

@@ -80,7 +80,7 @@ from odf_chain.errors import NotFoundError, OdfChainError, SchemaError, StorageE
 from odf_chain.events import AddFieldLineage, LineageRun, OffsetInterval, SetDataSchema
 from odf_chain.format.multihash import BLAKE3, Multihash
 from odf_chain.lineage.recorder import LineageRecorder
-from odf_chain.replay import settle_lineage, slices_at
+from odf_chain.replay import proven_transactions, settle_lineage, slices_at
 from odf_chain.schema.convert import AVRO_SCHEMA_KEY, avro_to_arrow
 from odf_chain.schema.evolution import check_new_columns
 from odf_chain.slice_writer import SliceSpec, slice_schema
@@ -652,6 +652,9 @@ def write(
         state = seed.after if seed is not None else dataset.refresh()
         if _check_state is not None:  # ingest_files: were its inputs ingested meanwhile?
             _check_state(dataset, state)
+        chain.check_not_rolled_back(storage, state)  # before any job (commit checks again)
+        if transaction is not None and seed is None:  # never a cache's decision to skip
+            state = proven_transactions(storage, state, transaction[0])
         if transaction is not None and rules.transaction_recorded(state, *transaction):
             return IngestResult(
                 path, 0, 0, 0, [], state.head, timings, skipped_transaction=transaction

@@ -210,6 +210,10 @@ class Storage(Protocol):
     # head
     def read_head(self) -> str | None: ...
     def read_head_log(self) -> list[HeadMove]: ...
+    def logged_head(self) -> str | None:
+        """The head the head log's last complete line moved to (None: no log, or no line),
+        read cheaply: what a writer checks before it moves the head."""
+
     def compare_and_swap_head(
         self,
         expected: str | None,

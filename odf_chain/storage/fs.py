@@ -572,6 +572,9 @@ class FsStorage:
     def read_head_log(self) -> list[HeadMove]:
         return parse_head_log(self._head_log_bytes(), self._join(HEAD_LOG))
 
+    def logged_head(self) -> str | None:
+        return logged_head(last_complete_line(self._head_log_bytes()))
+
     @property
     def locks_head(self) -> bool:
         return False

@@ -972,6 +972,24 @@ class LocalStorage:
             raise _storage_error(exc, "read", path) from exc
         return parse_head_log(data, str(path))
 
+    def logged_head(self) -> str | None:
+        """The last logged head, from the log's last few KiB (never the whole log)."""
+        path = self._root / HEAD_LOG
+        try:
+            fd = self._open_regular(HEAD_LOG)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise _storage_error(exc, "read", path) from exc
+        try:
+            size = os.fstat(fd).st_size
+            tail = os.pread(fd, min(size, _LOG_TAIL), size - min(size, _LOG_TAIL))
+        except OSError as exc:
+            raise _storage_error(exc, "read", path) from exc
+        finally:
+            os.close(fd)
+        return logged_head(last_complete_line(tail))
+
     @property
     def locks_head(self) -> bool:
         return True
