@@ -53,6 +53,11 @@ REF_HELP = (
     "prints), a sequence number or an ISO-8601 time (the last block at or before it)"
 )
 
+VERIFIED_HELP = (
+    "answer from one full fold of the chain walked back from its head, taking nothing from the "
+    "derived index (slower: O(chain length))"
+)
+
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_ERROR = 2
@@ -129,7 +134,7 @@ def _print_fields(fields: list[FieldInfo]) -> None:
 
 
 def cmd_fields(args: argparse.Namespace) -> int:
-    state = Dataset.open(args.dir).state_at(args.at)
+    state = Dataset.open(args.dir).state_at(args.at, verified=args.verified)
     fields = state.fields
     if args.json:
         _print_json(
@@ -155,8 +160,8 @@ def cmd_schema(args: argparse.Namespace) -> int:
         raise UsageError("usage: odf-chain schema DIR [--at REF] | schema check OLD NEW")
     directory = args.target[0]
     if args.history:
-        return _schema_history(directory, args.json)
-    state = Dataset.open(directory).state_at(args.at)
+        return _schema_history(directory, args.json, args.verified)
+    state = Dataset.open(directory).state_at(args.at, verified=args.verified)
     if args.json:
         _print_json(state_to_jsonable(state))
         return EXIT_OK
@@ -169,8 +174,8 @@ def cmd_schema(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _schema_history(directory: str, as_json: bool) -> int:
-    history = Dataset.open(directory).schema_history()
+def _schema_history(directory: str, as_json: bool, verified: bool) -> int:
+    history = Dataset.open(directory).schema_history(verified=verified)
     if as_json:
         _print_json(
             [
@@ -453,9 +458,12 @@ def cmd_lineage(args: argparse.Namespace) -> int:
     direction = "upstream" if args.upstream else "downstream" if args.downstream else None
     depth = _lineage_depth(args.depth) if direction else None
     dataset = Dataset.open(args.dir)
-    state = dataset.state_at(args.at)
+    state = dataset.state_at(args.at, verified=args.verified)
     view = lineage_view.LineageView.build(
-        dataset.lineage(state.head), dataset.location, state.sequence_number, str(state.head)
+        dataset.lineage(state.head, verified=args.verified),
+        dataset.location,
+        state.sequence_number,
+        str(state.head),
     )
     field = None if args.field is None else view.field(args.field, args.dataset)
 
@@ -658,6 +666,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     schema.add_argument("target", nargs="+", metavar="DIR | check OLD NEW")
     schema.add_argument("--at", default="head", metavar="REF", help=REF_HELP)
+    schema.add_argument("--verified", action="store_true", help=VERIFIED_HELP)
     schema.add_argument("--history", action="store_true", help="every SetDataSchema with its diff")
     schema.add_argument("--table", help="which table of DataMine documents (check)")
     schema.add_argument("--json", action="store_true", help="machine-readable output")
@@ -668,6 +677,7 @@ def build_parser() -> argparse.ArgumentParser:
         "dir", help="dataset directory or pyarrow.fs URI (s3://..., gs://..., hdfs://...)"
     )
     fields.add_argument("--at", default="head", metavar="REF", help=REF_HELP)
+    fields.add_argument("--verified", action="store_true", help=VERIFIED_HELP)
     fields.add_argument("--json", action="store_true", help="paths, types and nullability as JSON")
     fields.set_defaults(run=cmd_fields)
 
@@ -789,6 +799,7 @@ def build_parser() -> argparse.ArgumentParser:
         "field", nargs="?", metavar="FIELD", help="a plain name (total, address.city) or a v2 path"
     )
     lineage.add_argument("--at", default="head", metavar="REF", help=REF_HELP)
+    lineage.add_argument("--verified", action="store_true", help=VERIFIED_HELP)
     lineage.add_argument(
         "--dataset",
         metavar="NAME",
