@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, NoReturn
 from odf_chain.dataset import Dataset
 from odf_chain.errors import NotFoundError, OdfChainError, SchemaError
 from odf_chain.format.multihash import BLAKE3, SHA3_256
-from odf_chain.gc import DEFAULT_MIN_AGE, collect_garbage_path
+from odf_chain.gc import DEFAULT_MIN_AGE, check_min_age, collect_garbage_path
 from odf_chain.index.read import check_index
 from odf_chain.receipt import write_receipt
 from odf_chain.schema.evolution import check_evolution, diff_schemas
@@ -566,6 +566,17 @@ def _block_count(text: str) -> int:
     return count
 
 
+def _seconds(text: str) -> float:
+    """A ``--min-age``: float() also takes 'nan', 'inf' and negative numbers, which no age
+    is."""
+    try:
+        return check_min_age(float(text))
+    except (ValueError, OdfChainError):
+        raise argparse.ArgumentTypeError(
+            f"expected a number of seconds (0 or more), not {text!r}"
+        ) from None
+
+
 def _command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace):
     """The parser of the (sub)command ``args`` chose: the one whose --help explains it."""
     for action in parser._actions:
@@ -740,7 +751,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     gc.add_argument(
         "--min-age",
-        type=float,
+        type=_seconds,
         default=DEFAULT_MIN_AGE,
         metavar="SECONDS",
         help=f"only remove leftovers at least this old (default {DEFAULT_MIN_AGE:g})",

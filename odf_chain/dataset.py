@@ -290,10 +290,17 @@ class Dataset:
         """Append ``table`` as one Parquet slice (or several, see ``target_slice_bytes``);
         return the blocks appended.
 
-        ``table`` is a pyarrow Table, RecordBatch or RecordBatchReader, a pandas DataFrame (its
-        index is not kept), or anything that speaks the Arrow C stream interface
+        ``table`` is a pyarrow Table, RecordBatch or RecordBatchReader, a pandas DataFrame, or
+        anything that speaks the Arrow C stream interface
         (``__arrow_c_stream__``: polars DataFrames, DuckDB results, ...); it is read whole into
         memory. Anything else is an :class:`OdfChainError` naming what was given.
+
+        A pandas DataFrame's named index (``df.groupby("k").sum()``'s ``k``, a MultiIndex's
+        levels, a named RangeIndex) becomes columns after the others, as pyarrow stores it; an
+        unnamed RangeIndex (row positions) is dropped. Any other unnamed index (left by a
+        filter or a sort) is refused rather than guessed at, as is an index named like a
+        column: name it (``df.rename_axis("row")``) or drop it
+        (``df.reset_index(drop=True)``).
 
         ``evolve``: allow columns (or struct fields) the schema in force lacks; without it such
         a write raises :class:`NewColumnsError` naming them, before any file is written (a
@@ -432,6 +439,45 @@ class Dataset:
         return self._commit(*blocks, created_data=created)
 
 
+def _from_pandas(frame: Any) -> pa.Table:
+    """A pandas DataFrame as Arrow, its index kept as columns the way pyarrow keeps it.
+
+    A named index (``df.groupby("k").sum()``'s ``k``, each named level of a MultiIndex) is
+    data: it becomes columns after the others, under its names, as ``Table.from_pandas`` and
+    ``to_parquet`` store it. Dropping it lost the group key, and the next write holding ``k``
+    was refused as a new column. A named RangeIndex is kept too (pyarrow would keep it only as
+    pandas metadata, which slices do not carry): the user named it.
+
+    An unnamed RangeIndex is row positions, not data: dropped (pyarrow keeps no column for it
+    either). Any other unnamed index (left by a filter, a sort, ``index=[...]``) is refused, as
+    is an index named like a column: pyarrow would store them as ``__index_level_0__`` columns,
+    a name nobody chose that would then stay in the dataset's schema; whether such an index is
+    data only its owner knows."""
+    import pandas as pd  # the caller has it: it gave a DataFrame
+
+    index = frame.index
+    names = list(index.names)
+    if isinstance(index, pd.RangeIndex) and names == [None]:
+        return pa.Table.from_pandas(frame, preserve_index=False)
+    what = "index" if len(names) == 1 else "MultiIndex"
+    for level, name in enumerate(names):
+        where = "" if len(names) == 1 else f"level {level} of "
+        if name is None:
+            kind = "" if len(names) > 1 else " and is no RangeIndex (as a filter or a sort left)"
+            raise OdfChainError(
+                f"Dataset.write: {where}the DataFrame's {what} has no name{kind}: name it "
+                "to keep it as a column (df.rename_axis(...)), or drop it "
+                "(df.reset_index(drop=True))"
+            )
+        if str(name) in {str(column) for column in frame.columns}:
+            raise OdfChainError(
+                f"Dataset.write: {where}the DataFrame's {what} is named {name!r}, as a column "
+                "is: rename one of them (df.rename_axis(...)), or drop the index "
+                "(df.reset_index(drop=True))"
+            )
+    return pa.Table.from_pandas(frame, preserve_index=True)
+
+
 def as_arrow_table(data: Any) -> pa.Table:
     """``data`` as a pyarrow Table (see :meth:`Dataset.write` for what is taken)."""
     if isinstance(data, pa.Table):
@@ -443,7 +489,7 @@ def as_arrow_table(data: Any) -> pa.Table:
     kind = type(data)
     try:
         if kind.__module__.split(".")[0] == "pandas" and kind.__name__ == "DataFrame":
-            return pa.Table.from_pandas(data, preserve_index=False)
+            return _from_pandas(data)
         if hasattr(data, "__arrow_c_stream__"):
             return pa.table(data)
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:

@@ -30,6 +30,8 @@ What makes it safe, in the order it is checked:
 from __future__ import annotations
 
 import contextlib
+import math
+import numbers
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -119,7 +121,9 @@ def collect_garbage(
     ``single_writer``: the caller guarantees that nothing writes to the dataset meanwhile;
     needed for a ``min_age`` below the default on a backend without a head lock.
     """
-    if not storage.locks_head and min_age < DEFAULT_MIN_AGE and not single_writer:
+    check_min_age(min_age)
+    # written so that a NaN, were one to get here, fails the guard instead of passing it
+    if not storage.locks_head and not (min_age >= DEFAULT_MIN_AGE) and not single_writer:
         raise OdfChainError(
             f"{storage.location}: this storage has no lock that stops writers, so gc keeps "
             f"leftovers younger than {DEFAULT_MIN_AGE:g} s; pass --single-writer "
@@ -133,6 +137,24 @@ def collect_garbage(
             result.removed + again.removed, again.kept, result.bytes_freed + again.bytes_freed
         )
     return result
+
+
+def check_min_age(min_age: object) -> float:
+    """``min_age`` if it is a finite number of seconds, 0 or more; else an OdfChainError.
+
+    Every comparison with a NaN is false, so ``age < min_age`` would call every leftover old
+    and ``min_age < DEFAULT_MIN_AGE`` would let it past the object-store guard; an infinite or
+    negative age is no age a user means either."""
+    if (
+        isinstance(min_age, bool)
+        or not isinstance(min_age, numbers.Real)
+        or not math.isfinite(min_age)
+        or min_age < 0
+    ):
+        raise OdfChainError(
+            f"gc's minimum age must be a finite number of seconds, 0 or more, not {min_age!r}"
+        )
+    return float(min_age)
 
 
 def _pass(storage: Storage, *, min_age: float, dry_run: bool, discard: set[str]) -> GcReport:
@@ -170,7 +192,7 @@ def _pass(storage: Storage, *, min_age: float, dry_run: bool, discard: set[str])
             info = storage.entry_info(path)
             if info is None:  # gone meanwhile (a writer's own cleanup)
                 continue
-            if rule != "discard" and now - info.mtime < min_age:
+            if rule != "discard" and not (now - info.mtime >= min_age):
                 kept.append(Kept(path, YOUNG))
                 continue
             staged = rule == "staging-leftover"

@@ -292,6 +292,8 @@ def check_key_path(path: str | Path, dataset_root: Path | None) -> Path:
     directory, and outside the dataset (``dataset_root``; None for a remote dataset), since
     anyone who can read or copy the dataset would then hold the key that signs for it."""
     path = Path(path)
+    if "\0" in str(path):  # os.path's functions would raise ValueError
+        raise StorageError(f"key file {str(path)!r}: a path cannot hold a NUL byte")
     if dataset_root is not None:
         key = Path(os.path.realpath(path))
         root = Path(os.path.realpath(dataset_root))

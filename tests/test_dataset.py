@@ -677,7 +677,10 @@ def test_write_takes_what_speaks_arrow_and_names_what_does_not(tmp_path: Path) -
     ds.write(pa.record_batch({"id": [2], "name": ["b"]}, schema=schema))
     third = pa.record_batch([[3], ["c"]], schema=schema)
     ds.write(pa.RecordBatchReader.from_batches(schema, [third]))
-    ds.write(pd.DataFrame({"id": [4, 5], "name": ["d", "e"]}, index=[10, 11]))
+    labelled = pd.DataFrame({"id": [4, 5], "name": ["d", "e"]}, index=[10, 11])
+    with pytest.raises(OdfChainError, match="index has no name"):  # tests/test_pandas_index.py
+        ds.write(labelled)
+    ds.write(labelled.reset_index(drop=True))
     ds.write(Stream(pa.table({"id": [6], "name": ["f"]}, schema=schema)))
     before = ds.refresh().head
     with pytest.raises(SchemaError, match=r"DataFrame as Arrow data: .*name"):

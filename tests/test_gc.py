@@ -9,10 +9,11 @@ import time
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pytest
 
 from odf_chain import Dataset, OdfChainError
-from odf_chain.gc import collect_garbage_path
+from odf_chain.gc import collect_garbage, collect_garbage_path
 from tests.cli_run import run_main
 from tests.conftest import snapshot_tree
 
@@ -136,3 +137,54 @@ def test_a_staged_file_a_live_writer_holds_is_never_taken(dataset: Path) -> None
     writer._release(staged)  # the writer dies or gives up: the claim goes with its descriptor
     report = collect_garbage_path(dataset, min_age=0)
     assert name in report.removed and not staged.exists()
+
+
+NOT_AN_AGE = [float("nan"), float("inf"), float("-inf"), -5, -0.5, "600", None, True]
+
+
+@pytest.mark.parametrize("min_age", NOT_AN_AGE, ids=repr)
+def test_a_minimum_age_that_is_no_age_is_refused(dataset: Path, min_age: object) -> None:
+    """A NaN minimum age made every leftover old (every comparison with NaN is false), an
+    infinite or negative one means nothing: refused before anything is looked at."""
+    leftovers = _leave_leftovers(dataset)  # young: any real minimum age above 0 keeps them
+    before = snapshot_tree(dataset)
+    for dry_run in (False, True):
+        with pytest.raises(OdfChainError, match="finite number of seconds, 0 or more"):
+            collect_garbage_path(dataset, min_age=min_age, dry_run=dry_run)
+    assert snapshot_tree(dataset) == before
+    assert all((dataset / p).exists() for p in leftovers)
+
+
+@pytest.mark.parametrize("min_age", [float("nan"), float("inf"), -5.0, 0, 10], ids=repr)
+def test_a_store_without_a_lock_keeps_young_leftovers_whatever_the_minimum_age(
+    min_age: float,
+) -> None:
+    """On a store without a head lock only the single-writer word lets gc below the default
+    age; a NaN once passed that guard and removed a young orphan slice and staged file."""
+    ds = Dataset.create("bucket/ds", filesystem=pafs._MockFileSystem(), single_writer=True)
+    ds.write(pa.table({"x": [1, 2]}))
+    storage = ds.storage
+    fs = storage.filesystem
+    young = [f"data/f1e20{'ab' * 32}", ".staging/data.abandoned.parquet"]
+    for path in young:
+        with fs.open_output_stream(storage.fs_path(path)) as out:
+            out.write(b"left by a writer that may still be running")
+    with pytest.raises(OdfChainError, match=r"finite number|no lock.*--single-writer"):
+        collect_garbage(storage, min_age=min_age)
+    assert all(fs.get_file_info(storage.fs_path(p)).is_file for p in young)
+    assert sorted(collect_garbage(storage).kept_young) == sorted(young)
+
+
+@pytest.mark.parametrize("text", ["nan", "NaN", "inf", "-inf", "-5", "1e400", "ten"])
+def test_cli_gc_refuses_a_minimum_age_that_is_no_age(dataset: Path, text: str) -> None:
+    leftovers = _leave_leftovers(dataset)
+    for relative in leftovers:
+        _age(dataset / relative, 7200)  # old enough for any real minimum age
+    before = snapshot_tree(dataset)
+    run = run_main(["gc", dataset, f"--min-age={text}"])  # "-inf" alone reads as an option
+    assert run.returncode == 2 and run.stdout == "" and "Traceback" not in run.stderr
+    error, hint = run.stderr.splitlines()
+    assert error.startswith("odf-chain gc: error: argument --min-age: ")
+    assert f"not {text!r}" in error and "0 or more" in error
+    assert hint == "try: odf-chain gc --help"
+    assert snapshot_tree(dataset) == before

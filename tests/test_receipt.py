@@ -6,9 +6,11 @@ would run them (tests/cli_run.py)."""
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -17,9 +19,10 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from cryptography.hazmat.primitives.asymmetric import rsa
+from cryptography.hazmat.primitives.asymmetric import ec, rsa, x25519
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import (
+    BestAvailableEncryption,
     Encoding,
     NoEncryption,
     PrivateFormat,
@@ -32,6 +35,7 @@ from odf_chain.errors import FormatError, NotFoundError, OdfChainError, StorageE
 from odf_chain.format.did import DatasetId, generate_key, key_to_pem
 from odf_chain.format.multihash import Multihash
 from odf_chain.receipt import (
+    MAX_KEY_BYTES,
     MAX_RECEIPT_BYTES,
     Receipt,
     check_receipts,
@@ -499,6 +503,98 @@ def test_bad_key_files(tmp_path: Path) -> None:
     with pytest.raises(NotFoundError, match="no such file"):
         load_key(tmp_path / "missing.pem")
     assert load_key_round_trip()
+
+
+def _pkcs8_pem(oid: bytes, key: bytes) -> bytes:
+    """A PKCS#8 PEM of the algorithm ``oid`` (its DER content octets) holding ``key`` as
+    given, whatever length that algorithm's keys have: built by hand, as a fuzzer would."""
+
+    def der(tag: int, body: bytes) -> bytes:
+        assert len(body) < 128  # short-form lengths are all these keys need
+        return bytes([tag, len(body)]) + body
+
+    algorithm = der(0x30, der(0x06, oid))
+    info = der(0x30, der(0x02, b"\x00") + algorithm + der(0x04, der(0x04, key)))
+    armored = base64.encodebytes(info)
+    return b"-----BEGIN PRIVATE KEY-----\n" + armored + b"-----END PRIVATE KEY-----\n"
+
+
+X448, ED25519 = b"\x2b\x65\x6f", b"\x2b\x65\x70"  # 1.3.101.111, 1.3.101.112
+
+
+def _pem(key) -> bytes:
+    return key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption())
+
+
+BAD_KEY_FILES = {
+    # OpenSSL refuses to set these up: cryptography raised InternalError ("internal error")
+    "x448-32-bytes.pem": (lambda: _pkcs8_pem(X448, bytes(range(32))), "cannot be loaded"),
+    "ed25519-16-bytes.pem": (lambda: _pkcs8_pem(ED25519, bytes(16)), "cannot be loaded"),
+    "ed25519-33-bytes.pem": (lambda: _pkcs8_pem(ED25519, bytes(33)), "cannot be loaded"),
+    "ec.pem": (lambda: _pem(ec.generate_private_key(ec.SECP256R1())), "not an ed25519"),
+    "x25519.pem": (lambda: _pem(x25519.X25519PrivateKey.generate()), "not an ed25519"),
+    "public.pem": (
+        lambda: (
+            generate_key()
+            .public_key()
+            .public_bytes(Encoding.PEM, PublicFormat.SubjectPublicKeyInfo)
+        ),
+        "not a PEM private key",
+    ),
+    "garbage-base64.pem": (
+        lambda: b"-----BEGIN PRIVATE KEY-----\n!!not*base64~~\n-----END PRIVATE KEY-----\n",
+        "not a PEM private key",
+    ),
+    "random-der.pem": (
+        lambda: (
+            b"-----BEGIN PRIVATE KEY-----\n"
+            + base64.encodebytes(bytes(range(7, 71)))
+            + b"-----END PRIVATE KEY-----\n"
+        ),
+        "not a PEM private key",
+    ),
+    "empty.pem": (lambda: b"", "not a PEM private key"),
+    "binary.pem": (lambda: bytes(range(256)), "not a PEM private key"),
+    "encrypted.pem": (
+        lambda: generate_key().private_bytes(
+            Encoding.PEM, PrivateFormat.PKCS8, BestAvailableEncryption(b"secret")
+        ),
+        "encrypted",
+    ),
+    "huge.pem": (lambda: b"#" * (MAX_KEY_BYTES + 1), "more than a key file can be"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_KEY_FILES))
+def test_a_key_file_that_holds_no_usable_key_is_named(tmp_path: Path, name: str) -> None:
+    """Whatever is in a key file, loading it raises an OdfChainError naming it: the X448 PEM of
+    32 bytes (found by fuzzing) made cryptography raise InternalError, an internal error."""
+    make, fragment = BAD_KEY_FILES[name]
+    path = tmp_path / name
+    path.write_bytes(make())
+    with pytest.raises(OdfChainError, match=f"^key file {path}: ") as info:
+        load_key(path)
+    assert fragment in str(info.value)
+
+
+def test_a_key_file_that_is_no_file_is_named(tmp_path: Path) -> None:
+    with pytest.raises(StorageError, match=rf"^key file {tmp_path}: not a regular file \(a dir"):
+        load_key(tmp_path)
+    nul = re.escape("key file 'k\\x00.pem': a path cannot hold a NUL byte")
+    with pytest.raises(StorageError, match=nul):
+        load_key("k\0.pem")
+    with pytest.raises(StorageError, match=nul):
+        Dataset.create(tmp_path / "ds", key_file="k\0.pem")
+    assert not (tmp_path / "ds").exists()
+
+
+@pytest.mark.parametrize("name", ["x448-32-bytes.pem", "ec.pem", "empty.pem", "huge.pem"])
+def test_cli_bad_key_files_are_one_line(built: Built, tmp_path: Path, name: str) -> None:
+    path = tmp_path / name
+    path.write_bytes(BAD_KEY_FILES[name][0]())
+    one_line_error(cli("receipt", built.root, "--key-file", path), f"key file {path}: ")
+    one_line_error(cli("receipt", built.root, "--key-file", tmp_path), f"key file {tmp_path}: ")
+    assert not list(tmp_path.glob("*.json"))
 
 
 def load_key_round_trip() -> bool:

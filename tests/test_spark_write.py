@@ -6,6 +6,7 @@ trusts what ``write`` says it did.
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -678,3 +679,38 @@ def test_a_job_run_by_the_venv_python_without_activation(tmp_path):
     assert done.stdout.strip().endswith("rows 100 slices 1")
     _rows_once(tmp_path / "ds", 100)
     check_clean(tmp_path / "ds")
+
+
+def test_what_is_no_spark_dataframe_is_refused_in_one_line(spark, tmp_path):
+    """write takes a Spark DataFrame. A pandas-on-Spark one (pyspark.pandas) is refused
+    naming its type and the conversion that keeps its index (to_spark(index_col=...)); so is
+    a pandas one, and anything else: before anything is created, never as an AttributeError."""
+    import pandas as pd
+    import pyspark.pandas as ps
+
+    from odf_chain.errors import OdfChainError
+
+    sales = pd.DataFrame({"k": ["a", "b", "a"], "amount": [1, 2, 3]})
+    summed = ps.from_pandas(sales).groupby("k").sum()
+    target = tmp_path / "ds"
+    with pytest.raises(OdfChainError) as info:
+        write(summed, target, create=True)
+    line = str(info.value)
+    assert "\n" not in line
+    assert "pyspark.pandas.frame.DataFrame" in line and "to_spark(index_col=" in line
+    # what the message says to do keeps the key
+    write(summed.to_spark(index_col="k"), target, create=True)
+    assert sorted(Dataset.open(target).to_table(columns=["k", "amount"]).to_pylist(), key=str) == [
+        {"k": "a", "amount": 4},
+        {"k": "b", "amount": 2},
+    ]
+    before = snapshot_tree(target)
+    for given, fragment in (
+        (sales.groupby("k").sum(), "pandas.core.frame.DataFrame"),
+        ([("a", 1)], "builtins.list"),
+    ):
+        with pytest.raises(OdfChainError, match=re.escape(fragment)):
+            write(given, target)
+        with pytest.raises(OdfChainError, match=re.escape(fragment)):
+            write(given, tmp_path / "new", create=True)
+    assert snapshot_tree(target) == before and not (tmp_path / "new").exists()

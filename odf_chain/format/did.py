@@ -105,15 +105,28 @@ def key_to_pem(key: Ed25519PrivateKey) -> bytes:
 
 
 def key_from_pem(data: bytes, source: str) -> Ed25519PrivateKey:
-    """The ed25519 private key in PEM ``data``; ``source`` names the file in errors."""
+    """The ed25519 private key in PEM ``data``; ``source`` names the file in errors.
+
+    The bytes are the user's, anything at all: besides its documented ValueError, TypeError and
+    UnsupportedAlgorithm, cryptography raises InternalError for keys OpenSSL will not set up (a
+    PEM labelled X448 or Ed25519 with a key of the wrong length), and no list of its
+    exceptions is promised. So whatever it raises is this file's fault, said as one
+    FormatError. RSA keys are not validated (that costs time, and any RSA key is refused)."""
     try:
-        key = load_pem_private_key(data, password=None)
+        key = load_pem_private_key(data, password=None, unsafe_skip_rsa_key_validation=True)
     except TypeError:  # cryptography's way of saying "this one is encrypted"
         raise FormatError(
             f"key file {source}: the key is encrypted; odf_chain reads unencrypted PKCS#8 PEM"
         ) from None
     except (ValueError, UnsupportedAlgorithm):
         raise FormatError(f"key file {source}: not a PEM private key") from None
+    except Exception as exc:  # see above: the file's fault, whatever the type
+        # (InternalError's own message blames "another library": no help to the user)
+        raise FormatError(
+            f"key file {source}: holds a private key that cannot be loaded "
+            f"(cryptography: {type(exc).__name__}); odf_chain reads unencrypted PKCS#8 PEM "
+            "ed25519 keys"
+        ) from None
     if not isinstance(key, Ed25519PrivateKey):
         raise FormatError(
             f"key file {source}: holds a {type(key).__name__.lstrip('_')}, "

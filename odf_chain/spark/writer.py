@@ -567,6 +567,29 @@ def _size_slices(
     return df, counts, records_per_file(counts, per_row, target)
 
 
+def _refuse_what_is_no_spark_dataframe(df: object) -> None:
+    """``write`` takes a Spark DataFrame (classic or Connect) and nothing else, refused in one
+    line before anything is opened: a pandas-on-Spark DataFrame would otherwise fail on its
+    first attribute, and converting it for the caller would have to guess its index's fate
+    (``to_spark()`` drops it), the loss a named index must not suffer."""
+    from pyspark.sql import DataFrame
+
+    if isinstance(df, DataFrame):
+        return
+    kind = type(df)
+    name = f"{kind.__module__}.{kind.__qualname__}"
+    if kind.__module__.split(".")[:2] == ["pyspark", "pandas"]:
+        how = (
+            "convert it with df.to_spark(index_col=...) (a column name, a list of them for a "
+            "MultiIndex) to keep its index as columns, or df.to_spark() to drop the index"
+        )
+    elif kind.__module__.split(".")[0] in ("pandas", "polars", "pyarrow"):
+        how = "write it with Dataset.write, or convert it with spark.createDataFrame(...)"
+    else:
+        how = "convert it with spark.createDataFrame(...)"
+    raise OdfChainError(f"spark.write takes a Spark DataFrame, not a {name}: {how}")
+
+
 @storage_failures
 def write(
     df,
@@ -588,7 +611,8 @@ def write(
     _check_state: Callable[[Dataset, DatasetState], None] | None = None,
 ) -> IngestResult:
     """Append a Spark DataFrame to ``dataset`` (a path, a ``pyarrow.fs`` URI such as
-    ``s3://bucket/sales``, or an open :class:`Dataset`) as Parquet slices.
+    ``s3://bucket/sales``, or an open :class:`Dataset`) as Parquet slices. A pandas-on-Spark
+    DataFrame is refused in one line: ``df.to_spark(index_col=...)`` keeps its index as columns.
 
     ``event_time`` names the column holding event times (default: the vocabulary's
     ``event_time`` column if present, else the transaction's system time). ``source`` is
@@ -635,6 +659,7 @@ def write(
     """
     from pyspark import StorageLevel
 
+    _refuse_what_is_no_spark_dataframe(df)
     use_this_python(df.sparkSession)
     if transaction is not None:  # refused before anything is opened or created
         transaction = rules.transaction_argument(transaction)

@@ -55,6 +55,8 @@ def open_regular(path: str | Path, what: str) -> int:
         raise NotFoundError(f"{what} {path}: no such file") from None
     except OSError as exc:
         raise StorageError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+    except ValueError:  # a NUL byte, which no path can hold (os.open's ValueError)
+        raise StorageError(f"cannot read {what} {path!r}: a path cannot hold a NUL byte") from None
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
         os.close(fd)
