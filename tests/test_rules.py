@@ -517,7 +517,9 @@ def test_disabling_sources_that_are_not_there_is_accepted() -> None:
     c.add(DisablePollingSource())
     c.add(AddPushSource(source_name="kafka"))
     c.add(DisablePushSource(source_name="kafka"))
-    c.add(DisablePushSource(source_name="kafka"))
+    c.add(SetPollingSource())
+    c.add(DisablePollingSource())
+    c.add(DisablePollingSource())
     assert c.state.push_sources == frozenset() and not c.state.polling_source
 
 
