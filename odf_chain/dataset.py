@@ -16,7 +16,13 @@ import pyarrow.fs as pafs
 
 from odf_chain import chain, replay, rules, slice_writer, slices
 from odf_chain.chain import BlockEntry
-from odf_chain.errors import NotFoundError, OdfChainError, SchemaError, StorageError
+from odf_chain.errors import (
+    NotFoundError,
+    OdfChainError,
+    RuleViolation,
+    SchemaError,
+    StorageError,
+)
 from odf_chain.events import (
     MetadataEvent,
     OffsetInterval,
@@ -286,6 +292,7 @@ class Dataset:
         evolve: bool = False,
         transaction: tuple[str, int] | None = None,
         target_slice_bytes: int | None = None,
+        event_time: str | None = None,
     ) -> list[BlockEntry]:
         """Append ``table`` as one Parquet slice (or several, see ``target_slice_bytes``);
         return the blocks appended.
@@ -322,6 +329,14 @@ class Dataset:
         target, a new slice begins at the first row group (1 Mi rows) at or past it, each slice
         with its own AddData, offsets contiguous, all in the same move of the head.
 
+        ``event_time``: the column holding event times (timestamps or dates). It keeps its
+        name: on a dataset without a schema, a SetVocab naming it as the event time column is
+        appended first, in the same transaction; a dataset whose vocabulary already names it
+        needs none; a dataset whose schema is set with another event time column refuses it
+        (rule ``vocab-before-schema``), before any file is written. Without it, the column the
+        vocabulary names (``event_time`` by default) is the event time; a table without that
+        column gets the transaction's system time there.
+
         Adds the system columns; when the slice's schema differs from the one in force,
         prepares a SetDataSchema and checks it by the evolution rules *before* writing any
         file; writes the slice in one pass (:mod:`odf_chain.slice_writer`: hashed as written,
@@ -346,6 +361,13 @@ class Dataset:
             if rules.transaction_recorded(state, *transaction):
                 return []
         system_time = chain.now(state.system_time)
+        if event_time is not None and event_time not in table.schema.names:
+            raise SchemaError(f"event time column {event_time!r} is not in the table")
+        vocab_block = event_time_block(
+            state, event_time, system_time=system_time, location=self.location
+        )
+        if vocab_block is not None:
+            state = vocab_block.after
         source = table.replace_schema_metadata(slices.own_metadata(table.schema))
         columns = zip(source.schema.names, source.columns, strict=True)
         schema = slice_writer.slice_schema(
@@ -401,7 +423,7 @@ class Dataset:
                 ) from exc
             except pa.ArrowException as exc:
                 raise SchemaError(f"cannot write the slice as Parquet: {exc}") from None
-            blocks = [] if schema_block is None else [schema_block]
+            blocks = [b for b in (vocab_block, schema_block) if b is not None]
             if lineage is not None:  # ... and recorded as ending when its slices are written
                 run = replace(settled_lineage.run, ended_at=chain.now(system_time))
                 blocks.append(
@@ -476,6 +498,39 @@ def _from_pandas(frame: Any) -> pa.Table:
                 "(df.reset_index(drop=True))"
             )
     return pa.Table.from_pandas(frame, preserve_index=True)
+
+
+def event_time_block(
+    state: DatasetState,
+    column: str | None,
+    *,
+    system_time: Any,
+    location: str,
+) -> chain.PreparedBlock | None:
+    """The SetVocab a write given ``event_time=column`` appends first (ODF's way of naming the
+    event time column: the column keeps its name), prepared on ``state``; None when no column
+    is named or the vocabulary in force already names it.
+
+    Renaming the event time column once a schema is set is refused by rule
+    ``vocab-before-schema`` (the rows written before would change their event time); the
+    refusal is worded here for the writer's option, before anything is written.
+    """
+    if column is None or column == state.vocab.event_time_column:
+        return None
+    event = replace(state.vocab, event_time_column=column).as_event()
+    try:
+        return chain.prepare(state, event, system_time=system_time)
+    except RuleViolation as violation:
+        if violation.rule != "vocab-before-schema":
+            raise
+        in_force = state.vocab.event_time_column
+        raise RuleViolation(
+            violation.rule,
+            f"dataset {location}: event_time={column!r}, but the dataset's event time column "
+            f"is {in_force!r} since its schema was set at block {state.schema_sequence_number}; "
+            f"naming another now would change the event time of every row written before "
+            f"(write without event_time= to take {in_force!r}, or into a new dataset)",
+        ) from None
 
 
 def as_arrow_table(data: Any) -> pa.Table:

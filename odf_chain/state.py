@@ -73,6 +73,22 @@ class Vocabulary:
             event.event_time_column or defaults.event_time_column,
         )
 
+    def as_event(self) -> SetVocab:
+        """The SetVocab that puts these names in force (ODF's default names left out: a
+        SetVocab replaces the whole vocabulary, and an absent name is the default)."""
+        defaults = Vocabulary()
+        return SetVocab(
+            *(
+                None if getattr(self, name) == getattr(defaults, name) else getattr(self, name)
+                for name in (
+                    "offset_column",
+                    "operation_type_column",
+                    "system_time_column",
+                    "event_time_column",
+                )
+            )
+        )
+
     @property
     def system_columns(self) -> tuple[str, str, str]:
         return (self.offset_column, self.operation_type_column, self.system_time_column)

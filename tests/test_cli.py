@@ -425,6 +425,34 @@ def test_ingest_refuses_a_misspelt_column_until_evolve(spark, tmp_path: Path) ->
     assert Dataset.open(root).verify().problems == []
 
 
+def test_ingest_event_time_keeps_the_column_name(spark, tmp_path: Path) -> None:
+    """``ingest --event-time last_order_ts``: the column keeps its name (a SetVocab names it);
+    the same option on a dataset whose schema has another event time column is one line, exit
+    2, nothing written; ``schema`` and ``verify`` answer on the dataset."""
+    (tmp_path / "orders.csv").write_text(
+        "id,last_order_ts\n1,2024-03-01T12:00:00Z\n2,2024-03-02T12:00:00Z\n"
+    )
+    args = ["orders", "orders.csv", "--format", "csv", "--create"]
+    p = run_ingest(spark, [*args, "--event-time", "last_order_ts"], cwd=tmp_path)
+    assert_clean(p)
+    assert p.returncode == 0, p.stderr
+    state = Dataset.open(tmp_path / "orders").state
+    assert state.vocab.event_time_column == "last_order_ts"
+    assert "event_time" not in state.schema.names
+    assert state.schema.names[:4] == ["offset", "op", "system_time", "last_order_ts"]
+    assert state.watermark is not None and state.watermark.isoformat().startswith("2024-03-02T12")
+    assert "last_order_ts" in run("schema", "orders", cwd=tmp_path).stdout
+    assert run_verify(tmp_path / "orders").returncode == 0
+
+    before = snapshot_tree(tmp_path / "orders")
+    (tmp_path / "more.csv").write_text("id,id2\n3,4\n")
+    p = run_ingest(
+        spark, ["orders", "more.csv", "--format", "csv", "--event-time", "id2"], cwd=tmp_path
+    )
+    assert_one_line_error(p, "vocab-before-schema", "event_time='id2'", "'last_order_ts'")
+    assert snapshot_tree(tmp_path / "orders") == before
+
+
 def test_ingest_refuses_before_spark_starts(tmp_path: Path) -> None:
     """A missing dataset (without --create) or a missing input is one line, said before Spark
     starts: none of Spark's start-up lines appear."""

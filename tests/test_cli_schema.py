@@ -859,3 +859,35 @@ def test_check_mixed_file_kinds(tmp_path: Path) -> None:
 )
 def test_check_usage(args: tuple[str, ...]) -> None:
     one_line_error(run(*args), "schema check OLD NEW")
+
+
+# -- a chain another ODF writer can produce: events that change nothing --------------------------
+
+
+def test_a_chain_with_restating_events_opens_reads_and_verifies(tmp_path: Path) -> None:
+    """ODF forbids no event that changes nothing, and other ODF writers produce them (a SetVocab
+    stating the default names outright, the same vocabulary again, the schema again): such a
+    chain opens, replays, verifies, and the schema commands answer."""
+    from odf_chain.events import SetDataSchema, SetInfo, SetVocab
+
+    path = tmp_path / "ds"
+    ds = Dataset.create(path)
+    ds.append(SetVocab(event_time_column="event_time", offset_column="offset"))  # the defaults
+    ds.append(SetVocab())  # the vocabulary in force, again
+    ds.write(pa.table({"id": pa.array([1, 2], pa.int64())}))
+    ds.append(SetVocab(system_time_column="system_time"))  # after the schema: renames nothing
+    ds.append(SetDataSchema.from_arrow(ds.state.schema))  # the schema in force, again
+    ds.append(SetInfo(description="d"))
+    ds.append(SetInfo(description="d"))
+    ds.write(pa.table({"id": pa.array([3], pa.int64())}))
+
+    opened = Dataset.open(path)
+    assert opened.state.schema.names == ["offset", "op", "system_time", "event_time", "id"]
+    assert opened.state.num_records == 3
+    assert opened.to_table().column("id").to_pylist() == [1, 2, 3]
+    report = opened.verify(deep=True)
+    assert report.ok, [p.line() for p in report.problems]
+    assert "[version=2.0].[type=long].id" in ok("fields", path)
+    assert "event_time" in ok("schema", path)
+    p = run("verify", path)
+    assert p.returncode == 0, (p.stdout, p.stderr)

@@ -21,9 +21,11 @@ from odf_chain.errors import (
     NewColumnsError,
     NotFoundError,
     OdfChainError,
+    RuleViolation,
+    SchemaError,
     SchemaEvolutionError,
 )
-from odf_chain.events import AddData, Seed, SetDataSchema
+from odf_chain.events import AddData, Seed, SetDataSchema, SetVocab
 from odf_chain.format.multihash import Multihash
 from tests.conftest import multihash_name, snapshot_tree
 
@@ -260,6 +262,52 @@ def test_event_time_in_another_zone(tmp_path: Path) -> None:
     assert blocks[-1].block.event.new_watermark == ts(2023, 11, 14, 22, 13, 20)
     assert Dataset.open(ds.path).state.watermark == ts(2023, 11, 14, 22, 13, 20)
     assert ds.verify().problems == []
+
+
+def test_event_time_option_keeps_the_column_name(tmp_path: Path) -> None:
+    """``Dataset.write(event_time="col")``: as the Spark writer, the column keeps its name and a
+    SetVocab (before the SetDataSchema, same head move) names it; the watermark follows it."""
+    root = tmp_path / "ds"
+    ds = Dataset.create(root)
+    first = table(
+        [1, 2],
+        last_order_ts=pa.array([ts(2024, 1, 2), ts(2024, 1, 1)], MS_UTC),
+        event_time=pa.array(["x", "y"]),  # an ordinary column of that name: kept
+    )
+    blocks = ds.write(first, event_time="last_order_ts")
+    assert [type(b.block.event).__name__ for b in blocks] == [
+        "SetVocab",
+        "SetDataSchema",
+        "AddData",
+    ]
+    assert blocks[0].block.event == SetVocab(event_time_column="last_order_ts")
+    assert len({b.block.system_time for b in blocks}) == 1
+    state = Dataset.open(root).state
+    names = ["offset", "op", "system_time", "last_order_ts", "id", "event_time"]
+    assert state.schema.names == names
+    assert state.watermark == ts(2024, 1, 2)
+    stored = pq.read_table(data_file(root, blocks[-1].block.event))
+    assert stored.column("event_time").to_pylist() == ["x", "y"]
+
+    # the vocabulary names it now: the option again, or none, appends no SetVocab
+    again = table([3], last_order_ts=pa.array([ts(2024, 1, 5)], MS_UTC), event_time=pa.array(["z"]))
+    assert [type(b.block.event).__name__ for b in ds.write(again, event_time="last_order_ts")] == [
+        "AddData"
+    ]
+    later = table([4], last_order_ts=pa.array([ts(2024, 1, 7)], MS_UTC), event_time=pa.array(["w"]))
+    assert [type(b.block.event).__name__ for b in ds.write(later)] == ["AddData"]
+    assert ds.state.watermark == ts(2024, 1, 7)
+
+    # another column once the schema is set: refused, nothing written
+    before = snapshot_tree(root)
+    with pytest.raises(RuleViolation) as caught:
+        ds.write(later, event_time="event_time")
+    assert caught.value.rule == "vocab-before-schema"
+    assert "'last_order_ts'" in str(caught.value) and "\n" not in str(caught.value)
+    with pytest.raises(SchemaError, match="'nowhere' is not in the table"):
+        ds.write(later, event_time="nowhere")
+    assert snapshot_tree(root) == before
+    assert ds.verify(deep=True).problems == []
 
 
 def test_types_parquet_stores_differently(tmp_path: Path) -> None:

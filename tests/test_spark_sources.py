@@ -485,14 +485,13 @@ def test_inputs_spark_cannot_read_are_one_line_and_create_nothing(spark, tmp_pat
 
 def test_ingest_lineage_copies_each_column_from_every_file(spark, avro_files: list[Path]) -> None:
     """The lineage odf-chain ingest states: each column from the column of the same name (its
-    Avro v2 path) in every input file, the files pinned by the hashes taken when listed; the
-    event time column lands in ``event_time``."""
+    Avro v2 path) in every input file, the files pinned by the hashes taken when listed."""
     from odf_chain.schema.avro_paths import avro_field_paths
     from odf_chain.schema.paths import v1_path
     from odf_chain.spark.sources import ingest_lineage
 
     source = read_input(spark, [str(avro_files[0].parent)], "avro")
-    rec = ingest_lineage(source, "load orders", event_time="at")
+    rec = ingest_lineage(source, "load orders")
     assert rec.job_name == "load orders"
     assert [(i.uri, str(i.content_hash)) for i in rec.inputs] == [
         (i.uri, i.blake3) for i in source.inputs
@@ -501,14 +500,14 @@ def test_ingest_lineage_copies_each_column_from_every_file(spark, avro_files: li
     by_name = {v1_path(p): p for p in reversed(avro_field_paths(AVRO_SCHEMA))}
     files = [i.name for i in rec.inputs]
     ops = {op.outputs: op for op in rec.operations}
-    top = {("event_time" if c == "at" else c,) for c in source.df.columns}
+    top = {(c,) for c in source.df.columns}
     assert top <= set(ops)
     # nested fields too, each from its own path in the files
     nested = ops[("customer.address.city",)]
     assert {f.field for f in nested.inputs} == {by_name["customer.address.city"]}
     assert ("lines.zip",) in ops
     for column in source.df.columns:
-        op = ops[("event_time" if column == "at" else column,)]
+        op = ops[(column,)]
         assert [(f.origin, f.field) for f in op.inputs] == [(n, by_name[column]) for n in files]
         assert op.writes and op.transformation.subtype.name == "IDENTITY"
 

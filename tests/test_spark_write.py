@@ -17,8 +17,8 @@ import pytest
 from pyspark.sql import functions as F
 
 from odf_chain.dataset import Dataset
-from odf_chain.errors import NewColumnsError, NotFoundError, SchemaEvolutionError
-from odf_chain.events import AddData, Seed, SetDataSchema
+from odf_chain.errors import NewColumnsError, NotFoundError, RuleViolation, SchemaEvolutionError
+from odf_chain.events import AddData, Seed, SetDataSchema, SetVocab
 from odf_chain.format.did import DatasetId
 from odf_chain.format.multihash import BLAKE3, SHA3_256
 from odf_chain.spark import read, write
@@ -137,7 +137,8 @@ def test_write_several_partitions(spark, tmp_path, algorithm, writer):
     dataset = Dataset.open(path)
     assert dataset.hash_algorithm == algorithm
     kinds = [type(e.block.event).__name__ for e in dataset.blocks()]
-    assert kinds == ["Seed", "SetDataSchema"] + ["AddData"] * 5
+    assert kinds == ["Seed", "SetVocab", "SetDataSchema"] + ["AddData"] * 5
+    assert dataset.state.vocab.event_time_column == "when"
     prefix = {BLAKE3: "f1e20", SHA3_256: "f1620"}[algorithm]
     assert all(str(e.hash).startswith(prefix) for e in dataset.blocks())
     # no funnel: one slice per non-empty input partition
@@ -153,9 +154,9 @@ def test_write_several_partitions(spark, tmp_path, algorithm, writer):
     assert everything.column("id").to_pylist() == list(range(n))
     assert everything.column("double").to_pylist() == [2 * i for i in range(n)]
     assert everything.column("label").to_pylist() == [f"row-{i}" for i in range(n)]
-    assert "when" not in everything.column_names  # it became event_time
-    assert everything.schema.field("event_time").type == pa.timestamp("ms", tz="UTC")
-    assert [t.timestamp() for t in everything.column("event_time").to_pylist()] == [
+    assert "event_time" not in everything.column_names  # the event time keeps its name
+    assert everything.schema.field("when").type == pa.timestamp("ms", tz="UTC")
+    assert [t.timestamp() for t in everything.column("when").to_pylist()] == [
         1_700_000_000 + i for i in range(n)
     ]
     watermark = datetime.fromtimestamp(1_700_000_000 + n - 1, UTC)
@@ -168,6 +169,76 @@ def test_write_several_partitions(spark, tmp_path, algorithm, writer):
         (f.name, f.type) for f in files[0].schema
     ]
     check_clean(path)
+
+
+# -- the event time column ------------------------------------------------------------------------
+
+
+def _orders(spark, first_day: int, rows: int = 4):
+    return spark.createDataFrame(
+        [(i, datetime(2024, 3, first_day + i, 12, tzinfo=UTC), f"note-{i}") for i in range(rows)],
+        "id long, last_order_ts timestamp, event_time string",
+    )
+
+
+@pytest.mark.parametrize("writer", ["spark", "arrow"])
+def test_event_time_column_keeps_its_name_and_a_set_vocab_names_it(spark, tmp_path, writer):
+    """``event_time="last_order_ts"``: the column is stored under its own name, and a SetVocab
+    before the SetDataSchema (same transaction) names it as the event time column, as ODF
+    readers look for it; a user column that happens to be called ``event_time`` is kept as
+    it is. Later writes follow the vocabulary, with or without the option."""
+    path = tmp_path / "ds"
+    result = write(_orders(spark, 1), path, create=True, event_time="last_order_ts", writer=writer)
+
+    dataset = Dataset.open(path)
+    kinds = [type(e.block.event).__name__ for e in dataset.blocks()]
+    assert kinds[:3] == ["Seed", "SetVocab", "SetDataSchema"], kinds
+    assert [e.block.system_time for e in dataset.blocks()][1] == result.blocks[-1].block.system_time
+    assert dataset.blocks()[1].block.event == SetVocab(event_time_column="last_order_ts")
+    assert dataset.state.vocab.event_time_column == "last_order_ts"
+    schema = dataset.state.schema
+    assert schema.names == ["offset", "op", "system_time", "last_order_ts", "id", "event_time"]
+    assert schema.field("last_order_ts").type == pa.timestamp("ms", tz="UTC")
+    assert schema.field("event_time").type == pa.string()
+    rows = dataset.to_table().sort_by("id")
+    assert rows.column("last_order_ts").to_pylist() == [
+        datetime(2024, 3, 1 + i, 12, tzinfo=UTC) for i in range(4)
+    ]
+    assert rows.column("event_time").to_pylist() == [f"note-{i}" for i in range(4)]
+    assert dataset.state.watermark == datetime(2024, 3, 4, 12, tzinfo=UTC)
+
+    # the vocabulary names the column: no second SetVocab, with the option or without it
+    write(_orders(spark, 10), path, event_time="last_order_ts", writer=writer)
+    write(_orders(spark, 20), path, writer=writer)
+    dataset = Dataset.open(path)
+    kinds = [type(e.block.event).__name__ for e in dataset.blocks()]
+    assert kinds.count("SetVocab") == 1 and kinds.count("SetDataSchema") == 1, kinds
+    assert dataset.state.watermark == datetime(2024, 3, 23, 12, tzinfo=UTC)
+    assert dataset.state.num_records == 12
+    report = dataset.verify(deep=True)
+    assert report.ok, [p.line() for p in report.problems]
+
+
+def test_event_time_naming_another_column_than_the_schema_has_is_refused(spark, tmp_path):
+    """Once a schema is set, naming another event time column would change the event time of
+    every row written before (rule vocab-before-schema): one line, before anything is written,
+    for a dataset on ODF's default name and for one whose vocabulary names a column."""
+    default = tmp_path / "default"
+    write(_orders(spark, 1).drop("event_time"), default, create=True)
+    named = tmp_path / "named"
+    write(_orders(spark, 1), named, create=True, event_time="last_order_ts")
+    for path, column, in_force in (
+        (default, "last_order_ts", "event_time"),
+        (named, "event_time", "last_order_ts"),
+    ):
+        before = snapshot_tree(path)
+        with pytest.raises(RuleViolation) as caught:
+            write(_orders(spark, 5), path, event_time=column, evolve=True)
+        message = str(caught.value)
+        assert caught.value.rule == "vocab-before-schema"
+        assert "\n" not in message
+        assert f"event_time={column!r}" in message and repr(in_force) in message, message
+        assert snapshot_tree(path) == before
 
 
 @pytest.mark.parametrize("writer", ["spark", "arrow"])

@@ -895,7 +895,7 @@ def ingest_files(
         event_time=event_time,
         create=create,
         avro_schema=frame.avro_schema,
-        lineage=ingest_lineage(frame, job_name, event_time=event_time),
+        lineage=ingest_lineage(frame, job_name),
         source={
             "format": fmt,
             "inputs": [{"uri": i.uri, "size": i.size, "hash": i.blake3} for i in frame.inputs],
@@ -916,19 +916,13 @@ def _names(files: Iterable[InputFile], limit: int = 5) -> str:
 # lineage of an ingest
 
 
-def ingest_lineage(
-    frame: SourceFrame,
-    job_name: str,
-    *,
-    event_time: str | None = None,
-    event_time_column: str = "event_time",
-) -> LineageRecorder:
+def ingest_lineage(frame: SourceFrame, job_name: str) -> LineageRecorder:
     """The field lineage of ingesting ``frame`` as it is: every column copied from the column of
     the same name in each input file, the files pinned by their content hashes (as listed).
 
     Stated, not captured: the plan of an Avro read is an RDD round trip that capture could
-    only call opaque, and the files were already hashed when they were listed. A column taken
-    as the event time lands in the system column ``event_time_column``.
+    only call opaque, and the files were already hashed when they were listed. The column taken
+    as the event time keeps its name (the vocabulary names it), so it too is a copy.
     """
     from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -963,8 +957,6 @@ def ingest_lineage(
         if name_path[0] not in top or dotted in done:  # a map's values: the map's own name
             continue
         done.add(dotted)
-        if name_path[0] == event_time:
-            dotted = event_time_column + dotted[len(event_time) :]
         recorder.record(
             FieldOperation(
                 f"read {dotted}",

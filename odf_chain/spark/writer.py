@@ -28,7 +28,7 @@ columns the schema in force lacks is refused, before Spark runs any job, unless 
    writer other than Spark's can follow it.
    The slices are then written into a staging folder inside the dataset, one file per
    planned slice, with ODF's system columns (``offset`` Int64, ``op`` Int32 = 0,
-   ``system_time`` timestamp(ms, UTC) of the transaction, ``event_time``), by one of two
+   ``system_time`` timestamp(ms, UTC) of the transaction, the event time column), by one of two
    writers. **Arrow, in the tasks** (the default; :mod:`odf_chain.spark.arrow_tasks`): each
    task gets its partition's rows through ``mapInArrow``, writes its planned slices through
    ``pyarrow.fs`` straight to the store (no Hadoop connector), numbers the rows from the
@@ -75,7 +75,7 @@ import pyarrow.parquet as pq
 
 from odf_chain import chain, rules
 from odf_chain.chain import BlockEntry
-from odf_chain.dataset import Dataset
+from odf_chain.dataset import Dataset, event_time_block
 from odf_chain.errors import NotFoundError, OdfChainError, SchemaError, StorageError
 from odf_chain.events import AddFieldLineage, LineageRun, OffsetInterval, SetDataSchema
 from odf_chain.format.multihash import BLAKE3, Multihash
@@ -314,11 +314,15 @@ def _with_system_columns(
     df,
     vocab: Vocabulary,
     system_time: datetime,
-    event_time: str | None,
     in_force: pa.Schema | None,
 ):
-    """The DataFrame as it will be stored, minus the offsets (added per partition later)."""
+    """The DataFrame as it will be stored, minus the offsets (added per partition later).
+
+    The event time is the column the vocabulary names, under its own name (a write given
+    ``event_time=`` has made it the vocabulary's, see :func:`write`), cast to a timestamp if
+    it is not one; an input without it gets the transaction's system time there."""
     from pyspark.sql import functions as F
+    from pyspark.sql.types import TimestampType
 
     reserved = [c for c in df.columns if c in vocab.system_columns]
     if reserved:
@@ -326,23 +330,21 @@ def _with_system_columns(
             f"column(s) {', '.join(reserved)} are reserved for ODF system columns; rename them"
         )
     time_literal = F.lit(system_time).cast("timestamp")
-    if event_time is not None:
-        if event_time not in df.columns:
-            raise SchemaError(f"event time column {event_time!r} is not in the input")
-        event = F.col(_quoted(event_time)).cast("timestamp").alias(vocab.event_time_column)
-        rest = [c for c in df.columns if c not in (event_time, vocab.event_time_column)]
-    elif vocab.event_time_column in df.columns:
-        column = vocab.event_time_column
-        event = F.col(_quoted(column)).cast("timestamp").alias(column)
-        rest = [c for c in df.columns if c != vocab.event_time_column]
+    column = vocab.event_time_column
+    if column in df.columns:
+        event = F.col(_quoted(column))
+        if not isinstance(df.schema[column].dataType, TimestampType):
+            event = event.cast("timestamp")
+        event = event.alias(column)
+        rest = [c for c in df.columns if c != column]
     else:
-        event = time_literal.alias(vocab.event_time_column)
+        event = time_literal.alias(column)
         rest = list(df.columns)
     return df.select(
         F.lit(0).cast("int").alias(vocab.operation_type_column),
         time_literal.alias(vocab.system_time_column),
         event,
-        *_user_columns(rest, in_force, {*vocab.system_columns, vocab.event_time_column}),
+        *_user_columns(rest, in_force, {*vocab.system_columns, column}),
     )
 
 
@@ -614,13 +616,19 @@ def write(
     ``s3://bucket/sales``, or an open :class:`Dataset`) as Parquet slices. A pandas-on-Spark
     DataFrame is refused in one line: ``df.to_spark(index_col=...)`` keeps its index as columns.
 
-    ``event_time`` names the column holding event times (default: the vocabulary's
-    ``event_time`` column if present, else the transaction's system time). ``source`` is
-    recorded in every AddData's extra attributes (input files and their hashes, or an upstream
-    dataset's id and head block). ``create`` makes the dataset (with ``hash``) if it does not
-    exist. ``avro_schema`` keeps an Avro writer schema with the SetDataSchema, so field paths
-    follow the Avro convention. ``persist`` caches the input between counting and writing so
-    both see the same partitions: None (the default) when its plan shuffles, True always (an
+    ``event_time`` names the column holding event times. It keeps its name: a dataset without
+    a schema gets a SetVocab naming it as the event time column (ODF's way), appended before
+    the SetDataSchema in the same transaction; one whose vocabulary already names it needs
+    none; one whose schema is set with another event time column refuses it (rule
+    ``vocab-before-schema``) before Spark runs any job. Without it, the column the vocabulary
+    names (``event_time`` by default) is the event time, and an input without that column gets
+    the transaction's system time there. The watermark is the latest event time written.
+
+    ``source`` is recorded in every AddData's extra attributes (input files and their hashes, or
+    an upstream dataset's id and head block). ``create`` makes the dataset (with ``hash``) if it
+    does not exist. ``avro_schema`` keeps an Avro writer schema with the SetDataSchema, so field
+    paths follow the Avro convention. ``persist`` caches the input between counting and writing
+    so both see the same partitions: None (the default) when its plan shuffles, True always (an
     input that is not reproducible for another reason), False never.
 
     ``lineage``: True (the default) derives the field lineage of ``df`` from its analyzed plan;
@@ -684,7 +692,6 @@ def write(
             return IngestResult(
                 path, 0, 0, 0, [], state.head, timings, skipped_transaction=transaction
             )
-        vocab = state.vocab
         algorithm = state.hash_algorithm or BLAKE3
         # one time for the transaction's blocks and rows (a new dataset's Seed is one of them)
         system_time = seed.entry.block.system_time if seed else chain.now(state.system_time)
@@ -692,7 +699,16 @@ def write(
 
         _refuse_duplicate_columns(df)
         check_nesting(df.schema)
-        shaped = _with_system_columns(df, vocab, system_time, event_time, state.schema)
+        if event_time is not None and event_time not in df.columns:
+            raise SchemaError(f"event time column {event_time!r} is not in the input")
+        # the column keeps its name: a SetVocab names it, the write's first block after the Seed
+        vocab_block = event_time_block(
+            state, event_time, system_time=system_time, location=dataset.location
+        )
+        if vocab_block is not None:
+            state = vocab_block.after
+        vocab = state.vocab
+        shaped = _with_system_columns(df, vocab, system_time, state.schema)
         check_new_columns(
             state.schema, _names_only(shaped.schema), evolve=evolve, dataset=dataset.location
         )
@@ -781,7 +797,7 @@ def write(
                         timings,
                     )
             clock = time.perf_counter()
-            prepared: list[chain.PreparedBlock] = [] if seed is None else [seed]
+            prepared = [b for b in (seed, vocab_block) if b is not None]
             if state.schema is None or not schema.equals(state.schema, check_metadata=True):
                 prepared.append(
                     chain.prepare(state, SetDataSchema.from_arrow(schema), system_time=system_time)
