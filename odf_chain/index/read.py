@@ -23,9 +23,12 @@ is checked against the block found and the one after it.
 
 What a reader cannot check without a fold: that a block a snapshot names below the head is an
 ancestor of the head (a forged index can name genuine blocks of another branch), and the values
-a snapshot holds as values (record and byte counters, push sources, transactions). ``verify``
-re-derives all of it and warns about an index that lies (:mod:`odf_chain.index.check`). Any
-damage or disagreement found here is never shown: the reader falls back to the full fold.
+a snapshot holds as values (record and byte counters, push sources). ``verify`` re-derives all
+of it and fails on an index that contradicts the chain (:mod:`odf_chain.index.check`); data
+reads and transactional writes prove what they take (:func:`odf_chain.replay.slices_at`,
+:func:`odf_chain.replay.proven_transactions`); ``answer(..., verified=True)`` takes nothing from
+the index. Any damage or disagreement found here is never shown: the reader falls back to the
+full fold.
 """
 
 from __future__ import annotations
