@@ -27,7 +27,6 @@ from odf_chain.errors import (
 from odf_chain.events import AddData, ExecuteTransform, MetadataBlock, MetadataEvent
 from odf_chain.format.codec import decode_block, encode_block
 from odf_chain.format.multihash import BLAKE3, Multihash
-from odf_chain.index import update as index_update
 from odf_chain.state import DatasetState, apply
 from odf_chain.storage import Storage
 
@@ -197,8 +196,8 @@ def commit(
         if storage.head_moves_atomically:
             withdraw(storage, prepared[0].before, blocks=created, data=created_data)
         raise
-    # The head has moved: the derived index follows, best effort (it never fails the write).
-    index_update.record_commit(storage, prepared[0].before, [(p.entry, p.after) for p in prepared])
+    # The head has moved. What derives from it (the index, lineage emission) is the caller's
+    # post-commit work (odf_chain.transaction), never this primitive's.
     return prepared[-1].after
 
 

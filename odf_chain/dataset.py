@@ -19,7 +19,6 @@ from odf_chain.chain import BlockEntry
 from odf_chain.errors import (
     NotFoundError,
     OdfChainError,
-    RuleViolation,
     SchemaError,
     StorageError,
 )
@@ -34,8 +33,9 @@ from odf_chain.format.multihash import BLAKE3, check_algorithm
 from odf_chain.lineage.recorder import LineageRecorder
 from odf_chain.receipt import Receipt, check_key_path, create_key_file, load_key
 from odf_chain.schema.evolution import check_new_columns
-from odf_chain.state import EMPTY, DatasetState, transaction_extra
+from odf_chain.state import EMPTY, DatasetState
 from odf_chain.storage import LocalStorage, Storage, create_storage, local_path, open_storage
+from odf_chain.transaction import Transaction
 
 if TYPE_CHECKING:
     import pyarrow.dataset as pads
@@ -259,14 +259,15 @@ class Dataset:
 
     # -- writing ------------------------------------------------------------------------------
 
-    def _commit(
-        self, *prepared: chain.PreparedBlock, created_data: Sequence[str] = ()
-    ) -> list[BlockEntry]:
-        self._state = chain.commit(self.storage, *prepared, created_data=created_data)
-        return [p.entry for p in prepared]
-
     def _append(self, event: MetadataEvent, *, algorithm: str | None = None) -> BlockEntry:
-        return self._commit(chain.prepare(self._state, event, algorithm=algorithm))[0]
+        """``event`` as a transaction of its own (a new dataset's Seed, or any event)."""
+        if self._state.head is None:
+            tx = Transaction.create(self.storage, chain.prepare(EMPTY, event, algorithm=algorithm))
+        else:
+            tx = Transaction.begin(self.storage, self._state)
+            tx.add(event)
+        self._state = tx.commit()
+        return tx.prepared[-1].entry
 
     def append(self, event: MetadataEvent) -> BlockEntry:
         """Append one event after checking every rule. Raises before writing if one is broken."""
@@ -350,58 +351,45 @@ class Dataset:
         table = as_arrow_table(table)
         if transaction is not None:
             transaction = rules.transaction_argument(transaction)
-        state = base = self.refresh()
+        state = self.refresh()
         if table.num_rows == 0:
             return []
-        chain.check_not_rolled_back(self.storage, state)  # before any file (commit checks again)
-        if transaction is not None:  # whether to write at all is never a cache's decision
-            state = base = self._state = replay.proven_transactions(
-                self.storage, state, transaction[0]
-            )
-            if rules.transaction_recorded(state, *transaction):
-                return []
-        system_time = chain.now(state.system_time)
+        tx = Transaction.begin(self.storage, state, transaction=transaction)
+        if tx.already_recorded:
+            self._state = tx.base
+            return []
         if event_time is not None and event_time not in table.schema.names:
             raise SchemaError(f"event time column {event_time!r} is not in the table")
-        vocab_block = event_time_block(
-            state, event_time, system_time=system_time, location=self.location
-        )
-        if vocab_block is not None:
-            state = vocab_block.after
+        tx.name_event_time(event_time)
         source = table.replace_schema_metadata(slices.own_metadata(table.schema))
         columns = zip(source.schema.names, source.columns, strict=True)
         schema = slice_writer.slice_schema(
             source.schema,
-            state.schema,
-            state.vocab,
+            tx.state.schema,
+            tx.state.vocab,
             with_nulls={name for name, column in columns if column.null_count},
         )
-        check_new_columns(state.schema, schema, evolve=evolve, dataset=self.location)
-        schema_block = None
-        if state.schema is None or not schema.equals(state.schema, check_metadata=True):
-            schema_block = chain.prepare(
-                state, SetDataSchema.from_arrow(schema), system_time=system_time
-            )
-            state = schema_block.after
+        check_new_columns(tx.state.schema, schema, evolve=evolve, dataset=self.location)
+        tx.declare_schema(schema)  # checked by the evolution rules before any file is written
+        state = tx.state
         offsets = OffsetInterval(state.next_offset, state.next_offset + table.num_rows - 1)
         if lineage is not None:  # checked by every rule before any file is written ...
             settled_lineage = replay.settle_lineage(
-                lineage.event(started_at=started_at, ended_at=system_time, offsets=offsets),
+                lineage.event(started_at=started_at, ended_at=tx.system_time, offsets=offsets),
                 state.schema,
             )
-            chain.prepare(state, settled_lineage, system_time=system_time)
+            tx.check(settled_lineage)
         spec = slice_writer.SliceSpec(
             schema,
             state.vocab,
             state.next_offset,
-            system_time,
-            state.hash_algorithm or BLAKE3,  # not self.hash_algorithm: a read of the head
+            tx.system_time,
+            tx.algorithm,
             target_slice_bytes=target_slice_bytes,
         )
         filesystem = self.storage.filesystem
         staged: list[str] = []
         sinks: list[BinaryIO] = []
-        created: list[str] = []
 
         def open_sink(_: int) -> BinaryIO:
             if sinks:  # the slice before is complete: one open file at a time
@@ -410,55 +398,42 @@ class Dataset:
             sinks.append(filesystem.open_output_stream(staged[-1], compression=None))
             return sinks[-1]
 
-        try:
+        with tx:
             try:
-                written = slice_writer.write_slices(source, spec, open_sink)
-                for sink in sinks:
-                    sink.close()
-            except OSError as exc:
-                raise StorageError(
-                    f"dataset {self.location}: cannot write the data slice "
-                    f"{staged[-1] if staged else 'in staging'}: "
-                    f"{slices.os_reason(exc)}"
-                ) from exc
-            except pa.ArrowException as exc:
-                raise SchemaError(f"cannot write the slice as Parquet: {exc}") from None
-            blocks = [b for b in (vocab_block, schema_block) if b is not None]
-            if lineage is not None:  # ... and recorded as ending when its slices are written
-                run = replace(settled_lineage.run, ended_at=chain.now(system_time))
-                blocks.append(
-                    chain.prepare(state, replace(settled_lineage, run=run), system_time=system_time)
-                )
-                state = blocks[-1].after
-            for n, facts in enumerate(written):
-                extra = transaction_extra(*transaction) if transaction and n == 0 else None
-                add_block = chain.prepare(
-                    state,
-                    slices.add_data_for(
-                        state,
+                try:
+                    written = slice_writer.write_slices(source, spec, open_sink)
+                    for sink in sinks:
+                        sink.close()
+                except OSError as exc:
+                    raise StorageError(
+                        f"dataset {self.location}: cannot write the data slice "
+                        f"{staged[-1] if staged else 'in staging'}: "
+                        f"{slices.os_reason(exc)}"
+                    ) from exc
+                except pa.ArrowException as exc:
+                    raise SchemaError(f"cannot write the slice as Parquet: {exc}") from None
+                if lineage is not None:  # ... and recorded as ending when its slices are written
+                    run = replace(settled_lineage.run, ended_at=chain.now(tx.system_time))
+                    tx.add(replace(settled_lineage, run=run))
+                for facts in written:
+                    tx.add_slice(
                         physical_hash=facts.physical_hash,
                         logical_hash=facts.logical_hash,
                         size=facts.size,
                         num_rows=facts.num_rows,
                         watermark=facts.max_event_time,
-                        extra=extra,
-                    ),
-                    system_time=system_time,
-                )
-                blocks.append(add_block)
-                state = add_block.after
-            for path, facts in zip(staged, written, strict=True):
-                if self.storage.commit_data(path, str(facts.physical_hash), facts.size).created:
-                    created.append(str(facts.physical_hash))
-        except BaseException:
-            for sink in sinks:
-                with contextlib.suppress(OSError):
-                    sink.close()
-            for path in staged:
-                self.storage.discard(path)
-            chain.withdraw(self.storage, base, data=created)
-            raise
-        return self._commit(*blocks, created_data=created)
+                    )
+                for path, facts in zip(staged, written, strict=True):
+                    tx.commit_data(path, str(facts.physical_hash), facts.size)
+                self._state = tx.commit()
+            except BaseException:
+                for sink in sinks:
+                    with contextlib.suppress(OSError):
+                        sink.close()
+                for path in staged:
+                    self.storage.discard(path)
+                raise
+        return [p.entry for p in tx.prepared]
 
 
 def _from_pandas(frame: Any) -> pa.Table:
@@ -498,39 +473,6 @@ def _from_pandas(frame: Any) -> pa.Table:
                 "(df.reset_index(drop=True))"
             )
     return pa.Table.from_pandas(frame, preserve_index=True)
-
-
-def event_time_block(
-    state: DatasetState,
-    column: str | None,
-    *,
-    system_time: Any,
-    location: str,
-) -> chain.PreparedBlock | None:
-    """The SetVocab a write given ``event_time=column`` appends first (ODF's way of naming the
-    event time column: the column keeps its name), prepared on ``state``; None when no column
-    is named or the vocabulary in force already names it.
-
-    Renaming the event time column once a schema is set is refused by rule
-    ``vocab-before-schema`` (the rows written before would change their event time); the
-    refusal is worded here for the writer's option, before anything is written.
-    """
-    if column is None or column == state.vocab.event_time_column:
-        return None
-    event = replace(state.vocab, event_time_column=column).as_event()
-    try:
-        return chain.prepare(state, event, system_time=system_time)
-    except RuleViolation as violation:
-        if violation.rule != "vocab-before-schema":
-            raise
-        in_force = state.vocab.event_time_column
-        raise RuleViolation(
-            violation.rule,
-            f"dataset {location}: event_time={column!r}, but the dataset's event time column "
-            f"is {in_force!r} since its schema was set at block {state.schema_sequence_number}; "
-            f"naming another now would change the event time of every row written before "
-            f"(write without event_time= to take {in_force!r}, or into a new dataset)",
-        ) from None
 
 
 def as_arrow_table(data: Any) -> pa.Table:

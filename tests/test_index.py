@@ -30,6 +30,7 @@ from odf_chain.index.records import (
 from odf_chain.lineage import LineageRecorder
 from odf_chain.state import EMPTY, DatasetState
 from odf_chain.storage import LocalStorage, open_storage
+from odf_chain.transaction import Transaction
 from tests.cli_run import run_main
 
 INDEX = Path("info") / "odf-chain-index"
@@ -346,8 +347,9 @@ def test_writer_after_a_rollback_drops_what_the_old_branch_left(copy: Path) -> N
     entries, states = fold_states(copy)
     (copy / "refs" / "head").write_text(str(entries[300].hash))
     (copy / "logs" / "head").unlink()  # from before the head log (else: refused, test_trust.py)
-    prepared = chain.prepare(states[300], SetInfo(description="after the rollback"))
-    chain.commit(open_storage(copy), prepared)
+    tx = Transaction.begin(open_storage(copy), states[300])
+    tx.add(SetInfo(description="after the rollback"))
+    tx.commit()  # its post-commit hook updates the index
     assert "snap-000000000512" not in {p.name for p in (copy / INDEX).iterdir()}
     assert (copy / INDEX / "seq-00000000").stat().st_size == 301 * 54
     assert not (copy / INDEX / "head").exists()

@@ -10,6 +10,7 @@ CORE = (
     "odf_chain.format.codec",
     "odf_chain.storage",
     "odf_chain.chain",
+    "odf_chain.transaction",
     "odf_chain.rules",
     "odf_chain.replay",
     "odf_chain.verify",

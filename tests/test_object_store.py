@@ -19,6 +19,7 @@ from odf_chain.errors import ConflictError, StorageError
 from odf_chain.events import AddData, SetInfo
 from odf_chain.gc import collect_garbage
 from odf_chain.storage import FsStorage, open_storage
+from odf_chain.transaction import Transaction
 from odf_chain.verify import verify
 
 SCHEMA = pa.schema([("writer", pa.int64()), ("n", pa.int64())])
@@ -455,29 +456,27 @@ def test_a_late_index_update_keeps_the_head_snapshot_others_wrote(s3_bucket: str
         Dataset.open(uri).write(pa.table({"writer": [0], "n": [n]}, schema=SCHEMA))
     storage = open_storage(uri)
     before = Dataset.open(uri).state
-    first = chain.prepare(before, SetInfo(description="first"))
-    second = chain.prepare(first.after, SetInfo(description="second"))
-    real = index_update.record_commit
     late: list[tuple] = []
-    index_update.record_commit = lambda *args: late.append(args)
-    try:
-        chain.commit(storage, first)  # its index update comes last
-    finally:
-        index_update.record_commit = real
-    chain.commit(storage, second)  # finds the head snapshot one block behind its own start
+
+    def postponed(*args) -> None:  # this writer's index update comes last
+        late.append(args)
+
+    first = Transaction.begin(storage, before, hooks=(postponed,))
+    first.add(SetInfo(description="first"))
+    after_first = first.commit()
+    second = Transaction.begin(storage, after_first)  # its index update: the usual hook
+    second.add(SetInfo(description="second"))
+    after_second = second.commit()  # finds the head snapshot one block behind its own start
     index = index_read.open_index(storage)
     assert index.how == "caught up" and index.block_reads <= 6, index.how  # not from the Seed
     assert index_read.open_index(storage).how == "checked"  # the reader saved its catch-up
-    real(*late.pop())  # the first writer's update: the head snapshot past it stays
+    index_update.record_commit(*late.pop())  # the first writer's update: the snapshot past it stays
     assert index_read.open_index(storage).how == "checked"
-    third = chain.prepare(second.after, SetInfo(description="third"))
-    index_update.record_commit = lambda *args: late.append(args)
-    try:
-        chain.commit(storage, third)
-    finally:
-        index_update.record_commit = real
+    third = Transaction.begin(storage, after_second, hooks=(postponed,))
+    third.add(SetInfo(description="third"))
+    third.commit()
     assert index_read.open_index(storage).how == "caught up"  # a reader catches up to it
-    real(*late.pop())  # the writer's update finds its own block named: kept
+    index_update.record_commit(*late.pop())  # the writer's update finds its own block named: kept
     assert index_read.open_index(storage).how == "checked"
     state = Dataset.open(uri).state
     assert state.info.description == "third" and state.num_records == 3

@@ -75,16 +75,16 @@ import pyarrow.parquet as pq
 
 from odf_chain import chain, rules
 from odf_chain.chain import BlockEntry
-from odf_chain.dataset import Dataset, event_time_block
+from odf_chain.dataset import Dataset
 from odf_chain.errors import NotFoundError, OdfChainError, SchemaError, StorageError
 from odf_chain.events import AddFieldLineage, LineageRun, OffsetInterval, SetDataSchema
 from odf_chain.format.multihash import BLAKE3, Multihash
 from odf_chain.lineage.recorder import LineageRecorder
-from odf_chain.replay import proven_transactions, settle_lineage, slices_at
+from odf_chain.replay import settle_lineage, slices_at
 from odf_chain.schema.convert import AVRO_SCHEMA_KEY, avro_to_arrow
 from odf_chain.schema.evolution import check_new_columns
 from odf_chain.slice_writer import SliceSpec, slice_schema
-from odf_chain.slices import add_data_for, os_reason, own_metadata, system_fields
+from odf_chain.slices import os_reason, own_metadata, system_fields
 from odf_chain.spark.arrow_tasks import SURPLUS, arrow_schema_of, read_in_tasks, write_in_tasks
 from odf_chain.spark.beside import Beside
 from odf_chain.spark.schema_limits import check_nesting
@@ -103,7 +103,8 @@ from odf_chain.spark.sizing import (
 )
 from odf_chain.spark.storage_failures import storage_failures
 from odf_chain.spark.workers import use_this_python
-from odf_chain.state import SOURCE_KEY, DatasetState, Vocabulary, transaction_extra
+from odf_chain.state import SOURCE_KEY, DatasetState, Vocabulary
+from odf_chain.transaction import Transaction
 
 _PART = re.compile(r"^part-(\d+)-.*\.parquet$")
 _FILE_NUMBER = re.compile(r"-c(\d+)\.")  # part-00003-<job uuid>-c001.zstd.parquet: 2nd file
@@ -685,16 +686,18 @@ def write(
         state = seed.after if seed is not None else dataset.refresh()
         if _check_state is not None:  # ingest_files: were its inputs ingested meanwhile?
             _check_state(dataset, state)
-        chain.check_not_rolled_back(storage, state)  # before any job (commit checks again)
-        if transaction is not None and seed is None:  # never a cache's decision to skip
-            state = proven_transactions(storage, state, transaction[0])
-        if transaction is not None and rules.transaction_recorded(state, *transaction):
+        # a new dataset's Seed is the transaction's first block: a failed write creates none
+        if seed is not None:
+            tx = Transaction.create(storage, seed, transaction=transaction)
+        else:  # refuses a rolled-back head, proves the transaction pair, before any job
+            tx = Transaction.begin(storage, state, transaction=transaction)
+        if tx.already_recorded:
             return IngestResult(
-                path, 0, 0, 0, [], state.head, timings, skipped_transaction=transaction
+                path, 0, 0, 0, [], tx.base.head, timings, skipped_transaction=transaction
             )
-        algorithm = state.hash_algorithm or BLAKE3
-        # one time for the transaction's blocks and rows (a new dataset's Seed is one of them)
-        system_time = seed.entry.block.system_time if seed else chain.now(state.system_time)
+        state = tx.state
+        algorithm = tx.algorithm
+        system_time = tx.system_time  # one time for the transaction's blocks and rows
         spark = df.sparkSession
 
         _refuse_duplicate_columns(df)
@@ -702,11 +705,8 @@ def write(
         if event_time is not None and event_time not in df.columns:
             raise SchemaError(f"event time column {event_time!r} is not in the input")
         # the column keeps its name: a SetVocab names it, the write's first block after the Seed
-        vocab_block = event_time_block(
-            state, event_time, system_time=system_time, location=dataset.location
-        )
-        if vocab_block is not None:
-            state = vocab_block.after
+        tx.name_event_time(event_time)
+        state = tx.state
         vocab = state.vocab
         shaped = _with_system_columns(df, vocab, system_time, state.schema)
         check_new_columns(
@@ -740,7 +740,7 @@ def write(
                 timings["offsets"] = time.perf_counter() - clock
                 if total == 0:
                     if seed is not None:  # an empty first write still creates the dataset
-                        chain.commit(storage, seed)
+                        Transaction.create(storage, seed).commit()
                     return IngestResult(path, 0, 0, 0, [], state.head, timings)
 
                 clock = time.perf_counter()
@@ -796,74 +796,63 @@ def write(
                         staging,
                         timings,
                     )
-            clock = time.perf_counter()
-            prepared = [b for b in (seed, vocab_block) if b is not None]
-            if state.schema is None or not schema.equals(state.schema, check_metadata=True):
-                prepared.append(
-                    chain.prepare(state, SetDataSchema.from_arrow(schema), system_time=system_time)
-                )
-            current = prepared[-1].after if prepared else state
-            timings["renames"] = time.perf_counter() - clock
+            with tx:  # the failure policy: what the transaction created is withdrawn
+                clock = time.perf_counter()
+                tx.declare_schema(schema)
+                current = tx.state
+                timings["renames"] = time.perf_counter() - clock
 
-            clock = time.perf_counter()
-            event = _lineage_event(
-                shaped,  # with the system columns: event_time's source shows, literals do not
-                lineage,
-                schema,
-                run=LineageRun(
-                    job_name=job_name or spark.conf.get("spark.app.name", "spark"),
-                    run_id=str(uuid.uuid4()),
-                    started_at=started_at,
-                    ended_at=chain.now(system_time),  # the slices are written: the run is done
-                    offsets=OffsetInterval(current.next_offset, current.next_offset + total - 1),
-                ),
-                vocab=vocab,
-                captured=None if captured is None else captured.result,
-            )
-            if event is not None:
-                prepared.append(chain.prepare(current, event, system_time=system_time))
-                current = prepared[-1].after
-            timings["lineage"] = time.perf_counter() - clock
-            clock = time.perf_counter()
-            extra = None if source is None else {SOURCE_KEY: dict(source)}
-            for n, (slice_info, plan) in enumerate(zip(written, planned, strict=True)):
-                if plan.interval.start != current.next_offset:  # _check_files laid them end to end
-                    raise IngestError(f"{slice_info.file_name}: offsets out of order")
-                block = chain.prepare(
-                    current,
-                    add_data_for(
-                        current,
+                clock = time.perf_counter()
+                event = _lineage_event(
+                    shaped,  # with the system columns: event_time's source shows, literals not
+                    lineage,
+                    schema,
+                    run=LineageRun(
+                        job_name=job_name or spark.conf.get("spark.app.name", "spark"),
+                        run_id=str(uuid.uuid4()),
+                        started_at=started_at,
+                        ended_at=chain.now(system_time),  # the slices are written: run done
+                        offsets=OffsetInterval(
+                            current.next_offset, current.next_offset + total - 1
+                        ),
+                    ),
+                    vocab=vocab,
+                    captured=None if captured is None else captured.result,
+                )
+                if event is not None:
+                    tx.add(event)
+                timings["lineage"] = time.perf_counter() - clock
+                clock = time.perf_counter()
+                extra = None if source is None else {SOURCE_KEY: dict(source)}
+                for slice_info, plan in zip(written, planned, strict=True):
+                    if plan.interval.start != tx.state.next_offset:  # _check_files: end to end
+                        raise IngestError(f"{slice_info.file_name}: offsets out of order")
+                    tx.add_slice(
                         physical_hash=Multihash.from_multibase(slice_info.physical_hash),
                         logical_hash=Multihash.from_multibase(slice_info.logical_hash),
                         size=slice_info.size,
                         num_rows=slice_info.num_rows,
                         watermark=watermark,
-                        extra=_with_transaction(extra, transaction) if n == 0 else extra,
-                    ),
-                    system_time=system_time,
-                )
-                prepared.append(block)
-                current = block.after
+                        extra=extra,
+                    )
+                for slice_info in written:
+                    tx.commit_data(
+                        f"{staging}/{slice_info.file_name}",
+                        slice_info.physical_hash,
+                        slice_info.size,
+                    )
+                timings["renames"] += time.perf_counter() - clock
 
-            created = [
-                slice_info.physical_hash
-                for slice_info in written
-                if storage.commit_data(
-                    f"{staging}/{slice_info.file_name}", slice_info.physical_hash, slice_info.size
-                ).created
-            ]
-            timings["renames"] += time.perf_counter() - clock
-
-            clock = time.perf_counter()
-            new_state = chain.commit(storage, *prepared, created_data=created)
-            timings["blocks"] = time.perf_counter() - clock
+                clock = time.perf_counter()
+                new_state = tx.commit()
+                timings["blocks"] = time.perf_counter() - clock
             dataset.refresh()
             return IngestResult(
                 dataset=path,
                 rows=total,
                 slices=len(written),
                 bytes=sum(w.size for w in written),
-                blocks=[p.entry for p in prepared],
+                blocks=[p.entry for p in tx.prepared],
                 head=new_state.head,
                 timings=timings,
                 lineage=event,
@@ -1028,16 +1017,6 @@ def _write_in_tasks(
     _check_files(written, planned)
     times = [f.max_event_time for f in found if f.max_event_time is not None]
     return written, schema, max(times, default=None)
-
-
-def _with_transaction(
-    extra: dict[str, Any] | None, transaction: tuple[str, int] | None
-) -> dict[str, Any] | None:
-    """The first AddData's extra attributes: the transaction pair rides on it (a write is one
-    head move, so that block is in the chain exactly when the whole write is)."""
-    if transaction is None:
-        return extra
-    return {**(extra or {}), **transaction_extra(*transaction)}
 
 
 def _plan_lineage(df, schema: pa.Schema, vocab: Vocabulary):

@@ -1,0 +1,246 @@
+"""One write transaction: what every writer appends with one move of the head, and what happens
+when it fails. ``Dataset.write``, ``Dataset.append``, the Spark writer (both its paths) and ingest
+go through it; so will the derived-dataset writer.
+
+A writer:
+
+1. **begins** on the head it read (:meth:`Transaction.begin`): a head the head log shows rolled
+   back is refused, and a transaction pair is proved against the chain, not a cache
+   (:attr:`Transaction.already_recorded` then says the write is done already);
+2. **prepares** blocks on the transaction's state as it learns them, in ODF's order: the SetVocab
+   naming the event time column, the SetDataSchema when the schema differs (every rule checked,
+   the evolution rules included, before the writer writes a file), the lineage event, one
+   AddData per slice, the first carrying the transaction pair;
+3. **moves** each slice it staged into ``data/<hash>`` (:meth:`Transaction.commit_data`);
+4. **commits**: one move of the head (:func:`odf_chain.chain.commit`), then the post-commit hooks
+   run in order (the derived index's update; lineage emission next), each best effort: a hook
+   never fails a write that committed.
+
+The failure policy, one for every writer: anything raised before the head moved withdraws what
+the transaction created (its slices in ``data/``, its block files) where that is proven safe
+(:func:`odf_chain.chain.withdraw`: under the head lock, against every block committed since the
+base), and re-raises. A failed write leaves the dataset as it found it, so a retry starts clean
+and an auditor meets no file no block names; a file whose removal cannot be proven safe (a racing
+writer may have committed the same bytes) stays, reported by verify and removed by gc. Staged
+files are the writer's own (``.staging``), which it discards on the way out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any
+
+import pyarrow as pa
+
+from odf_chain import chain, replay, rules
+from odf_chain.chain import BlockEntry, PreparedBlock
+from odf_chain.errors import RuleViolation
+from odf_chain.events import MetadataEvent, SetDataSchema
+from odf_chain.format.multihash import BLAKE3, Multihash
+from odf_chain.index import update as index_update
+from odf_chain.slices import add_data_for
+from odf_chain.state import DatasetState, transaction_extra
+from odf_chain.storage import Storage
+
+PostCommitHook = Callable[[Storage, DatasetState, Sequence[tuple[BlockEntry, DatasetState]]], None]
+"""Called after the head moved with the storage, the state the transaction began on, and each
+committed block with the state after it. Must not raise (a raise is swallowed)."""
+
+POST_COMMIT_HOOKS: tuple[PostCommitHook, ...] = (index_update.record_commit,)
+"""The hooks every transaction runs unless given others: the index follows the head."""
+
+
+@dataclass
+class Transaction:
+    """One write in progress. Build it with :meth:`begin` (or :meth:`create` for a new
+    dataset); use it as a context manager so a failure withdraws what it created."""
+
+    storage: Storage
+    base: DatasetState
+    system_time: datetime
+    location: str
+    pair: tuple[str, int] | None = None
+    hooks: Sequence[PostCommitHook] = POST_COMMIT_HOOKS
+    already_recorded: bool = False
+    prepared: list[PreparedBlock] = field(default_factory=list)
+    created: list[str] = field(default_factory=list)  # slices this transaction put in data/
+    _slices: int = 0
+
+    # -- beginning --------------------------------------------------------------------------------
+
+    @classmethod
+    def begin(
+        cls,
+        storage: Storage,
+        state: DatasetState,
+        *,
+        transaction: tuple[str, int] | None = None,
+        system_time: datetime | None = None,
+        hooks: Sequence[PostCommitHook] = POST_COMMIT_HOOKS,
+    ) -> Transaction:
+        """A transaction on ``state``, the head as the writer just read it. Refuses a rolled
+        back head (rule ``head-rollback``) before anything is written; with ``transaction``,
+        the app id's last version is proved against the chain, and
+        :attr:`already_recorded` tells whether this pair was written before (then the writer
+        writes nothing)."""
+        chain.check_not_rolled_back(storage, state)
+        recorded = False
+        if transaction is not None:
+            transaction = rules.transaction_argument(transaction)
+            state = replay.proven_transactions(storage, state, transaction[0])
+            recorded = rules.transaction_recorded(state, *transaction)
+        return cls(
+            storage,
+            state,
+            chain.now(state.system_time) if system_time is None else system_time,
+            storage.location,
+            transaction,
+            hooks,
+            recorded,
+        )
+
+    @classmethod
+    def create(
+        cls,
+        storage: Storage,
+        seed: PreparedBlock,
+        *,
+        transaction: tuple[str, int] | None = None,
+        hooks: Sequence[PostCommitHook] = POST_COMMIT_HOOKS,
+    ) -> Transaction:
+        """The first transaction of a new dataset: its Seed (prepared, not yet written) is its
+        first block, so a write that fails creates no dataset."""
+        if transaction is not None:
+            transaction = rules.transaction_argument(transaction)
+        tx = cls(
+            storage,
+            seed.before,
+            seed.entry.block.system_time,
+            storage.location,
+            transaction,
+            hooks,
+        )
+        tx.prepared.append(seed)
+        return tx
+
+    # -- preparing --------------------------------------------------------------------------------
+
+    @property
+    def state(self) -> DatasetState:
+        """The state after every block prepared so far."""
+        return self.prepared[-1].after if self.prepared else self.base
+
+    @property
+    def algorithm(self) -> str:
+        """The chain's hash algorithm (a new chain's is its Seed's, else BLAKE3)."""
+        return self.state.hash_algorithm or BLAKE3
+
+    def check(self, event: MetadataEvent) -> PreparedBlock:
+        """``event`` built on the current state and checked by every rule, not added: a writer
+        refuses what would break a rule before it writes a file."""
+        return chain.prepare(self.state, event, system_time=self.system_time)
+
+    def add(self, event: MetadataEvent) -> PreparedBlock:
+        """Prepare ``event`` on the current state (every rule checked) as the next block."""
+        block = self.check(event)
+        self.prepared.append(block)
+        return block
+
+    def name_event_time(self, column: str | None) -> PreparedBlock | None:
+        """The SetVocab naming ``column`` as the event time column (ODF's way: the column keeps
+        its name), unless none is named or the vocabulary in force names it already.
+
+        Renaming the event time column once a schema is set is refused by rule
+        ``vocab-before-schema`` (the rows written before would change their event time); the
+        refusal is worded here for the writer's option, before anything is written."""
+        state = self.state
+        if column is None or column == state.vocab.event_time_column:
+            return None
+        event = replace(state.vocab, event_time_column=column).as_event()
+        try:
+            return self.add(event)
+        except RuleViolation as violation:
+            if violation.rule != "vocab-before-schema":
+                raise
+            in_force = state.vocab.event_time_column
+            raise RuleViolation(
+                violation.rule,
+                f"dataset {self.location}: event_time={column!r}, but the dataset's event time "
+                f"column is {in_force!r} since its schema was set at block "
+                f"{state.schema_sequence_number}; naming another now would change the event "
+                f"time of every row written before (write without event_time= to take "
+                f"{in_force!r}, or into a new dataset)",
+            ) from None
+
+    def declare_schema(self, schema: pa.Schema) -> PreparedBlock | None:
+        """A SetDataSchema when ``schema`` (system columns included) differs from the schema in
+        force, checked by every rule (the evolution rules among them); None when it is the
+        same. The one place a writer decides that the schema changes."""
+        state = self.state
+        if state.schema is not None and schema.equals(state.schema, check_metadata=True):
+            return None
+        return self.add(SetDataSchema.from_arrow(schema))
+
+    def add_slice(
+        self,
+        *,
+        physical_hash: Multihash,
+        logical_hash: Multihash,
+        size: int,
+        num_rows: int,
+        watermark: datetime | None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> PreparedBlock:
+        """The AddData of the next slice, its offsets after the last; the transaction's first
+        slice carries the transaction pair (a write is one head move, so that block is in the
+        chain exactly when the whole write is)."""
+        if self.pair is not None and self._slices == 0:
+            extra = {**(extra or {}), **transaction_extra(*self.pair)}
+        block = self.add(
+            add_data_for(
+                self.state,
+                physical_hash=physical_hash,
+                logical_hash=logical_hash,
+                size=size,
+                num_rows=num_rows,
+                watermark=watermark,
+                extra=extra or None,
+            )
+        )
+        self._slices += 1
+        return block
+
+    # -- committing -------------------------------------------------------------------------------
+
+    def commit_data(self, staged: str, name: str, size: int | None = None) -> None:
+        """Move the staged slice ``staged`` into ``data/<name>`` (checked against ``size``);
+        one this call creates is withdrawn again if the transaction fails."""
+        if self.storage.commit_data(staged, name, size).created:
+            self.created.append(name)
+
+    def commit(self) -> DatasetState:
+        """Move the head once over every prepared block, then run the post-commit hooks; the
+        state after the last block."""
+        before = self.prepared[0].before
+        after = chain.commit(self.storage, *self.prepared, created_data=self.created)
+        steps = [(p.entry, p.after) for p in self.prepared]
+        for hook in self.hooks:
+            with contextlib.suppress(Exception):  # a hook never fails a write that committed
+                hook(self.storage, before, steps)
+        return after
+
+    def abort(self) -> None:
+        """The failure policy (see the module): withdraw the slices this transaction created,
+        where that is proven safe."""
+        if self.created:
+            chain.withdraw(self.storage, self.base, data=self.created)
+
+    def __enter__(self) -> Transaction:
+        return self
+
+    def __exit__(self, kind, value, traceback) -> None:
+        if kind is not None:
+            self.abort()
