@@ -901,6 +901,7 @@ def ingest_files(
             "inputs": [{"uri": i.uri, "size": i.size, "hash": i.blake3} for i in frame.inputs],
         },
         _check_state=not_ingested_meanwhile,
+        _input=f"input {_names(frame.inputs)}",
         **write_options,
     )
     return FileIngest(frame.inputs, tuple(skipped), result)

@@ -83,6 +83,7 @@ from odf_chain.lineage.recorder import LineageRecorder
 from odf_chain.replay import settle_lineage, slices_at
 from odf_chain.schema.convert import AVRO_SCHEMA_KEY, avro_to_arrow
 from odf_chain.schema.evolution import check_new_columns
+from odf_chain.schema.widening import adopt_schema, refuse_narrowing
 from odf_chain.slice_writer import SliceSpec, slice_schema
 from odf_chain.slices import add_data_for, os_reason, own_metadata, system_fields
 from odf_chain.spark.arrow_tasks import SURPLUS, arrow_schema_of, read_in_tasks, write_in_tasks
@@ -275,6 +276,43 @@ def _user_columns(rest: list[str], in_force: pa.Schema | None, system: set[str])
     known = set(in_force.names)
     columns += [F.col(_quoted(c)) for c in rest if c not in known]
     return columns
+
+
+def _adopt_declared_types(df, in_force: pa.Schema | None, vocab: Vocabulary, event_time, subject):
+    """``df`` with each column whose type widens into the type the schema in force declares
+    (int into long, float into double, member by member inside structs, arrays and maps) cast
+    to it, so the write adopts the schema in force instead of changing it; a column of any
+    other type is refused (:class:`TypeChangeError` naming ``subject`` and the field) before
+    Spark runs a job. :mod:`odf_chain.schema.widening` decides, for Dataset.write as well."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_type
+    from pyspark.sql.types import StructType
+
+    if in_force is None:
+        return df
+    skip = {*vocab.system_columns, vocab.event_time_column, event_time}
+    declared = set(in_force.names)
+    stored = []
+    for f in df.schema.fields:
+        if f.name in skip or f.name not in declared:
+            continue
+        with contextlib.suppress(SchemaError):  # no Arrow form: the writer says so, later
+            stored.append(arrow_schema_of(StructType([f])).field(0))
+    adopted, narrowed = adopt_schema(pa.schema(stored), in_force)
+    refuse_narrowing(narrowed, subject)
+    casts = {
+        a.name: from_arrow_type(a.type)
+        for a, given in zip(adopted, stored, strict=True)
+        if not a.type.equals(given.type)
+    }
+    if not casts:
+        return df
+    return df.select(
+        *[
+            F.col(_quoted(c)).cast(casts[c]).alias(c) if c in casts else F.col(_quoted(c))
+            for c in df.columns
+        ]
+    )
 
 
 def _names_only(schema) -> pa.Schema:
@@ -586,6 +624,7 @@ def write(
     target_slice_bytes: int | str | None = DEFAULT_TARGET_SLICE_BYTES,
     writer: Literal["arrow", "spark"] | None = None,
     _check_state: Callable[[Dataset, DatasetState], None] | None = None,
+    _input: str | None = None,
 ) -> IngestResult:
     """Append a Spark DataFrame to ``dataset`` (a path, a ``pyarrow.fs`` URI such as
     ``s3://bucket/sales``, or an open :class:`Dataset`) as Parquet slices.
@@ -611,6 +650,11 @@ def write(
     ``evolve`` allows columns (or struct fields) the schema in force lacks; without it such a
     write raises :class:`NewColumnsError` naming them, from the DataFrame's schema, before
     Spark runs any job (missing nullable columns become nulls either way).
+
+    A column of a type that widens into the type the schema in force declares (int into long,
+    float into double, ...: :mod:`odf_chain.schema.widening`) is cast to it, so the write adopts
+    the schema in force; any other type change is refused with :class:`TypeChangeError` naming
+    the column and field, before Spark runs any job.
 
     ``transaction=(app_id, version)`` makes a retried job append nothing twice (Delta's
     txnAppId/txnVersion): the pair is recorded with the first AddData, and a write whose
@@ -664,6 +708,9 @@ def write(
 
         _refuse_duplicate_columns(df)
         check_nesting(df.schema)
+        df = _adopt_declared_types(
+            df, state.schema, vocab, event_time, f"{dataset.location}: {_input or 'the DataFrame'}"
+        )
         shaped = _with_system_columns(df, vocab, system_time, event_time, state.schema)
         check_new_columns(
             state.schema, _names_only(shaped.schema), evolve=evolve, dataset=dataset.location
