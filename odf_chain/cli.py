@@ -381,6 +381,11 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     for line in skipped:
         print(line)
     inputs = _count(len(done.inputs), "input file")
+    if result.rows == 0:  # header-only CSV files, say: refused when they hold anything else
+        names = ", ".join(i.name for i in done.inputs[:5])
+        more = f" and {len(done.inputs) - 5} more" if len(done.inputs) > 5 else ""
+        print(f"ingested   0 rows from {inputs} ({names}{more}: no rows): nothing appended")
+        return EXIT_OK
     print(f"ingested   {_count(result.rows, 'row')} from {inputs}")
     print(f"slices     {result.slices} ({_count(result.bytes, 'byte')} of Parquet)")
     names = ", ".join(sorted({b.block.event_name for b in result.blocks})) or "none"
