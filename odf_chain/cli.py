@@ -19,7 +19,9 @@ import dataclasses
 import json
 import os
 import shutil
+import signal
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
@@ -319,6 +321,32 @@ def _spark_session(master: str):
     return start_quiet_session(master, "odf-chain ingest", {"spark.sql.session.timeZone": "UTC"})
 
 
+def _interrupt_plainly() -> threading.Event:
+    """Ctrl-C during an ingest: a KeyboardInterrupt, and an event that says it came.
+
+    PySpark's own SIGINT handler cancels the jobs over py4j from inside the handler, on the
+    very connection the interrupted call is reading: py4j then logs two tracebacks of a
+    reentrant read (~45 lines) before the KeyboardInterrupt. Python's default handler only
+    raises; stopping the session on the way out (:func:`cmd_ingest`) cancels the jobs, and
+    py4j's own log lines go to Spark's log (:mod:`odf_chain.spark.session`). The event lets
+    the command answer 130 even when the interrupt surfaced as a Spark error."""
+    came = threading.Event()
+
+    def handler(signum: int, frame: object) -> None:
+        came.set()
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, handler)
+    return came
+
+
+def _exit_now(signum: int, frame: object) -> None:
+    """A second Ctrl-C while the first one cleans up: leave now (what staging holds is gc's)."""
+    print("odf-chain: interrupted", file=sys.stderr, flush=True)
+    os._exit(130)
+
+
 def _skipped_lines(skipped: Sequence[SkippedInput]) -> list[str]:
     """What an ingest skipped: one phrase per block that already held the contents, one for
     repeats within the call."""
@@ -343,7 +371,7 @@ def _skipped_lines(skipped: Sequence[SkippedInput]) -> list[str]:
 
 def cmd_ingest(args: argparse.Namespace) -> int:
     from odf_chain.spark.sizing import target_slice_bytes
-    from odf_chain.spark.sources import expand_inputs, ingest_files
+    from odf_chain.spark.sources import expand_inputs
 
     # what can be refused is refused before Spark starts (~10 s): the slice size, a missing
     # input, a missing dataset without --create
@@ -357,7 +385,19 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             raise NotFoundError(f"{missing}; pass --create to create it") from None
         if args.single_writer:  # the declaration travels with the opened dataset
             dataset = Dataset.create(args.dir, hash=args.hash, single_writer=True)
+    before = signal.getsignal(signal.SIGINT)  # PySpark puts its own in as Spark starts
     session = _spark_session(args.master)
+    interrupted = _interrupt_plainly()
+    try:
+        return _ingest_and_report(args, session, dataset, target, interrupted)
+    finally:
+        if threading.current_thread() is threading.main_thread() and before is not None:
+            signal.signal(signal.SIGINT, before)
+
+
+def _ingest_and_report(args, session, dataset, target, interrupted: threading.Event) -> int:
+    from odf_chain.spark.sources import ingest_files
+
     try:
         done = ingest_files(
             session.spark,
@@ -374,6 +414,10 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             target_slice_bytes=target,
         )
     except BaseException as exc:
+        if interrupted.is_set():  # Ctrl-C: whatever Spark made of it, the answer is 130
+            signal.signal(signal.SIGINT, _exit_now)
+            session.stop(failed=False)  # its log is of no use to someone who stopped it
+            raise KeyboardInterrupt from None
         if session.stop(failed=True) and isinstance(exc, Exception):
             exc.add_note(session.hint())
         raise
@@ -386,6 +430,11 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     for line in skipped:
         print(line)
     inputs = _count(len(done.inputs), "input file")
+    if result.rows == 0:  # header-only CSV files, say: refused when they hold anything else
+        names = ", ".join(i.name for i in done.inputs[:5])
+        more = f" and {len(done.inputs) - 5} more" if len(done.inputs) > 5 else ""
+        print(f"ingested   0 rows from {inputs} ({names}{more}: no rows): nothing appended")
+        return EXIT_OK
     print(f"ingested   {_count(result.rows, 'row')} from {inputs}")
     print(f"slices     {result.slices} ({_count(result.bytes, 'byte')} of Parquet)")
     names = ", ".join(sorted({b.block.event_name for b in result.blocks})) or "none"

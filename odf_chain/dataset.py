@@ -33,6 +33,7 @@ from odf_chain.format.multihash import BLAKE3, check_algorithm
 from odf_chain.lineage.recorder import LineageRecorder
 from odf_chain.receipt import Receipt, check_key_path, create_key_file, load_key
 from odf_chain.schema.evolution import check_new_columns
+from odf_chain.schema.widening import adopt_schema, refuse_narrowing
 from odf_chain.state import EMPTY, DatasetState
 from odf_chain.storage import LocalStorage, Storage, create_storage, local_path, open_storage
 from odf_chain.transaction import Transaction
@@ -315,6 +316,11 @@ class Dataset:
         misspelt column would otherwise be added for good). Missing nullable columns become
         nulls either way; the first write to a dataset without a schema sets it.
 
+        A column whose type widens into the declared one (int32 into int64, float32 into
+        float64, ...: :mod:`odf_chain.schema.widening`) is cast to it as it is written, with no
+        SetDataSchema; another type is refused with :class:`TypeChangeError`, naming the field,
+        before any file is written.
+
         ``transaction=(app_id, version)``: the pair is recorded on the (first) AddData, and a
         write whose version is not above the last one the chain records for ``app_id`` appends
         nothing and returns ``[]`` (a retried job whose first attempt did commit), before any
@@ -369,6 +375,9 @@ class Dataset:
             tx.state.vocab,
             with_nulls={name for name, column in columns if column.null_count},
         )
+        # a column of a narrower type is cast to the declared one as it is written; any other
+        # type is refused here, before any file or block, naming the field (not a block)
+        refuse_narrowing(adopt_schema(schema, tx.state.schema)[1], f"{self.location}: the table")
         check_new_columns(tx.state.schema, schema, evolve=evolve, dataset=self.location)
         tx.declare_schema(schema)  # checked by the evolution rules before any file is written
         state = tx.state

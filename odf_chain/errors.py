@@ -97,6 +97,17 @@ class NewColumnsError(SchemaEvolutionError):
         return self.detail if self.sequence_number is None else super()._render()
 
 
+class TypeChangeError(SchemaEvolutionError):
+    """A write whose input has a field of another type than the schema in force declares,
+    one that does not widen into it without loss (:mod:`odf_chain.schema.widening`).
+
+    Raised before anything is written, so it names the input and the field, not a block.
+    """
+
+    def _render(self) -> str:
+        return self.detail if self.sequence_number is None else super()._render()
+
+
 class LineageError(OdfChainError, ValueError):
     """Field lineage that cannot be recorded or resolved (an unknown field, a duplicate
     operation name, a cycle); the message names the operation and the field."""

@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 from odf_chain.errors import SchemaError
 from odf_chain.events import OffsetInterval
 from odf_chain.format.multihash import HashingSink, Multihash
+from odf_chain.schema.widening import widened
 from odf_chain.slices import (
     OP_APPEND,
     OPERATION_TYPE,
@@ -78,8 +79,10 @@ def slice_schema(
     (see :func:`~odf_chain.slices.storable_schema`). Then the columns take the order of the
     schema in force; a missing nullable column is filled with nulls; a new column goes after the
     known ones. A column of the known type keeps the field in force, made nullable only if it
-    holds nulls (``with_nulls`` names the columns that do); a column of another type keeps its
-    own field, for the evolution rules to judge.
+    holds nulls (``with_nulls`` names the columns that do). A column of a type that widens into
+    the known one (:mod:`odf_chain.schema.widening`: int32 into int64, ...) takes the known
+    type, and is cast to it as it is written; a column of another type keeps its own field, for
+    the writers to refuse (:func:`~odf_chain.schema.widening.refuse_narrowing`).
     """
     full = with_system_fields(schema, vocab)
     if in_force is None:
@@ -93,8 +96,12 @@ def slice_schema(
                 fields.append(field)
         elif column.type.equals(field.type):
             fields.append(field.with_nullable(field.nullable or field.name in with_nulls))
-        else:
-            fields.append(column)
+        elif (adopted := widened(column.type, field.type))[1]:
+            fields.append(column)  # a narrower or other type: refused by the writers' check
+        elif adopted[0].equals(field.type):  # widens into the declared type: cast on write
+            fields.append(field.with_nullable(field.nullable or field.name in with_nulls))
+        else:  # widens member by member, with new members (for the new-column check)
+            fields.append(column.with_type(adopted[0]))
     known = set(in_force.names)
     fields.extend(f for f in full if f.name not in known)
     metadata = own_metadata(schema) or in_force.metadata

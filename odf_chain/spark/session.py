@@ -11,9 +11,11 @@ The library never does this: a job's own SparkSession is the job's.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -85,12 +87,27 @@ class _Relay:
         return b"\r" + tail if tail else b""
 
 
+class _ToLog(logging.Handler):
+    """Python log records (py4j's: ``logging.exception("Exception while sending command.")``
+    with its traceback, when a call is interrupted or the JVM has gone) into Spark's log."""
+
+    def __init__(self, log: IO[bytes]) -> None:
+        super().__init__(logging.INFO)
+        self._log = log
+
+    def emit(self, record: logging.LogRecord) -> None:
+        with contextlib.suppress(Exception):
+            self._log.write((self.format(record) + "\n").encode("utf-8", "backslashreplace"))
+            self._log.flush()
+
+
 @dataclass
 class QuietSession:
     """A SparkSession and the file that holds everything Spark printed."""
 
     spark: Any  # a pyspark.sql.SparkSession
     log_path: str
+    log_handler: logging.Handler | None = None  # py4j's log records, into the log
 
     def hint(self) -> str:
         return f"Spark's own output is in {self.log_path}"
@@ -99,7 +116,11 @@ class QuietSession:
         """Stop Spark. The log is kept only when a failed command may find its cause there
         (Spark logged an error or a trace); True when kept. A refusal of odf_chain's own (a
         misspelt column, say) leaves nothing in it worth a second look."""
-        self.spark.stop()
+        try:
+            self.spark.stop()
+        finally:
+            if self.log_handler is not None:
+                logging.getLogger().removeHandler(self.log_handler)
         if failed and self._spark_complained():
             return True
         with contextlib.suppress(OSError):
@@ -133,6 +154,28 @@ def _stderr_to(fd: int) -> Iterator[None]:
         os.close(saved)
 
 
+@contextlib.contextmanager
+def _interrupt_held() -> Iterator[list[int]]:
+    """Ctrl-C is held (noted in the list yielded) while the JVM starts: a KeyboardInterrupt
+    before the JVM's gateway reads its stdin leaves a JVM running after this process has gone
+    (it ignores SIGINT, as PySpark starts it, and holds our stdout). PySpark puts in its own
+    handler once its context exists; what came before is answered when the start is done."""
+    held: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield held
+        return
+
+    def hold(signum: int, frame: object) -> None:
+        held.append(signum)
+
+    previous = signal.signal(signal.SIGINT, hold)
+    try:
+        yield held
+    finally:
+        if signal.getsignal(signal.SIGINT) is hold:  # PySpark did not get as far as its own
+            signal.signal(signal.SIGINT, previous)
+
+
 def start_quiet_session(master: str, app_name: str, conf: dict[str, str]) -> QuietSession:
     """A SparkSession whose JVM (and Python workers) write their stderr to a log file."""
     from pyspark.sql import SparkSession
@@ -150,12 +193,18 @@ def start_quiet_session(master: str, app_name: str, conf: dict[str, str]) -> Qui
         builder = builder.config(key, value)
     builder = builder.config("spark.ui.showConsoleProgress", str(terminal is not None).lower())
     try:
-        with _stderr_to(write_end):
+        with _stderr_to(write_end), _interrupt_held() as held:
             spark = builder.getOrCreate()
+        if held:  # Ctrl-C while the JVM started: stop it, then say so
+            spark.stop()
+            raise KeyboardInterrupt
     except Exception as exc:
         raise SparkStartError(
             f"Spark did not start ({type(exc).__name__}); its output is in {log.name}"
         ) from None
     finally:
         os.close(write_end)  # the JVM holds its own copy
-    return QuietSession(spark, log.name)
+    # py4j logs through the root logger, which prints to stderr when it has no handler
+    handler = _ToLog(log)
+    logging.getLogger().addHandler(handler)
+    return QuietSession(spark, log.name, handler)

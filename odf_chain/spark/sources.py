@@ -354,6 +354,9 @@ def _probe(item: tuple[str, pafs.FileSystem, str, str]) -> tuple:
             elif fmt == "parquet":
                 _check_parquet(fh, uri)
                 fh.seek(0)
+            else:
+                _check_not_binary(fh.read(len(_PARQUET_MAGIC)), uri, fmt)
+                fh.seek(0)
             digest, size = Multihash.digest_stream(BLAKE3, fh)
     except FileNotFoundError as e:
         return ("error", "NotFoundError", f"input file {uri} does not exist: {e}")
@@ -362,6 +365,22 @@ def _probe(item: tuple[str, pafs.FileSystem, str, str]) -> tuple:
     except OSError as e:
         return ("error", "StorageError", f"cannot read input file {uri}: {e}")
     return ("ok", uri, size, digest.to_multibase(), header)
+
+
+_PARQUET_MAGIC, _AVRO_MAGIC = b"PAR1", b"Obj\x01"
+
+
+def _check_not_binary(head: bytes, uri: str, fmt: str) -> None:
+    """Refuse a Parquet or Avro file given as text (``csv``, ``json``), by its magic bytes:
+    Spark reads such a file as CSV without complaint more often than not, into no rows (the
+    file is one "header" line) or into rows of garbage."""
+    for magic, kind in ((_PARQUET_MAGIC, "parquet"), (_AVRO_MAGIC, "avro")):
+        if head.startswith(magic):
+            raise FormatError(
+                f"input {file_name(uri)}: a {kind.capitalize()} file (it starts with "
+                f"{magic.decode()!r}), not {fmt}; nothing was ingested: give its format "
+                f"(--format {kind})"
+            )
 
 
 def _avro_header(fh: Any, uri: str) -> str:
@@ -889,6 +908,10 @@ def ingest_files(
                 "run it again and they will be skipped"
             )
 
+    def rows_from_every_file(per_file: dict[str, int]) -> None:
+        if fmt in ("csv", "json"):  # a Parquet or Avro file without rows says so itself
+            _refuse_rowless(kept, per_file, fmt, options)
+
     result = write(
         frame.df,
         target,
@@ -901,9 +924,71 @@ def ingest_files(
             "inputs": [{"uri": i.uri, "size": i.size, "hash": i.blake3} for i in frame.inputs],
         },
         _check_state=not_ingested_meanwhile,
+        _input=f"input {_names(frame.inputs)}",
+        _check_rows=rows_from_every_file,
         **write_options,
     )
     return FileIngest(frame.inputs, tuple(skipped), result)
+
+
+_HEADER_BYTES = 1 << 20  # a header-only file longer than this is not taken as one
+
+
+def _file_key(uri: str) -> str:
+    """A file's URI as Spark's ``input_file_name`` and :func:`_expand` both spell it, decoded
+    (``file:/x``, ``file:///x`` -> ``/x``)."""
+    text = unquote(uri)
+    if text.startswith("file:"):
+        text = "/" + text[len("file:") :].lstrip("/")
+    return text
+
+
+def _refuse_rowless(
+    kept: list[tuple[_Located, tuple]], per_file: dict[str, int], fmt: str, options: dict | None
+) -> None:
+    """Refuse text inputs that hold bytes but gave no rows (a file in another format, the wrong
+    options), before anything is written; a file that is explicitly empty passes: no bytes, only
+    blank lines, or (CSV with a header) a header line alone."""
+    read = {_file_key(name) for name, rows in per_file.items() if rows}
+    rowless = [
+        (located, probe)
+        for located, probe in kept
+        if probe[2] and _file_key(located.uri) not in read and _file_key(probe[1]) not in read
+    ]
+    opts = {**_DEFAULT_OPTIONS[fmt], **{k: _option(v) for k, v in (options or {}).items()}}
+    header = fmt == "csv" and opts.get("header", "false").lower() == "true"
+    encoding = opts.get("encoding", opts.get("charset", "utf-8"))
+    refused = [
+        InputFile(probe[1], probe[2], probe[3])
+        for located, probe in rowless
+        if not _explicitly_empty(located, header, encoding)
+    ]
+    if refused:
+        size = sum(f.size for f in refused)
+        raise FormatError(
+            f"input {_names(refused)}: no rows read as {fmt} from {size} bytes; is the input "
+            f"in the format given (--format {fmt})? nothing was ingested"
+        )
+
+
+def _explicitly_empty(located: _Located, header: bool, encoding: str) -> bool:
+    """Does the file hold no data by its content: text of blank lines, plus one line if it
+    starts with a header? (Read on the driver, only for the files that gave no rows.)"""
+    try:
+        with _open(located.fs, located.path) as fh:
+            data = fh.read(_HEADER_BYTES + 1)
+    except OSError:
+        return False
+    if len(data) > _HEADER_BYTES or (
+        b"\x00" in data and encoding.lower().replace("-", "") == "utf8"
+    ):
+        return False
+    try:
+        text = data.decode(encoding)
+    except (UnicodeDecodeError, LookupError):
+        return False
+    lines = [line for line in text.splitlines() if line.strip()]
+    return len(lines) <= (1 if header else 0)
 
 
 def _names(files: Iterable[InputFile], limit: int = 5) -> str:

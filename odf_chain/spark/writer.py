@@ -83,6 +83,7 @@ from odf_chain.lineage.recorder import LineageRecorder
 from odf_chain.replay import settle_lineage, slices_at
 from odf_chain.schema.convert import AVRO_SCHEMA_KEY, avro_to_arrow
 from odf_chain.schema.evolution import check_new_columns
+from odf_chain.schema.widening import Narrowing, adopt_schema, refuse_narrowing
 from odf_chain.slice_writer import SliceSpec, slice_schema
 from odf_chain.slices import os_reason, own_metadata, system_fields
 from odf_chain.spark.arrow_tasks import SURPLUS, arrow_schema_of, read_in_tasks, write_in_tasks
@@ -278,6 +279,45 @@ def _user_columns(rest: list[str], in_force: pa.Schema | None, system: set[str])
     return columns
 
 
+def _adopt_declared_types(
+    df, in_force: pa.Schema | None, vocab: Vocabulary, event_time: str | None
+) -> tuple[Any, list[Narrowing]]:
+    """``df`` with each column whose type widens into the type the schema in force declares
+    (int into long, float into double, member by member inside structs, arrays and maps) cast
+    to it, so the write adopts the schema in force instead of changing it; and the fields of
+    any other type, which the write refuses (:func:`refuse_narrowing`) once the count has
+    found rows, before any file or block. :mod:`odf_chain.schema.widening` decides, for
+    Dataset.write as well."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_type
+    from pyspark.sql.types import StructType
+
+    if in_force is None:
+        return df, []
+    skip = {*vocab.system_columns, vocab.event_time_column, event_time}
+    declared = set(in_force.names)
+    stored = []
+    for f in df.schema.fields:
+        if f.name in skip or f.name not in declared:
+            continue
+        with contextlib.suppress(SchemaError):  # no Arrow form: the writer says so, later
+            stored.append(arrow_schema_of(StructType([f])).field(0))
+    adopted, narrowed = adopt_schema(pa.schema(stored), in_force)
+    casts = {
+        a.name: from_arrow_type(a.type)
+        for a, given in zip(adopted, stored, strict=True)
+        if not a.type.equals(given.type)
+    }
+    if not casts:
+        return df, narrowed
+    return df.select(
+        *[
+            F.col(_quoted(c)).cast(casts[c]).alias(c) if c in casts else F.col(_quoted(c))
+            for c in df.columns
+        ]
+    ), narrowed
+
+
 def _names_only(schema) -> pa.Schema:
     """The names and nesting of a Spark schema as an Arrow schema, for the new-column check
     (which needs no more, and so runs on the DataFrame's schema before any Spark job).
@@ -453,12 +493,15 @@ def _shuffles(df) -> bool:
         return True
 
 
-def _count_partitions(df, vocab: Vocabulary, *, check_timestamps: bool = True) -> dict[int, int]:
+def _count_partitions(
+    df, vocab: Vocabulary, *, check_timestamps: bool = True, per_file: dict[str, int] | None = None
+) -> dict[int, int]:
     """Rows per partition (partitions without rows are left out), one small row each.
 
     The same pass checks that user timestamp columns hold whole milliseconds: the files store
     timestamps in milliseconds (as ODF's system columns), and finer ones would be truncated
-    without a word.
+    without a word. Given ``per_file``, it also fills it with rows per input file (Spark's
+    ``input_file_name``, files without rows left out): one more grouping key in the same job.
     """
     from pyspark.sql import functions as F
     from pyspark.sql.types import TimestampType
@@ -474,10 +517,15 @@ def _count_partitions(df, vocab: Vocabulary, *, check_timestamps: bool = True) -
         F.max((F.unix_micros(F.col(_quoted(name))) % 1000 != 0).cast("int")).alias(f"_sub{i}")
         for i, name in enumerate(stamps)
     ]
-    rows = df.groupBy(F.spark_partition_id().alias("pid")).agg(F.count("*").alias("n"), *finer)
+    keys = [F.spark_partition_id().alias("pid")]
+    if per_file is not None:
+        keys.append(F.input_file_name().alias("file"))
+    rows = df.groupBy(*keys).agg(F.count("*").alias("n"), *finer)
     counts: dict[int, int] = {}
     for row in rows.collect():
-        counts[row["pid"]] = row["n"]
+        counts[row["pid"]] = counts.get(row["pid"], 0) + row["n"]
+        if per_file is not None:
+            per_file[row["file"]] = per_file.get(row["file"], 0) + row["n"]
         for i, name in enumerate(stamps):
             if row[f"_sub{i}"]:
                 raise SchemaError(
@@ -612,6 +660,8 @@ def write(
     target_slice_bytes: int | str | None = DEFAULT_TARGET_SLICE_BYTES,
     writer: Literal["arrow", "spark"] | None = None,
     _check_state: Callable[[Dataset, DatasetState], None] | None = None,
+    _input: str | None = None,
+    _check_rows: Callable[[dict[str, int]], None] | None = None,
 ) -> IngestResult:
     """Append a Spark DataFrame to ``dataset`` (a path, a ``pyarrow.fs`` URI such as
     ``s3://bucket/sales``, or an open :class:`Dataset`) as Parquet slices. A pandas-on-Spark
@@ -644,6 +694,12 @@ def write(
     ``evolve`` allows columns (or struct fields) the schema in force lacks; without it such a
     write raises :class:`NewColumnsError` naming them, from the DataFrame's schema, before
     Spark runs any job (missing nullable columns become nulls either way).
+
+    A column of a type that widens into the type the schema in force declares (int into long,
+    float into double, ...: :mod:`odf_chain.schema.widening`) is cast to it, so the write adopts
+    the schema in force; any other type change is refused with :class:`TypeChangeError` naming
+    the column and field, once the count found rows (an empty input appends nothing: a
+    header-only CSV's columns are strings), before any file or block is written.
 
     ``transaction=(app_id, version)`` makes a retried job append nothing twice (Delta's
     txnAppId/txnVersion): the pair is recorded with the first AddData, and a write whose
@@ -708,6 +764,7 @@ def write(
         tx.name_event_time(event_time)
         state = tx.state
         vocab = state.vocab
+        df, narrowed = _adopt_declared_types(df, state.schema, vocab, event_time)
         shaped = _with_system_columns(df, vocab, system_time, state.schema)
         check_new_columns(
             state.schema, _names_only(shaped.schema), evolve=evolve, dataset=dataset.location
@@ -730,18 +787,23 @@ def write(
                         spark, "sample", lambda: sampled_bytes_per_row(shaped, SAMPLE_ROWS)
                     )
                     beside.append(sampling)
+                per_file: dict[str, int] | None = None if _check_rows is None else {}
                 try:
                     counts = _count_partitions(
-                        shaped, vocab, check_timestamps=not truncate_timestamps
+                        shaped, vocab, check_timestamps=not truncate_timestamps, per_file=per_file
                     )
                 except Exception as exc:  # a task of the input's own plan failed: nothing appended
                     raise _spark_failure("count the input", exc) from exc
+                if _check_rows is not None:  # ingest_files: rows from every file that has bytes?
+                    _check_rows(per_file or {})
                 total = sum(counts.values())
                 timings["offsets"] = time.perf_counter() - clock
                 if total == 0:
                     if seed is not None:  # an empty first write still creates the dataset
                         Transaction.create(storage, seed).commit()
                     return IngestResult(path, 0, 0, 0, [], state.head, timings)
+                # refused once there are rows: a header-only CSV's columns are strings by default
+                refuse_narrowing(narrowed, f"{dataset.location}: {_input or 'the DataFrame'}")
 
                 clock = time.perf_counter()
                 # the sample gets as long again as the count took: its first task is as a rule
