@@ -395,6 +395,22 @@ _WRITE_CONF = {
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MILLIS",
     "spark.sql.files.maxRecordsPerFile": "0",  # one file per partition: a slice per partition
 }
+_EXCLUDED_RULES = "spark.sql.optimizer.excludedRules"
+_LOCAL_RELATION_RULE = "org.apache.spark.sql.catalyst.optimizer.ConvertToLocalRelation"
+
+
+def _write_conf(spark) -> dict[str, str]:
+    """:data:`_WRITE_CONF`, and Spark's ``ConvertToLocalRelation`` rule excluded (beside any
+    rules the session already excludes): on a DataFrame made from local data
+    (``createDataFrame`` of a pandas frame or a list) that rule evaluates the count's
+    ``spark_partition_id()`` on the driver, where every row is in partition 0, while the write
+    runs in the real partitions, so the count and the write disagreed and every such write
+    was refused."""
+    excluded = [r.strip() for r in (spark.conf.get(_EXCLUDED_RULES, None) or "").split(",")]
+    rules = [r for r in excluded if r]
+    if _LOCAL_RELATION_RULE not in rules:
+        rules.append(_LOCAL_RELATION_RULE)
+    return {**_WRITE_CONF, _EXCLUDED_RULES: ",".join(rules)}
 
 
 _conf_lock = threading.Lock()
@@ -777,7 +793,7 @@ def write(
         staging = storage.staging_area("spark")
         beside: list[Beside] = []  # driver-side work run while a job runs; stopped on the way out
         try:
-            with _session_conf(spark, _WRITE_CONF):
+            with _session_conf(spark, _write_conf(spark)):
                 sampling = None
                 wants_sample = target is not None or in_tasks  # slice sizes, batch sizes
                 if wants_sample and not persist and Beside.possible(spark):
