@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 from odf_chain.errors import SchemaError
 from odf_chain.schema import avro_paths
+from odf_chain.schema.avro_compile import compile_schema as _compile
 from odf_chain.schema.avro_paths import (
-    _compile,
     _convert,
     _walk,
     avro_field_paths,

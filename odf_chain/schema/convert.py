@@ -117,21 +117,36 @@ of raising a few thousand levels down on a small thread stack. Arrow -> Avro has
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Iterable
 from typing import Any
 
-import fastavro
 import pyarrow as pa
 
 from odf_chain.errors import SchemaError
 from odf_chain.schema._json import (
     MAX_NESTING,
-    canonical as canonical_json,
-    check_depth,
+    canonical as canonical_json,  # noqa: F401  (tests import it from here)
     loads,
-    show,
 )
 from odf_chain.schema.arrow_paths import is_list_like, unwrap_encoding
+from odf_chain.schema.avro_terms import (
+    AVRO_DEFAULT_KEY,
+    AVRO_NAME_KEY,
+    AVRO_SCHEMA_KEY,
+    AVRO_SIZE_KEY,
+    AVRO_SYMBOLS_KEY,
+    DOC_KEY,
+    NAME,
+    RESERVED,
+    Step,
+    default_matches,
+    load_avro,
+    max_decimal_digits,
+    place,
+    run_steps,
+    valid_fullname,
+)
+from odf_chain.schema.from_avro import avro_to_arrow
 
 __all__ = [
     "AVRO_DEFAULT_KEY",
@@ -144,427 +159,6 @@ __all__ = [
     "arrow_to_avro",
     "avro_to_arrow",
 ]
-
-AVRO_SCHEMA_KEY = b"odf_chain.avro.schema"
-DOC_KEY = b"doc"
-AVRO_NAME_KEY = b"odf_chain.avro.name"
-AVRO_SYMBOLS_KEY = b"odf_chain.avro.symbols"
-AVRO_SIZE_KEY = b"odf_chain.avro.size"
-AVRO_DEFAULT_KEY = b"odf_chain.avro.default"
-
-PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-# A converter step is a generator that yields sub-steps and receives their results.
-Step = Generator["Step", Any, Any]
-
-
-def _run(step: Step) -> Any:
-    """Drive a tree of generator steps without Python recursion."""
-    stack = [step]
-    value: Any = None
-    while True:
-        try:
-            child = stack[-1].send(value)
-        except StopIteration as stop:
-            stack.pop()
-            if not stack:
-                return stop.value
-            value = stop.value
-        else:
-            stack.append(child)
-            value = None
-
-
-# --------------------------------------------------------------------------------------------
-# deep schemas: JSON is read and written without recursion (odf_chain.schema._json), and fastavro,
-# which recurses in C, is not given a schema nesting deeper than MAX_NESTING levels
-
-
-def _avro_children(schema: Any) -> list | None:
-    """The schemas directly inside an Avro schema, for measuring its nesting the way
-    :mod:`~odf_chain.schema.avro_paths` does: every record, enum, fixed, array, map and union
-    (any JSON object or list in a type position, including an invalid ``{"type": {...}}``) is
-    a level; a type name is not."""
-    if isinstance(schema, list):
-        return schema
-    if not isinstance(schema, dict):
-        return None
-    kind = schema.get("type")
-    if isinstance(kind, dict | list):
-        return [kind]
-    if kind == "array":
-        return [schema["items"]] if "items" in schema else []
-    if kind == "map":
-        return [schema["values"]] if "values" in schema else []
-    if kind in ("record", "error") and isinstance(schema.get("fields"), list):
-        return [f["type"] for f in schema["fields"] if isinstance(f, dict) and "type" in f]
-    return []
-
-
-def _load(schema: str | bytes | dict) -> Any:
-    if isinstance(schema, dict | list):
-        return schema
-    if not isinstance(schema, str | bytes):
-        raise SchemaError(f"an Avro schema is JSON text or a dict, not {type(schema).__name__}")
-    return loads(schema, what="the Avro schema")
-
-
-# --------------------------------------------------------------------------------------------
-# names and defaults (shared by both directions)
-
-
-def _where(where: str) -> str:
-    return f"field {where}" if where else "the top-level record"
-
-
-def _split_fullname(name: str, namespace: Any, enclosing: str) -> tuple[str, str]:
-    """(full name, namespace) of a named type, per the Avro spec."""
-    if "." in name:
-        return name, name.rsplit(".", 1)[0]
-    ns = enclosing if namespace is None else namespace
-    if not isinstance(ns, str):
-        raise SchemaError(f"namespace {show(ns)} is not a string")
-    return (f"{ns}.{name}" if ns else name), ns
-
-
-def _valid_fullname(name: str) -> bool:
-    return all(_NAME.fullmatch(part) for part in name.split("."))
-
-
-def _default_matches(value: Any, schema: Any, lookup: Callable[[str], Any]) -> bool:
-    """Does a field default fit its type, at the top level (as fastavro checks it)?"""
-    if isinstance(schema, list):
-        return any(_default_matches(value, s, lookup) for s in schema if not isinstance(s, list))
-    if isinstance(schema, str) and schema not in PRIMITIVES:
-        schema = lookup(schema)
-        if schema is None:
-            return True
-    kind = schema.get("type") if isinstance(schema, dict) else schema
-    if isinstance(kind, str) and kind not in PRIMITIVES and kind not in _COMPLEX:
-        schema = lookup(kind)
-        if not isinstance(schema, dict):
-            return True
-        kind = schema.get("type")
-    if kind == "null":
-        return value is None
-    if kind == "boolean":
-        return isinstance(value, bool)
-    if kind in ("int", "long"):
-        return isinstance(value, int) and not isinstance(value, bool)
-    if kind in ("float", "double"):
-        return isinstance(value, int | float) and not isinstance(value, bool)
-    if kind in ("bytes", "string", "fixed"):
-        return isinstance(value, str)
-    if kind == "enum":
-        return isinstance(value, str) and value in (schema.get("symbols") or ())
-    if kind == "array":
-        return isinstance(value, list)
-    if kind in ("map", "record", "error"):
-        return isinstance(value, dict)
-    return True
-
-
-_COMPLEX = frozenset({"record", "error", "enum", "fixed", "array", "map"})
-_RESERVED = PRIMITIVES | _COMPLEX | {"union"}
-
-
-# --------------------------------------------------------------------------------------------
-# Avro -> Arrow
-
-Converted = tuple[pa.DataType, bool, dict[bytes, bytes]]  # type, nullable, field metadata
-
-_TIMESTAMPS = {
-    "timestamp-millis": ("ms", "UTC"),
-    "timestamp-micros": ("us", "UTC"),
-    "timestamp-nanos": ("ns", "UTC"),
-    "local-timestamp-millis": ("ms", None),
-    "local-timestamp-micros": ("us", None),
-    "local-timestamp-nanos": ("ns", None),
-}
-
-
-def _max_decimal_digits(size: int) -> int:
-    return len(str(2 ** (8 * size - 1) - 1)) - 1 if size > 0 else 0
-
-
-class _AvroToArrow:
-    def __init__(self) -> None:
-        self.defined: dict[str, dict] = {}  # full name -> definition
-        self.done: dict[str, Converted] = {}  # full name -> its Arrow form
-        self.open: set[str] = set()  # records being converted (recursion guard)
-
-    def scoped_lookup(self, ns: str) -> Callable[[str], dict | None]:
-        return lambda name: self.defined.get(self.resolve(name, ns) or name)
-
-    def resolve(self, name: str, ns: str) -> str | None:
-        """The full name a reference stands for (a name without a dot is in the enclosing
-        namespace, with no fallback to the null namespace: as fastavro and the spec say)."""
-        fullname = f"{ns}.{name}" if "." not in name and ns else name
-        return fullname if fullname in self.defined else None
-
-    def define(self, schema: dict, ns: str, where: str) -> tuple[str, str]:
-        name = schema.get("name")
-        if not isinstance(name, str) or not name:
-            raise SchemaError(
-                f"{_where(where)}: a {schema.get('type')} needs a non-empty string name"
-            )
-        try:
-            fullname, own_ns = _split_fullname(name, schema.get("namespace"), ns)
-        except SchemaError as e:
-            raise SchemaError(f"{_where(where)}: {e}") from None
-        if fullname in PRIMITIVES or name in PRIMITIVES:
-            raise SchemaError(f"{_where(where)}: the primitive type name {name!r} cannot be reused")
-        if fullname in self.defined:
-            raise SchemaError(f"{_where(where)}: the name {fullname} is defined twice")
-        self.defined[fullname] = schema
-        return fullname, own_ns
-
-    def reference(self, name: str, ns: str, where: str) -> Converted:
-        fullname = self.resolve(name, ns)
-        if fullname is None:
-            raise SchemaError(f"{_where(where)}: unknown type {name!r}")
-        if fullname in self.open:
-            raise SchemaError(
-                f"{_where(where)}: recursive type {fullname}; Arrow cannot express a type that "
-                "contains itself"
-            )
-        return self.done[fullname]
-
-    def convert(self, schema: Any, ns: str, where: str) -> Step:
-        if isinstance(schema, str):
-            if schema in PRIMITIVES:
-                return _primitive(schema, None, {})
-            return self.reference(schema, ns, where)
-        if isinstance(schema, list):
-            return (yield self.union(schema, ns, where))
-        if not isinstance(schema, dict):
-            raise SchemaError(f"{_where(where)}: {schema!r} is not an Avro type")
-        kind = schema.get("type")
-        if isinstance(kind, list | dict):
-            raise SchemaError(f"{_where(where)}: 'type' of a type object must be a type name")
-        if not isinstance(kind, str):
-            raise SchemaError(f"{_where(where)}: a type object needs a 'type'")
-        if kind in ("record", "error"):
-            return (yield self.record(schema, ns, where))
-        if kind == "enum":
-            return self.enum(schema, ns, where)
-        if kind == "fixed":
-            return self.fixed(schema, ns, where)
-        if kind == "array":
-            if "items" not in schema:
-                raise SchemaError(f"{_where(where)}: an array needs 'items'")
-            t, nullable, meta = yield self.convert(schema["items"], ns, f"{where}.[item]")
-            return pa.list_(pa.field("item", t, nullable, metadata=meta or None)), False, {}
-        if kind == "map":
-            if "values" not in schema:
-                raise SchemaError(f"{_where(where)}: a map needs 'values'")
-            t, nullable, meta = yield self.convert(schema["values"], ns, f"{where}.[value]")
-            value = pa.field("value", t, nullable, metadata=meta or None)
-            return pa.map_(pa.field("key", pa.string(), False), value), False, {}
-        if kind in PRIMITIVES:
-            return _primitive(kind, schema.get("logicalType"), schema, where)
-        return self.reference(kind, ns, where)
-
-    def union(self, members: list, ns: str, where: str) -> Step:
-        if not members:
-            raise SchemaError(f"{_where(where)}: an empty union has no values")
-        seen: set[str] = set()
-        non_null = []
-        for member in members:
-            if isinstance(member, list):
-                raise SchemaError(f"{_where(where)}: a union may not contain a union")
-            key = self.member_key(member, ns)
-            if key in seen:
-                raise SchemaError(f"{_where(where)}: the union lists {key} twice")
-            seen.add(key)
-            if key != "null":
-                non_null.append(member)
-        if len(non_null) > 1:
-            raise SchemaError(
-                f"{_where(where)}: the union {sorted(seen)} is not supported: only a union of "
-                "null and one other type maps to Arrow"
-            )
-        if not non_null:
-            return pa.null(), True, {}
-        t, _, meta = yield self.convert(non_null[0], ns, where)
-        return t, "null" in seen, meta
-
-    def member_key(self, member: Any, ns: str) -> str:
-        """What makes a union member distinct: its primitive/complex kind, or its full name."""
-        if isinstance(member, str):
-            return member if member in PRIMITIVES else (self.resolve(member, ns) or member)
-        if isinstance(member, dict):
-            kind = member.get("type")
-            if kind in ("record", "error", "enum", "fixed") and isinstance(member.get("name"), str):
-                try:
-                    return _split_fullname(member["name"], member.get("namespace"), ns)[0]
-                except SchemaError:
-                    return str(member["name"])
-            if isinstance(kind, str) and kind not in PRIMITIVES and kind not in _COMPLEX:
-                return self.resolve(kind, ns) or kind
-            return str(kind)
-        return repr(member)
-
-    def record(self, schema: dict, ns: str, where: str) -> Step:
-        fullname, own_ns = self.define(schema, ns, where)
-        fields = schema.get("fields")
-        if not isinstance(fields, list):
-            raise SchemaError(f"{_where(where)}: record {fullname} needs a list of 'fields'")
-        self.open.add(fullname)
-        arrow_fields = []
-        seen: set[str] = set()
-        for f in fields:
-            if not isinstance(f, dict) or not isinstance(f.get("name"), str) or not f["name"]:
-                raise SchemaError(
-                    f"{_where(where)}: record {fullname} has a field without a non-empty name"
-                )
-            name = f["name"]
-            here = f"{where}.{name}" if where else name
-            if name in seen:
-                raise SchemaError(f"field {here}: record {fullname} has two fields named {name!r}")
-            seen.add(name)
-            if "type" not in f:
-                raise SchemaError(f"field {here}: the field has no 'type'")
-            t, nullable, meta = yield self.convert(f["type"], own_ns, here)
-            meta = dict(meta)
-            doc = f.get("doc")
-            if isinstance(doc, str) and doc:
-                meta[DOC_KEY] = doc.encode()
-            if "default" in f:
-                lookup = self.scoped_lookup(own_ns)
-                if not _default_matches(f["default"], f["type"], lookup):
-                    raise SchemaError(
-                        f"field {here}: the default {show(f['default'])} does not fit the type"
-                    )
-                meta[AVRO_DEFAULT_KEY] = canonical_json(f["default"]).encode()
-            if pa.types.is_null(t):
-                nullable = True
-            arrow_fields.append(pa.field(name, t, nullable, metadata=meta or None))
-        self.open.discard(fullname)
-        result: Converted = pa.struct(arrow_fields), False, {AVRO_NAME_KEY: fullname.encode()}
-        self.done[fullname] = result
-        return result
-
-    def enum(self, schema: dict, ns: str, where: str) -> Converted:
-        fullname, _ = self.define(schema, ns, where)
-        symbols = schema.get("symbols")
-        if (
-            not isinstance(symbols, list)
-            or not all(isinstance(s, str) and _NAME.fullmatch(s) for s in symbols)
-            or len(set(symbols)) != len(symbols)
-        ):
-            raise SchemaError(
-                f"{_where(where)}: enum {fullname} needs a list of unique symbols, each a valid "
-                "Avro name"
-            )
-        if "default" in schema and schema["default"] not in symbols:
-            raise SchemaError(f"{_where(where)}: the default of enum {fullname} is not a symbol")
-        meta = {
-            AVRO_NAME_KEY: fullname.encode(),
-            AVRO_SYMBOLS_KEY: canonical_json(symbols).encode(),
-        }
-        result: Converted = pa.dictionary(pa.int32(), pa.string()), False, meta
-        self.done[fullname] = result
-        return result
-
-    def fixed(self, schema: dict, ns: str, where: str) -> Converted:
-        fullname, _ = self.define(schema, ns, where)
-        size = schema.get("size")
-        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
-            raise SchemaError(f"{_where(where)}: fixed {fullname} needs a non-negative int size")
-        meta = {AVRO_NAME_KEY: fullname.encode()}
-        decimal = _decimal(schema, where, _max_decimal_digits(size))
-        if decimal is not None:
-            meta[AVRO_SIZE_KEY] = str(size).encode()
-            result: Converted = decimal, False, meta
-        else:
-            result = pa.binary(size), False, meta
-        self.done[fullname] = result
-        return result
-
-
-def _decimal(schema: dict, where: str, max_digits: int | None) -> pa.DataType | None:
-    """The Arrow decimal of a ``decimal`` logical type; None when it has no precision (then it
-    is ignored, per spec). Parameters fastavro refuses are refused here, naming the field."""
-    if schema.get("logicalType") != "decimal":
-        return None
-    precision, scale = schema.get("precision"), schema.get("scale", 0)
-    if precision is None or precision == 0 or precision is False:
-        return None
-    if not isinstance(precision, int) or isinstance(precision, bool) or precision < 0:
-        raise SchemaError(
-            f"{_where(where)}: decimal precision {show(precision)} is not a positive int"
-        )
-    if scale is None or scale is False:
-        scale = 0
-    if not isinstance(scale, int) or isinstance(scale, bool) or not 0 <= scale <= precision:
-        raise SchemaError(
-            f"{_where(where)}: decimal scale {show(scale)} is not an int from 0 to the precision"
-        )
-    if max_digits is not None and precision > max_digits:
-        raise SchemaError(
-            f"{_where(where)}: decimal precision {precision} does not fit in "
-            f"{schema.get('size')} bytes"
-        )
-    if precision > 76:
-        raise SchemaError(
-            f"{_where(where)}: decimal({precision},{scale}) is wider than Arrow's 76 digits"
-        )
-    return (pa.decimal128 if precision <= 38 else pa.decimal256)(precision, scale)
-
-
-def _primitive(kind: str, logical: Any, schema: dict, where: str = "") -> Converted:
-    if kind == "null":
-        return pa.null(), True, {}
-    if logical == "decimal" and kind == "bytes":
-        decimal = _decimal(schema, where, None)
-        if decimal is not None:
-            return decimal, False, {}
-    if kind == "int" and logical == "date":
-        return pa.date32(), False, {}
-    if kind == "int" and logical == "time-millis":
-        return pa.time32("ms"), False, {}
-    if kind == "long" and logical == "time-micros":
-        return pa.time64("us"), False, {}
-    if kind == "long" and logical in _TIMESTAMPS:
-        unit, tz = _TIMESTAMPS[logical]
-        return pa.timestamp(unit, tz=tz), False, {}
-    plain = {
-        "boolean": pa.bool_(),
-        "int": pa.int32(),
-        "long": pa.int64(),
-        "float": pa.float32(),
-        "double": pa.float64(),
-        "bytes": pa.binary(),
-        "string": pa.string(),
-    }
-    return plain[kind], False, {}
-
-
-def avro_to_arrow(schema: str | bytes | dict) -> pa.Schema:
-    """The Arrow schema of an Avro record schema (see the module doc for the mapping), with the
-    writer schema kept in the schema metadata under ``odf_chain.avro.schema``."""
-    obj = _load(schema)
-    check_depth(obj, "the Avro schema", _avro_children)  # before fastavro, as avro_paths does
-    if not (isinstance(obj, dict) and obj.get("type") in ("record", "error")):
-        kind = obj.get("type") if isinstance(obj, dict) else obj
-        raise SchemaError(
-            "the top-level Avro schema must be a record (its fields become columns), "
-            f"not {show(kind)}"
-        )
-    converter = _AvroToArrow()
-    struct, _, _ = _run(converter.convert(obj, "", ""))
-    try:
-        text = canonical_json(obj)
-    except (TypeError, ValueError) as e:
-        raise SchemaError(f"the Avro schema is not JSON: {e}") from None
-    try:
-        fastavro.parse_schema(obj)
-    except Exception as e:  # fastavro's exceptions are not one hierarchy
-        raise SchemaError(f"invalid Avro schema ({type(e).__name__}): {e}") from None
-    fields = [struct.field(i) for i in range(struct.num_fields)]
-    return pa.schema(fields, metadata={AVRO_SCHEMA_KEY: text.encode()})
 
 
 # --------------------------------------------------------------------------------------------
@@ -612,7 +206,7 @@ def _normalized(t: pa.DataType) -> Step:
 
 
 def _normalized_schema(schema: pa.Schema) -> list[tuple[str, pa.DataType, bool]]:
-    return [(f.name, _run(_normalized(f.type)), f.nullable) for f in schema]
+    return [(f.name, run_steps(_normalized(f.type)), f.nullable) for f in schema]
 
 
 def corresponds(schema: pa.Schema, writer: Any) -> bool:
@@ -634,7 +228,7 @@ class _ArrowToAvro:
         wanted = meta.get(AVRO_NAME_KEY)
         if wanted is not None:
             wanted = wanted.decode("utf-8", errors="replace")
-            if _valid_fullname(wanted) and wanted.rsplit(".", 1)[-1] not in _RESERVED:
+            if valid_fullname(wanted) and wanted.rsplit(".", 1)[-1] not in RESERVED:
                 if wanted not in self.defined:
                     return wanted, False
                 source = self.sources.get(wanted)
@@ -647,9 +241,9 @@ class _ArrowToAvro:
                 ):
                     return wanted, True
         base = re.sub(r"[^A-Za-z0-9_]", "_", hint) or "type"
-        if not _NAME.fullmatch(base):
+        if not NAME.fullmatch(base):
             base = f"_{base}"
-        if base in _RESERVED:
+        if base in RESERVED:
             base = f"{base}_"
         candidate, n = base, 1
         while (f"{ns}.{candidate}" if ns else candidate) in self.defined:
@@ -687,7 +281,7 @@ class _ArrowToAvro:
                 default = loads(raw_default, what=AVRO_DEFAULT_KEY.decode())
             except SchemaError:
                 default = None
-            if default is not None and _default_matches(default, base, self.lookup):
+            if default is not None and default_matches(default, base, self.lookup):
                 return [base, "null"]
         return ["null", base]
 
@@ -720,7 +314,7 @@ class _ArrowToAvro:
         if pa.types.is_decimal(t):
             body = {"logicalType": "decimal", "precision": t.precision, "scale": t.scale}
             size = _int(meta.get(AVRO_SIZE_KEY))
-            if size is not None and _max_decimal_digits(size) >= t.precision:
+            if size is not None and max_decimal_digits(size) >= t.precision:
                 fullname, exists = self.name_for(t, meta, hint, ns)
                 if exists:
                     return self.ref(fullname, ns)
@@ -761,12 +355,12 @@ class _ArrowToAvro:
             key = unwrap_encoding(t.key_type)
             if not _is_string(key):
                 raise SchemaError(
-                    f"{_where(where)}: map keys of type {t.key_type} cannot be written as Avro "
+                    f"{place(where)}: map keys of type {t.key_type} cannot be written as Avro "
                     "(Avro map keys are strings)"
                 )
             values = yield self.field_type(t.item_field, ns, f"{where}.[value]", f"{hint}_value")
             return {"type": "map", "values": values}
-        raise SchemaError(f"{_where(where)}: Arrow type {t} has no Avro equivalent")
+        raise SchemaError(f"{place(where)}: Arrow type {t} has no Avro equivalent")
 
     def record(self, t: pa.DataType, meta: dict, ns: str, where: str, hint: str) -> Step:
         fullname, exists = self.name_for(t, meta, hint, ns)
@@ -786,7 +380,7 @@ class _ArrowToAvro:
         seen: set[str] = set()
         for f in fields:
             here = f"{where}.{f.name}" if where else f.name
-            if not _NAME.fullmatch(f.name):
+            if not NAME.fullmatch(f.name):
                 raise SchemaError(f"field {here}: {f.name!r} is not a valid Avro name")
             if f.name in seen:
                 raise SchemaError(f"field {here}: the name {f.name!r} appears twice")
@@ -805,7 +399,7 @@ class _ArrowToAvro:
                     pass
                 else:
                     first = field_type[0] if isinstance(field_type, list) else field_type
-                    if _default_matches(default, first, self.lookup):
+                    if default_matches(default, first, self.lookup):
                         entry["default"] = default
             out.append(entry)
         return out
@@ -828,7 +422,7 @@ def _symbols(meta: dict) -> list[str] | None:
         return None
     if (
         isinstance(symbols, list)
-        and all(isinstance(s, str) and _NAME.fullmatch(s) for s in symbols)
+        and all(isinstance(s, str) and NAME.fullmatch(s) for s in symbols)
         and len(set(symbols)) == len(symbols)
     ):
         return symbols
@@ -842,7 +436,7 @@ def arrow_to_avro(schema: pa.Schema, name: str = "Record", namespace: str | None
     raw = (schema.metadata or {}).get(AVRO_SCHEMA_KEY)
     if raw is not None:
         try:
-            writer = _load(raw)
+            writer = load_avro(raw)
             still = corresponds(schema, writer)
         except SchemaError as e:
             raise SchemaError(
@@ -850,9 +444,9 @@ def arrow_to_avro(schema: pa.Schema, name: str = "Record", namespace: str | None
             ) from None
         if still:
             return writer
-    if not _NAME.fullmatch(name):
+    if not NAME.fullmatch(name):
         raise SchemaError(f"the record name {name!r} is not a valid Avro name")
-    if namespace and not _valid_fullname(namespace):
+    if namespace and not valid_fullname(namespace):
         raise SchemaError(f"the namespace {namespace!r} is not a valid Avro namespace")
     converter = _ArrowToAvro()
     fullname = f"{namespace}.{name}" if namespace else name
@@ -860,5 +454,5 @@ def arrow_to_avro(schema: pa.Schema, name: str = "Record", namespace: str | None
     if namespace:
         top["namespace"] = namespace
     converter.defined[fullname] = top
-    top["fields"] = _run(converter.fields(list(schema), namespace or "", ""))
+    top["fields"] = run_steps(converter.fields(list(schema), namespace or "", ""))
     return top

@@ -27,27 +27,8 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from odf_chain.errors import NewColumnsError
-
-NamePath = tuple[str, ...]
-
-ITEM, KEY, VALUE = "[item]", "[key]", "[value]"
-
-
-def children(t: pa.DataType) -> list[tuple[str, pa.Field]] | None:
-    """Named child fields of a nested type; None for a leaf type."""
-    if pa.types.is_struct(t):
-        return [(t.field(i).name, t.field(i)) for i in range(t.num_fields)]
-    if pa.types.is_map(t):
-        return [(KEY, t.key_field), (VALUE, t.item_field)]
-    if (
-        pa.types.is_list(t)
-        or pa.types.is_large_list(t)
-        or pa.types.is_fixed_size_list(t)
-        or pa.types.is_list_view(t)
-        or pa.types.is_large_list_view(t)
-    ):
-        return [(ITEM, t.value_field)]
-    return None
+from odf_chain.schema.names import ITEM, KEY, VALUE, NamePath, children
+from odf_chain.schema.paths import field_index
 
 
 def _shape(t: pa.DataType) -> str:
@@ -148,8 +129,6 @@ class EvolutionViolation:
 
 def _v2_namer(old: pa.Schema, new: pa.Schema) -> Namer:
     """Name fields by v2 path: the old schema's for fields it has, the new one's otherwise."""
-    from odf_chain.schema.paths import field_index
-
     try:
         old_index, new_index = field_index(old), field_index(new)
     except Exception:  # a schema with no v2 mapping still gets checked, by dotted names

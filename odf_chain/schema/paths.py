@@ -18,8 +18,8 @@ import pyarrow as pa
 from odf_chain.schema.arrow_paths import arrow_field_index, arrow_fields
 from odf_chain.schema.avro_paths import avro_fields
 from odf_chain.schema.convert import AVRO_SCHEMA_KEY, arrow_to_avro
-from odf_chain.schema.evolution import ITEM, KEY, VALUE, NamePath, children
 from odf_chain.schema.fields import FieldInfo
+from odf_chain.schema.names import ITEM, KEY, VALUE, NamePath, children
 
 _TOKEN = re.compile(r"\[[^\]]*\]\.?")
 _STRUCTURAL = {ITEM, KEY, VALUE}
