@@ -213,7 +213,7 @@ def _pass(storage: Storage, *, min_age: float, dry_run: bool, discard: set[str])
             # the index may still describe the removed blocks (a rolled-back head's): align
             # it with the head now, as the next reader would (a cache: best effort)
             with contextlib.suppress(OdfChainError):
-                open_index(storage)
+                open_index(storage, save=True)
     return GcReport(removed, kept, freed)
 
 

@@ -37,10 +37,10 @@ import pyarrow as pa
 
 from odf_chain import chain, replay, rules
 from odf_chain.chain import BlockEntry, PreparedBlock
-from odf_chain.errors import RuleViolation
+from odf_chain.errors import OdfChainError, RuleViolation
 from odf_chain.events import MetadataEvent, SetDataSchema
 from odf_chain.format.multihash import BLAKE3, Multihash
-from odf_chain.index import update as index_update
+from odf_chain.index import read as index_read, update as index_update
 from odf_chain.slices import add_data_for
 from odf_chain.state import DatasetState, transaction_extra
 from odf_chain.storage import Storage
@@ -49,7 +49,20 @@ PostCommitHook = Callable[[Storage, DatasetState, Sequence[tuple[BlockEntry, Dat
 """Called after the head moved with the storage, the state the transaction began on, and each
 committed block with the state after it. Must not raise (a raise is swallowed)."""
 
-POST_COMMIT_HOOKS: tuple[PostCommitHook, ...] = (index_update.record_commit,)
+
+def update_index(
+    storage: Storage, before: DatasetState, steps: Sequence[tuple[BlockEntry, DatasetState]]
+) -> None:
+    """The index follows the head: the committed blocks appended to it, or, when it cannot be
+    appended to (deleted, left stale by a crash, another writer's update still to come), caught
+    up or rebuilt and saved. Readers never write the index, so this hook (and ``odf-chain
+    index``) is what keeps it current."""
+    if not index_update.record_commit(storage, before, steps):
+        with contextlib.suppress(OdfChainError):
+            index_read.open_index(storage, save=True)
+
+
+POST_COMMIT_HOOKS: tuple[PostCommitHook, ...] = (update_index,)
 """The hooks every transaction runs unless given others: the index follows the head."""
 
 

@@ -385,14 +385,16 @@ def _cross_check(index: ChainIndex, snapshot: Snapshot, state: DatasetState) -> 
 # -- opening ------------------------------------------------------------------------------------
 
 
-def open_index(storage: Storage, head: Multihash | None = None) -> ChainIndex:
+def open_index(storage: Storage, head: Multihash | None = None, *, save: bool = True) -> ChainIndex:
     """A checked index for the current head (or ``head``): from the files when they check out
-    (reading a bounded number of blocks), else rebuilt by one full fold and saved."""
+    (reading a bounded number of blocks), else rebuilt by one full fold. ``save``: write the
+    catch-up or rebuild back (best effort; readers still do, as a writer's post-commit hook and
+    ``odf-chain index`` do; ``save=False`` leaves the files alone)."""
     head = read_head(storage) if head is None else head
     try:
-        return _from_files(storage, head)
+        return _from_files(storage, head, save=save)
     except IndexDamage:
-        return rebuild(storage, head)
+        return rebuild(storage, head, save=save)
 
 
 def _read_snapshot(storage: Storage, name: str) -> Snapshot | None:
@@ -404,7 +406,7 @@ def _read_snapshot(storage: Storage, name: str) -> Snapshot | None:
         return None
 
 
-def _from_files(storage: Storage, head: Multihash) -> ChainIndex:
+def _from_files(storage: Storage, head: Multihash, *, save: bool = True) -> ChainIndex:
     head_snapshot = _read_snapshot(storage, HEAD_SNAPSHOT)
     probe = ChainIndex(storage, EMPTY, Pointers())
     if head_snapshot is not None and head_snapshot.block_hash == head:
@@ -444,8 +446,9 @@ def _from_files(storage: Storage, head: Multihash) -> ChainIndex:
     if state.head is None:  # the whole chain was walked: authoritative, like a rebuild
         index.rebuilt, index.how = True, "rebuilt"
         index._lists.update({SCHEMA_LIST: catch_up.schemas, LINEAGE_LIST: catch_up.lineage})
-        catch_up.save_all(storage)
-    else:
+        if save:
+            catch_up.save_all(storage)
+    elif save:
         catch_up.save_catch_up(storage, state.sequence_number, head_snapshot)
     return index
 
@@ -498,16 +501,18 @@ class _Derived:
         )
 
 
-def rebuild(storage: Storage, head: Multihash | None = None) -> ChainIndex:
+def rebuild(storage: Storage, head: Multihash | None = None, *, save: bool = True) -> ChainIndex:
     """Derive the whole index by one full fold (the chain's own errors propagate: a missing
-    or altered block, a broken rule), save it when the dataset can be written, and return it."""
+    or altered block, a broken rule) and return it; ``save``: also write it (best effort: a
+    dataset that cannot be written still answers)."""
     head = read_head(storage) if head is None else head
     entries = list(walk_back(storage, head))
     entries.reverse()
     derived = _Derived(EMPTY, Pointers())
     for entry in entries:  # errors here are the chain's: shown as they are
         derived.add(entry)
-    derived.save_all(storage)
+    if save:
+        derived.save_all(storage)
     index = ChainIndex(storage, derived.state, derived.pointers, rebuilt=True, how="rebuilt")
     index.block_reads = len(entries)
     index._entries.update({e.sequence_number: e for e in derived.entries})
@@ -561,7 +566,7 @@ def check_index(location: str, *, from_scratch: bool = False) -> IndexStatus:
     from odf_chain.storage import open_storage
 
     storage = open_storage(location)
-    index = rebuild(storage) if from_scratch else open_index(storage)
+    index = rebuild(storage, save=True) if from_scratch else open_index(storage, save=True)
     head = index.head.head
     assert head is not None
     on_disk = _read_snapshot(storage, HEAD_SNAPSHOT)

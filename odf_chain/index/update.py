@@ -57,19 +57,22 @@ def seq_entry(entry: BlockEntry) -> SeqEntry:
 
 def record_commit(
     storage: Storage, before: DatasetState, steps: Sequence[tuple[BlockEntry, DatasetState]]
-) -> None:
+) -> bool:
     """Add the blocks a head move just committed (each with the state after it), on top of
-    ``before``. Never raises: a failure leaves a stale index for readers to repair."""
+    ``before``; True when the index then names the head (or a later one). Never raises: False
+    leaves a stale or partial index, which the caller repairs (:mod:`odf_chain.transaction`'s
+    hook) or readers catch up with."""
     with (
         contextlib.suppress(OdfChainError, OSError, IndexDamage, ValueError),
         storage.derived_batch(),
     ):
-        _record_commit(storage, before, steps)
+        return _record_commit(storage, before, steps)
+    return False
 
 
 def _record_commit(
     storage: Storage, before: DatasetState, steps: Sequence[tuple[BlockEntry, DatasetState]]
-) -> None:
+) -> bool:
     first = steps[0][0].block.sequence_number
     if before.head is None:
         pointers = Pointers()
@@ -77,19 +80,19 @@ def _record_commit(
     else:
         raw = storage.read_derived(HEAD_SNAPSHOT, MAX_SNAPSHOT_BYTES)
         head = None if raw is None else Snapshot.decode(raw, HEAD_SNAPSHOT)
-        if head is None:  # deleted, or dropped as stale before: readers rebuild or repair
-            return
+        if head is None:  # deleted, or dropped as stale before: to be repaired
+            return False
         if (head.sequence_number, head.block_hash) != (before.sequence_number, before.head):
             if _already_recorded(storage, head, steps):
-                return
+                return True
             # Stale (a crash, a failed update) or from a rolled-back branch: drop what is at or
-            # past this append's position, so nothing there can lie; readers repair the rest.
+            # past this append's position, so nothing there can lie; the repair does the rest.
             drop_from(storage, first, head)
-            return
+            return False
         pointers = head.pointers
     if not write_entries(storage, [seq_entry(entry) for entry, _ in steps]):
         drop_from(storage, first)
-        return
+        return False
     schemas, lineage = [], []
     for entry, after in steps:
         pointers = pointers.after(entry.block, entry.hash)
@@ -106,6 +109,7 @@ def _record_commit(
     # in place: the head snapshot changes at every append, and a reader that meets it half
     # written sees a bad checksum and catches up from a periodic snapshot instead
     storage.overwrite_derived(HEAD_SNAPSHOT, Snapshot.of_state(steps[-1][1], pointers).encode())
+    return True
 
 
 def _already_recorded(
