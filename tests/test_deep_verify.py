@@ -334,7 +334,7 @@ def test_system_time_check_is_exact_to_the_millisecond() -> None:
     as integers: a time that is not a whole millisecond cannot match a millisecond column."""
     moment = datetime(2024, 2, 29, 23, 59, 59, 999_000, tzinfo=UTC)
     column = pa.array([moment, moment], MS)
-    from odf_chain.verify import _SystemTime
+    from odf_chain.verify.deep import _SystemTime
 
     assert _SystemTime("system_time", moment).check(column, 0) is None
     late = pa.array([moment, moment + timedelta(milliseconds=1)], MS)
@@ -346,7 +346,7 @@ def test_system_time_check_is_exact_to_the_millisecond() -> None:
 def test_system_time_beyond_a_datetime_is_shown_raw() -> None:
     """A forged system_time no datetime can hold (found by review: --deep crashed with
     OverflowError) is named with its raw count, like any other wrong time."""
-    from odf_chain.verify import _SystemTime
+    from odf_chain.verify.deep import _SystemTime
 
     moment = datetime(2024, 2, 29, 23, 59, 59, 999_000, tzinfo=UTC)
     huge = pa.array([2**62, 2**62], pa.int64()).cast(MS)
