@@ -219,16 +219,25 @@ def state_at(storage: Storage, ref: Ref = "head") -> DatasetState:
 
 def slices_at(storage: Storage, ref: Ref = "head") -> tuple[DatasetState, list[DataSlice]]:
     """The state as of block ``ref`` and the data slices the chain names up to it, oldest
-    first: exactly what a reader of the data as of ``ref`` reads. Every block up to ``ref``
-    may name a slice, so they are walked back from it (each checked against its hash); the
-    count must be the state's."""
+    first: exactly what a reader of the data as of ``ref`` reads (see :func:`slice_blocks_at`)."""
+    state, found = slice_blocks_at(storage, ref)
+    return state, [data for _, data in found]
+
+
+def slice_blocks_at(
+    storage: Storage, ref: Ref = "head"
+) -> tuple[DatasetState, list[tuple[BlockEntry, DataSlice]]]:
+    """The state as of block ``ref`` and the data slices the chain names up to it, oldest
+    first, each with the block that added it (a reader that finds a slice damaged names that
+    block). Every block up to ``ref`` may name a slice, so they are walked back from it (each
+    checked against its hash); the count must be the state's."""
     state = state_at(storage, ref)
-    found: list[DataSlice] = []
+    found: list[tuple[BlockEntry, DataSlice]] = []
     if state.head is not None:
         for entry in walk_back(storage, state.head):
             event = entry.block.event
             if isinstance(event, AddData | ExecuteTransform) and event.new_data is not None:
-                found.append(event.new_data)
+                found.append((entry, event.new_data))
     found.reverse()
     if len(found) != state.num_slices:
         raise IntegrityError(
