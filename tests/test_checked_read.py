@@ -154,3 +154,22 @@ def test_a_missing_slice_names_its_block_and_a_bad_check_is_refused(sensors: Dat
         sensors.to_table(check="md5")  # type: ignore[arg-type]
     with pytest.raises(OdfChainError, match="check must be"):
         sensors.to_pyarrow_dataset(check=False)  # type: ignore[arg-type]
+
+
+def test_a_dataset_on_another_filesystem_is_checked_alike() -> None:
+    """Through ``pyarrow.fs`` (an object store's path): the same checks, the same errors."""
+    import pyarrow.fs as pafs
+
+    memory = pafs._MockFileSystem()
+    ds = Dataset.create("bucket/ds", filesystem=memory, single_writer=True)
+    ds.write(pa.table({"x": [1, 2]}))
+    ds.write(pa.table({"x": [3, 4, 5]}))
+    assert ds.to_table().column("x").to_pylist() == [1, 2, 3, 4, 5]
+    entries = [e for e in ds.blocks() if isinstance(e.block.event, AddData)]
+    first, second = (ds.storage.fs_path(f"data/{e.block.event.new_data.physical_hash}")
+                     for e in entries)  # fmt: skip
+    memory.copy_file(second, first)
+    for read in (ds.to_table, ds.to_pyarrow_dataset):
+        with pytest.raises(IntegrityError, match=f"block {entries[0].block.sequence_number}"):
+            read()
+    assert ds.to_table(check=None).column("x").to_pylist() == [3, 4, 5, 3, 4, 5]
