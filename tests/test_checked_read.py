@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from odf_chain import Dataset
+from odf_chain.chain import BlockEntry
 from odf_chain.errors import IntegrityError, NotFoundError, OdfChainError
 from odf_chain.events import AddData
 from odf_chain.format.multihash import SHA3_256
@@ -37,12 +38,16 @@ def sensors(tmp_path: Path) -> Dataset:
 
 def _slices(ds: Dataset) -> list[tuple[Path, int, str]]:
     """Each slice's file, oldest first, with the sequence number and hash of its block."""
-    return [
-        (ds.path / "data" / str(e.block.event.new_data.physical_hash), e.block.sequence_number,
-         str(e.hash))
-        for e in ds.blocks()
-        if isinstance(e.block.event, AddData)
-    ]  # fmt: skip
+    found = []
+    for entry in ds.blocks():
+        if isinstance(event := entry.block.event, AddData) and event.new_data is not None:
+            path = ds.path / "data" / str(event.new_data.physical_hash)
+            found.append((path, entry.block.sequence_number, str(entry.hash)))
+    return found
+
+
+def _names(entries: list[BlockEntry]) -> list[str]:
+    return [str(e.block.event.new_data.physical_hash) for e in entries]  # type: ignore[union-attr]
 
 
 def _names_it(exc: BaseException, victim: tuple[Path, int, str]) -> None:
@@ -166,8 +171,7 @@ def test_a_dataset_on_another_filesystem_is_checked_alike() -> None:
     ds.write(pa.table({"x": [3, 4, 5]}))
     assert ds.to_table().column("x").to_pylist() == [1, 2, 3, 4, 5]
     entries = [e for e in ds.blocks() if isinstance(e.block.event, AddData)]
-    first, second = (ds.storage.fs_path(f"data/{e.block.event.new_data.physical_hash}")
-                     for e in entries)  # fmt: skip
+    first, second = (ds.storage.fs_path(f"data/{name}") for name in _names(entries))
     memory.copy_file(second, first)
     for read in (ds.to_table, ds.to_pyarrow_dataset):
         with pytest.raises(IntegrityError, match=f"block {entries[0].block.sequence_number}"):
