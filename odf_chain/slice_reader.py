@@ -173,16 +173,19 @@ def _read_ahead(
 ) -> Iterator[tuple[NamedSlice, pa.Buffer]]:
     """Each slice's checked bytes in chain order, the next ones read in a thread meanwhile."""
     pending: deque[tuple[NamedSlice, Future[pa.Buffer]]] = deque()
+
+    def oldest() -> tuple[NamedSlice, pa.Buffer]:  # its future not kept here: nor its bytes
+        piece, future = pending.popleft()
+        return piece, future.result()
+
     with ThreadPoolExecutor(1, thread_name_prefix="odf-chain-read") as pool:
         try:
             for piece in pieces:
                 pending.append((piece, pool.submit(read_slice, storage, piece, check)))
                 if len(pending) > READ_AHEAD:
-                    done, future = pending.popleft()
-                    yield done, future.result()
+                    yield oldest()
             while pending:
-                done, future = pending.popleft()
-                yield done, future.result()
+                yield oldest()
         finally:  # stopped early (an error): what was not started is not read
             for _, future in pending:
                 future.cancel()
@@ -202,11 +205,11 @@ def read_table(
     # an unknown column or an ill-typed filter is the caller's mistake, not a slice's: it
     # fails here, as pyarrow reports it, before any slice is read
     empty = pads.InMemoryDataset(schema.empty_table()).to_table(columns=columns, filter=filter)
-    tables = [empty]
+    tables = []
     for piece, data in _read_ahead(storage, pieces, check):
         tables.append(decode(piece, data, schema, columns, filter))
         del data  # the bytes go as soon as they are decoded
-    return pa.concat_tables(tables)
+    return pa.concat_tables(tables) if tables else empty
 
 
 def _check_file(storage: Storage, piece: NamedSlice, check: SliceCheck) -> None:
