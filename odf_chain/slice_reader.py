@@ -7,7 +7,9 @@ whole file) tell it from the slice the block recorded. So :func:`read_table` rea
 into memory once, checks those bytes, and decodes the same bytes: there is no window between
 the check and the use. It hashes the next slice in a thread while the current one is decoded
 (BLAKE3, SHA3 and pyarrow's decoding release the GIL), holding at most two slices' bytes
-beside the result.
+beside the result. ``tools/bench_read.py`` over 1.09 GB of slices: checked 1.04x-1.07x the
+unchecked read in wall time (medians of 7 alternating runs on a shared machine); BLAKE3 runs at
+~5 GB/s, a few percent of what decoding costs.
 
 Whatever goes wrong with a slice is an :class:`OdfChainError` naming its file and the block
 (sequence number and hash) that added it: a mismatch or a file that does not decode is an
