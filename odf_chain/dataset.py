@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
-from odf_chain import chain, replay, rules, slice_writer, slices
+from odf_chain import chain, replay, rules, slice_reader, slice_writer, slices
 from odf_chain.chain import BlockEntry
 from odf_chain.errors import (
     NotFoundError,
@@ -183,7 +183,16 @@ class Dataset:
         length), nothing taken from the index)."""
         return replay.state_at(self.storage, ref, verified=verified)
 
-    def to_pyarrow_dataset(self, at: replay.Ref = "head") -> pads.Dataset:
+    def _slices_at(self, at: replay.Ref) -> tuple[pa.Schema, list[slice_reader.NamedSlice]]:
+        state, found = replay.slice_blocks_at(self.storage, at)
+        if state.schema is None:
+            raise NotFoundError(f"{self.location} has no schema at block {state.sequence_number}")
+        self.storage.check_layout()
+        return state.schema, slice_reader.named_slices(self.storage, found)
+
+    def to_pyarrow_dataset(
+        self, at: replay.Ref = "head", *, check: slice_reader.SliceCheck = "hash"
+    ) -> pads.Dataset:
         """The data as of block ``at`` as a ``pyarrow.dataset.Dataset``: exactly the slices the
         chain names up to it, read with the schema in force there (a slice from before an
         evolution reads its newer columns as nulls). For pandas, DuckDB and polars::
@@ -192,20 +201,27 @@ class Dataset:
             duckdb.sql("select * from data").df()  # with data = ds.to_pyarrow_dataset()
             polars.scan_pyarrow_dataset(ds.to_pyarrow_dataset())
 
-        Each slice is checked first as verify reads it (a regular file of the dataset: no
-        symlink, no FIFO); its content is not hashed here (``verify`` does that)."""
+        Each slice is opened first as verify opens it (a regular file of the dataset: no
+        symlink, no FIFO) and checked as ``check`` says, before the dataset is returned:
+        ``"hash"`` (the default) reads the whole file and compares its size and physical hash
+        (BLAKE3 or SHA3-256, as the chain's) with the AddData that added it; ``"size"``
+        compares its size only, reading nothing; ``None`` checks nothing more. A slice that
+        fails is an :class:`IntegrityError` naming its file and that block.
+
+        The dataset returned is lazy: pyarrow reads the files again when it is scanned, so a
+        file replaced *after* this call returns is read as it then is, and an error while
+        decoding it is pyarrow's own. :meth:`to_table` has neither gap: it decodes the very
+        bytes it checked."""
         import pyarrow.dataset as pads
 
-        state, found = replay.slices_at(self.storage, at)
-        if state.schema is None:
-            raise NotFoundError(f"{self.location} has no schema at block {state.sequence_number}")
-        names = [str(s.physical_hash) for s in found]
-        self.storage.check_layout()
-        for name in names:
-            self.storage.open_data(name).close()
-        paths = [self.storage.fs_path(f"data/{name}") for name in names]
+        slice_reader.check_argument(check)
+        schema, pieces = self._slices_at(at)
+        slice_reader.check_files(self.storage, pieces, check)
         return pads.dataset(
-            paths, schema=state.schema, format="parquet", filesystem=self.storage.filesystem
+            [piece.path for piece in pieces],
+            schema=schema,
+            format="parquet",
+            filesystem=self.storage.filesystem,
         )
 
     def to_table(
@@ -214,11 +230,27 @@ class Dataset:
         *,
         columns: Sequence[str] | None = None,
         filter: pc.Expression | None = None,
+        check: slice_reader.SliceCheck = "hash",
     ) -> pa.Table:
-        """The data as of block ``at`` (see :meth:`to_pyarrow_dataset`) as one table, with
-        only ``columns`` and the rows ``filter`` keeps (a ``pyarrow.compute`` expression such
-        as ``pc.field("station") == "a"``), both pushed down to the Parquet reader."""
-        return self.to_pyarrow_dataset(at).to_table(columns=columns, filter=filter)
+        """The data as of block ``at`` (see :meth:`to_pyarrow_dataset`) as one table, in chain
+        order, with only ``columns`` and the rows ``filter`` keeps (a ``pyarrow.compute``
+        expression such as ``pc.field("station") == "a"``), both pushed down to the Parquet
+        reader.
+
+        Each slice is read into memory once, checked, and decoded from those same bytes (no
+        window between check and use), the next slice read and checked in a thread meanwhile:
+        at most two slices' bytes are held beside the result. ``check="hash"`` (the default)
+        compares the size and physical hash of the bytes with the AddData that added the
+        slice, ``"size"`` their size only (a trusted pipeline that still wants truncations
+        caught), ``None`` nothing (a trusted pipeline). Whatever the check, a slice that fails
+        it or does not decode is an :class:`IntegrityError`, one that cannot be read a
+        :class:`StorageError`, each naming the slice's file and the block (sequence number and
+        hash) that added it."""
+        slice_reader.check_argument(check)
+        schema, pieces = self._slices_at(at)
+        return slice_reader.read_table(
+            self.storage, pieces, schema, columns=columns, filter=filter, check=check
+        )
 
     def lineage(
         self, at: replay.Ref = "head", *, follow_inputs: bool = True, verified: bool = False

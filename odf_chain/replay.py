@@ -222,12 +222,14 @@ class _Contradiction(Exception):
     """What the index said of a block disagrees with the chain walked from its head."""
 
 
-def _proven_slices(storage: Storage, head: Multihash, state: DatasetState) -> list[DataSlice]:
-    """The slices the chain names up to ``state``'s block, walked back from ``head`` (the chain's
-    own head): the walk proves that block an ancestor of the head, and the schema and slice
-    count the index gave for it are checked against the blocks walked. Raises
-    :class:`_Contradiction` when they disagree."""
-    found: list[DataSlice] = []
+def _proven_slices(
+    storage: Storage, head: Multihash, state: DatasetState
+) -> list[tuple[BlockEntry, DataSlice]]:
+    """The slices the chain names up to ``state``'s block, each with the block that added it,
+    walked back from ``head`` (the chain's own head): the walk proves that block an ancestor of
+    the head, and the schema and slice count the index gave for it are checked against the
+    blocks walked. Raises :class:`_Contradiction` when they disagree."""
+    found: list[tuple[BlockEntry, DataSlice]] = []
     schema_seen = False
     reached = False
     for entry in walk_back(storage, head):
@@ -240,7 +242,7 @@ def _proven_slices(storage: Storage, head: Multihash, state: DatasetState) -> li
             reached = True
         event = entry.block.event
         if isinstance(event, AddData | ExecuteTransform) and event.new_data is not None:
-            found.append(event.new_data)
+            found.append((entry, event.new_data))
         elif isinstance(event, SetDataSchema) and not schema_seen:
             schema_seen = True
             if seq != state.schema_sequence_number or not (
@@ -260,13 +262,22 @@ def slices_at(
     storage: Storage, ref: Ref = "head", *, verified: bool = False
 ) -> tuple[DatasetState, list[DataSlice]]:
     """The state as of block ``ref`` and the data slices the chain names up to it, oldest
-    first: exactly what a reader of the data as of ``ref`` reads.
+    first: exactly what a reader of the data as of ``ref`` reads (see :func:`slice_blocks_at`)."""
+    state, found = slice_blocks_at(storage, ref, verified=verified)
+    return state, [data for _, data in found]
+
+
+def slice_blocks_at(
+    storage: Storage, ref: Ref = "head", *, verified: bool = False
+) -> tuple[DatasetState, list[tuple[BlockEntry, DataSlice]]]:
+    """The state as of block ``ref`` and the data slices the chain names up to it, oldest
+    first, each with the block that added it (a reader that finds a slice damaged names it).
 
     Every block up to ``ref`` may name a slice, so the chain is walked back from its head
     (each block checked against its hash) through ``ref``'s block to the Seed: what the index
     said of that block (which block it is, its schema, its slice count) is proved by the walk,
-    never believed. When the walk contradicts the index, the answer comes from a full fold
-    (the index is rebuilt), never from the index."""
+    never believed. When the walk contradicts the index, the answer comes from a full fold,
+    never from the index."""
     ref = resolve_ref(storage, ref)
     head = read_head(storage)
     state = state_at(storage, ref, verified=verified)
