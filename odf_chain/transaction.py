@@ -246,10 +246,12 @@ class Transaction:
         return after
 
     def abort(self) -> None:
-        """The failure policy (see the module): withdraw the slices this transaction created,
-        where that is proven safe."""
-        if self.created:
-            chain.withdraw(self.storage, self.base, data=self.created)
+        """The failure policy (see the module): withdraw the slices this transaction created
+        and any of its block files a failed commit left, where that is proven safe (a block
+        or slice the chain now names, or that cannot be proven unreferenced, stays)."""
+        blocks = [str(p.entry.hash) for p in self.prepared]
+        if self.created or blocks:
+            chain.withdraw(self.storage, self.base, blocks=blocks, data=self.created)
 
     def __enter__(self) -> Transaction:
         return self
