@@ -26,7 +26,6 @@ from odf_chain.events import (
     MetadataEvent,
     OffsetInterval,
     Seed,
-    SetDataSchema,
 )
 from odf_chain.format.did import DatasetId, generate_key
 from odf_chain.format.multihash import BLAKE3, check_algorithm
@@ -313,10 +312,12 @@ class Dataset:
         Returns the new block, or None when that schema is already in force.
         """
         state = self.refresh()
-        full = slices.with_system_fields(schema, state.vocab)
-        if state.schema is not None and full.equals(state.schema, check_metadata=True):
+        tx = Transaction.begin(self.storage, state)
+        block = tx.declare_schema(slices.with_system_fields(schema, state.vocab))
+        if block is None:
             return None
-        return self._append(SetDataSchema.from_arrow(full))
+        self._state = tx.commit()
+        return block.entry
 
     def write(
         self,
