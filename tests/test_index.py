@@ -242,15 +242,34 @@ def test_damaged_index_file_is_detected_and_rebuilt(copy: Path, name: str, how: 
         os.truncate(path, size - 7)
     else:
         _flip(path, {"flip-start": 3, "flip-middle": size // 2, "flip-end": size - 1}[how])
+    damaged = index_files(copy)
     assert_truth(copy)
+    assert index_files(copy) == damaged  # readers never write: the truth, from the chain
+    assert index_read.check_index(str(copy)).saved  # odf-chain index repairs it
     assert index_names_head(copy)
     assert index_read.open_index(open_storage(copy)).how == "checked"  # repaired
 
 
-def test_deleted_index_is_rebuilt_and_saved(copy: Path) -> None:
+def index_files(root: Path) -> dict[str, bytes]:
+    folder = root / INDEX
+    return {p.name: p.read_bytes() for p in folder.iterdir()} if folder.exists() else {}
+
+
+def test_deleted_index_is_rebuilt_and_saved_when_asked(copy: Path) -> None:
     shutil.rmtree(copy / INDEX)
     assert index_read.open_index(open_storage(copy)).how == "rebuilt"
+    assert index_files(copy) == {}  # a reader rebuilt it in memory only
+    assert index_read.open_index(open_storage(copy), save=True).how == "rebuilt"
     assert index_names_head(copy)
+    assert_truth(copy)
+
+
+def test_a_write_repairs_a_deleted_index(copy: Path) -> None:
+    """Readers never write; the writer's post-commit hook rebuilds what it cannot extend."""
+    shutil.rmtree(copy / INDEX)
+    append_plain(Dataset.open(copy), 1)
+    assert index_names_head(copy)
+    assert index_read.open_index(open_storage(copy)).how == "checked"
     assert_truth(copy)
 
 
@@ -295,7 +314,9 @@ def test_forged_head_snapshots_naming_the_genuine_head_are_not_believed(copy: Pa
         index = index_read.open_index(storage)
         assert index.how == "rebuilt", forged
         same_state(index.head, states[-1], forged)
-        assert head_snapshot(copy) == genuine  # the rebuild saved the truth over the forgery
+        assert head_snapshot(copy) == forged  # a reader writes nothing ...
+        assert index_read.check_index(str(copy)).saved
+        assert head_snapshot(copy) == genuine  # ... odf-chain index saves the truth
 
 
 def test_forged_periodic_snapshot_is_not_believed(copy: Path) -> None:
@@ -305,13 +326,15 @@ def test_forged_periodic_snapshot_is_not_believed(copy: Path) -> None:
     write_snapshot(path, _forge(genuine, num_records=genuine.num_records + 5))
     storage = open_storage(copy)
     same_state(replay.state_at(storage, 300), states[300], 300)
+    assert Snapshot.decode(path.read_bytes(), "snap") != genuine  # a reader writes nothing
+    index_read.check_index(str(copy), from_scratch=True)  # odf-chain index --rebuild
     assert Snapshot.decode(path.read_bytes(), "snap") == genuine
 
 
 def test_snapshots_of_another_dataset_are_not_believed(copy: Path, tmp_path: Path) -> None:
     other = tmp_path / "other"
     fast_chain(other, 600)
-    assert Dataset.open(other).state.sequence_number == 599  # builds the other's index
+    assert index_read.check_index(str(other)).saved  # builds the other's index
     for name in ("head", "snap-000000000256", "seq-00000000"):
         shutil.copy(other / INDEX / name, copy / INDEX / name)
     assert_truth(copy)
@@ -325,7 +348,7 @@ def test_entries_past_a_rolled_back_head_are_dropped(copy: Path) -> None:
     # refuse to append: tests/test_trust.py)
     (copy / "logs" / "head").unlink()
     storage = open_storage(copy)
-    index = index_read.open_index(storage)
+    index = index_read.open_index(storage, save=True)  # the repair a writer's hook makes
     assert index.how == "caught up"  # walked back to snap-256, folded 257..300
     same_state(index.head, states[300], "rolled back")
     with pytest.raises(NotFoundError, match=r"0\.\.300"):
@@ -364,7 +387,7 @@ def test_crash_between_head_move_and_index_update_is_repaired(copy: Path, tmp_pa
     append_plain(ds, 5)  # the head moves five times; then "the index update never happened"
     shutil.rmtree(copy / INDEX)
     shutil.copytree(saved, copy / INDEX)
-    index = index_read.open_index(open_storage(copy))
+    index = index_read.open_index(open_storage(copy), save=True)  # the next writer's hook
     assert index.how == "caught up"
     assert index_names_head(copy)
     assert_truth(copy)
@@ -378,7 +401,7 @@ def test_symlinked_index_file_and_dir_are_not_followed(copy: Path, tmp_path: Pat
     (copy / INDEX / "head").unlink()
     (copy / INDEX / "head").symlink_to(target)
     before = target.read_bytes()
-    assert index_read.open_index(open_storage(copy)).how != "checked"
+    assert index_read.open_index(open_storage(copy), save=True).how != "checked"
     assert_truth(copy)
     assert target.read_bytes() == before  # never written through
     assert not (copy / INDEX / "head").is_symlink()  # replaced by a regular file
@@ -456,7 +479,7 @@ class CountingStorage:
 def long_chain(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("long") / "ds"
     fast_chain(root, 5000)
-    index_read.rebuild(open_storage(root))
+    index_read.rebuild(open_storage(root), save=True)
     return root
 
 

@@ -64,7 +64,7 @@ def forged(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # head and head log put back; the index rebuilt for the real chain, then forged
     (root / "refs" / "head").write_text(head)
     (root / "logs" / "head").write_bytes(log)
-    index_read.rebuild(open_storage(root))
+    index_read.rebuild(open_storage(root), save=True)
     path = root / INDEX / "seq-00000000"
     genuine = path.read_bytes()
     path.write_bytes(
@@ -117,7 +117,9 @@ def test_verified_reads_answer_from_the_full_fold(copy: Path) -> None:
     assert [c.entry.hash for c in ds.schema_history(verified=True)] == [
         c.entry.hash for c in Dataset.open(copy).schema_history()
     ]
-    # the verified read saved the index of the full fold: the forgery is gone
+    # a verified read writes nothing; odf-chain index --rebuild replaces the forgery
+    assert "extra" in Dataset.open(copy).state_at(8).schema.names
+    index_read.check_index(str(copy), from_scratch=True)
     assert "extra" not in Dataset.open(copy).state_at(8).schema.names
     assert verify_path(copy, check_data=False).ok
 
@@ -185,7 +187,10 @@ def test_a_forged_transaction_version_does_not_duplicate_a_write(
     before = ds.state.head
     assert ds.write(rows("v10 again"), transaction=("app", 10)) == []  # a retry: skipped
     assert Dataset.open(transactional).state.head == before
-    assert verify_path(transactional).ok
+    report = verify_path(transactional)  # the forgery is still there (readers never write) ...
+    assert {p.rule for p in report.errors} == {"index-mismatch"}
+    index_read.check_index(str(transactional), from_scratch=True)
+    assert verify_path(transactional).ok  # ... until odf-chain index --rebuild
 
 
 def test_a_forged_slice_count_is_not_believed(transactional: Path) -> None:

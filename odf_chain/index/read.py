@@ -385,11 +385,12 @@ def _cross_check(index: ChainIndex, snapshot: Snapshot, state: DatasetState) -> 
 # -- opening ------------------------------------------------------------------------------------
 
 
-def open_index(storage: Storage, head: Multihash | None = None, *, save: bool = True) -> ChainIndex:
+def open_index(storage: Storage, head: Multihash | None = None, *, save: bool = False) -> ChainIndex:
     """A checked index for the current head (or ``head``): from the files when they check out
     (reading a bounded number of blocks), else rebuilt by one full fold. ``save``: write the
-    catch-up or rebuild back (best effort; readers still do, as a writer's post-commit hook and
-    ``odf-chain index`` do; ``save=False`` leaves the files alone)."""
+    catch-up or rebuild back, best effort (a writer's post-commit hook, ``odf-chain index``,
+    gc). Readers never write: a stale index costs each reader its catch-up (at most
+    :data:`CATCH_UP` blocks) or a rebuild in memory until a writer or the command repairs it."""
     head = read_head(storage) if head is None else head
     try:
         return _from_files(storage, head, save=save)
@@ -406,7 +407,7 @@ def _read_snapshot(storage: Storage, name: str) -> Snapshot | None:
         return None
 
 
-def _from_files(storage: Storage, head: Multihash, *, save: bool = True) -> ChainIndex:
+def _from_files(storage: Storage, head: Multihash, *, save: bool = False) -> ChainIndex:
     head_snapshot = _read_snapshot(storage, HEAD_SNAPSHOT)
     probe = ChainIndex(storage, EMPTY, Pointers())
     if head_snapshot is not None and head_snapshot.block_hash == head:
@@ -501,7 +502,7 @@ class _Derived:
         )
 
 
-def rebuild(storage: Storage, head: Multihash | None = None, *, save: bool = True) -> ChainIndex:
+def rebuild(storage: Storage, head: Multihash | None = None, *, save: bool = False) -> ChainIndex:
     """Derive the whole index by one full fold (the chain's own errors propagate: a missing
     or altered block, a broken rule) and return it; ``save``: also write it (best effort: a
     dataset that cannot be written still answers)."""
