@@ -113,3 +113,15 @@ def s3_bucket(s3_server) -> str:
     )
     fs.create_dir(name)
     return f"s3://{name}"
+
+
+# A test taking the fixture that gives Spark or S3, or a fixture that depends on it, gets its
+# marker (pyproject.toml lists them); tests that start Spark another way are marked by hand
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    by_fixture = {"spark": pytest.mark.spark, "s3_server": pytest.mark.s3}
+    for item in items:
+        # the closure of the test's fixtures: those it names and all they depend on
+        used = set(getattr(item, "fixturenames", ()))
+        for fixture, mark in by_fixture.items():
+            if fixture in used:
+                item.add_marker(mark)

@@ -487,6 +487,7 @@ def _two_lines_at_most(p: subprocess.CompletedProcess[str], *fragments: str) -> 
     return lines[0]
 
 
+@pytest.mark.spark  # the command starts its own local Spark
 def test_an_ingest_spark_cannot_read_is_one_line_and_creates_nothing(tmp_path: Path) -> None:
     """A Parquet file ingested as CSV, with --create: Spark fails on raw bytes; stderr is one
     line naming the file (cut before the bytes) and a hint line, and no dataset is left.

@@ -724,6 +724,7 @@ def test_both_writers_declare_the_same_schema_and_store_the_same_rows(spark, tmp
     assert schemas["arrow"].field("offset").nullable is False
 
 
+@pytest.mark.spark  # the job starts its own local Spark
 def test_a_job_run_by_the_venv_python_without_activation(tmp_path):
     """``.venv/bin/python job.py`` in a new shell: ``python3`` on PATH is another Python without
     pyarrow, and nothing names an interpreter for Spark's workers; the local workers run this
