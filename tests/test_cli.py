@@ -16,7 +16,7 @@ import pytest
 
 from odf_chain.dataset import Dataset
 from tests.cli_run import run_ingest
-from tests.conftest import multihash_name, snapshot_tree
+from tests.helpers import multihash_name, snapshot_tree
 
 CHAIN_VERIFY = Path(sys.executable).parent / "chain-verify"
 HASH = r"f(1e|16)20[0-9a-f]{64}"

@@ -15,7 +15,7 @@ import pytest
 from odf_chain import Dataset, OdfChainError
 from odf_chain.gc import collect_garbage, collect_garbage_path
 from tests.cli_run import run_main
-from tests.conftest import snapshot_tree
+from tests.helpers import snapshot_tree
 
 
 @pytest.fixture

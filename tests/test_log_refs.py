@@ -24,7 +24,7 @@ from odf_chain.events import AddData, SetInfo, SourceState
 from odf_chain.index import read as index_read
 from odf_chain.storage import FsStorage, open_storage
 from tests.cli_run import run_main
-from tests.conftest import multihash_name, snapshot_tree
+from tests.helpers import multihash_name, snapshot_tree
 from tests.test_index import BOUND, CountingStorage, fast_chain
 
 LONG_SOURCE = "s3://landing-zone/" + "/".join(f"partition-{i:02d}" for i in range(12))

@@ -27,7 +27,7 @@ from odf_chain.gc import collect_garbage_path
 from odf_chain.storage import FsStorage, LocalStorage
 from odf_chain.storage.base import MAX_BLOCK_BYTES, MAX_HEAD_LOG_BYTES
 from odf_chain.verify import verify_path
-from tests.conftest import snapshot_tree
+from tests.helpers import snapshot_tree
 
 REPO = Path(__file__).resolve().parents[1]
 SECRET = "TOPSECRET-0451"

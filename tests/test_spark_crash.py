@@ -31,7 +31,7 @@ from odf_chain.events import AddData
 from odf_chain.gc import collect_garbage_path
 from odf_chain.spark import IngestError, read, write
 from odf_chain.storage import LocalStorage
-from tests.conftest import snapshot_tree
+from tests.helpers import snapshot_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "tests" / "scripts" / "spark_ingest.py"

@@ -23,7 +23,7 @@ from odf_chain.format.did import DatasetId
 from odf_chain.format.multihash import BLAKE3, SHA3_256
 from odf_chain.spark import read, write
 from odf_chain.spark.writer import SOURCE_KEY
-from tests.conftest import multihash_name, snapshot_tree
+from tests.helpers import multihash_name, snapshot_tree
 
 # -- helpers --------------------------------------------------------------------------------------
 

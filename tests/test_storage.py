@@ -33,7 +33,7 @@ from odf_chain.format.did import DatasetId
 from odf_chain.state import EMPTY
 from odf_chain.storage import LocalStorage, local, write_atomic
 from odf_chain.verify import verify
-from tests.conftest import PERMISSIONS
+from tests.helpers import PERMISSIONS
 
 H0 = "f1e20" + "00" * 32
 H1 = "f1e20" + "11" * 32

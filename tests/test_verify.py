@@ -17,7 +17,7 @@ from odf_chain.dataset import Dataset
 from odf_chain.events import AddData, DataSlice, OffsetInterval
 from odf_chain.format.multihash import Multihash
 from odf_chain.verify import VerifyReport, verify_path
-from tests.conftest import PERMISSIONS, multihash_name, snapshot_tree
+from tests.helpers import PERMISSIONS, multihash_name, snapshot_tree
 
 MS_UTC = pa.timestamp("ms", tz="UTC")
 

@@ -34,7 +34,7 @@ from odf_chain.storage.base import MAX_BLOCK_BYTES
 from odf_chain.storage.block_pass import Hashes
 from odf_chain.storage.local import LocalStorage
 from odf_chain.verify import verify
-from tests.conftest import multihash_name
+from tests.helpers import multihash_name
 from tests.test_codec import BLOCKS, LINEAGE_BLOCK
 
 MS_UTC = pa.timestamp("ms", tz="UTC")
