@@ -167,6 +167,7 @@ def index_names_head(root: Path) -> bool:
 # -- the index agrees with the fold ---------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_every_state_from_the_index_equals_the_full_fold(rich: Path) -> None:
     entries, states = fold_states(rich)
     assert len(entries) > 2 * SNAPSHOT_INTERVAL

@@ -646,6 +646,7 @@ def _writer(root: str, worker: int, writes: int, out: str) -> None:
     Path(out).write_text(json.dumps({"acknowledged": acknowledged, "failures": failures}))
 
 
+@pytest.mark.slow
 def test_gc_in_a_loop_beside_four_writers_loses_no_acknowledged_write(tmp_path: Path) -> None:
     root = _dataset(tmp_path / "ds", writes=1)
     writers, writes = 4, 6

@@ -114,6 +114,7 @@ def _positions(size: int, limit: int) -> list[int]:
     return sorted({round(i * step) for i in range(limit)} | {0, size - 1})
 
 
+@pytest.mark.slow
 def test_every_flipped_byte_is_caught(pristine_copy: Path) -> None:
     """The acceptance property: flip one byte anywhere in any block or data file, and verify
     fails with an error that names the affected block."""

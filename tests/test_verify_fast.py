@@ -77,6 +77,7 @@ def pristine_copy(pristine: Path, tmp_path: Path) -> Path:
 # -- every byte of every block -------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_every_single_byte_change_of_every_block_is_caught(pristine_copy: Path) -> None:
     names = sorted(p.name for p in (pristine_copy / "blocks").iterdir())
     assert len(names) >= 6
