@@ -1,53 +1,13 @@
-"""Shared helpers for tests that work on real dataset directories (imported as
-``tests.conftest``)."""
+"""Fixtures shared by the tests (helpers are in tests/helpers.py), and the markers given by
+fixture: a test using the ``spark`` fixture is marked ``spark``, one using ``s3_server`` ``s3``."""
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import os
-import tempfile
-from pathlib import Path
 
-import blake3
-import pyarrow as pa
 import pyarrow.fs as pafs
 import pytest
-
-from odf_chain.events import SetDataSchema
-
-Snapshot = dict[str, bytes | None]
-
-
-def snapshot_tree(root: Path) -> Snapshot:
-    """Every directory (value None) and file (value: its bytes) under ``root``, by relative path.
-
-    Nothing is excluded: lock files, hidden staging directories and all.
-    """
-    out: Snapshot = {}
-    for path in sorted(Path(root).rglob("*")):
-        rel = path.relative_to(root).as_posix()
-        out[rel] = path.read_bytes() if path.is_file() else None
-    return out
-
-
-def multihash_name(data: bytes, algorithm: str = "blake3") -> str:
-    """The multibase (base16) multihash of ``data``, computed without odf_chain:
-    ``f`` + hex(varint code, varint length 32, digest)."""
-    if algorithm == "blake3":
-        return "f1e20" + blake3.blake3(data).hexdigest()
-    if algorithm == "sha3-256":
-        return "f1620" + hashlib.sha3_256(data).hexdigest()
-    raise ValueError(algorithm)
-
-
-def non_utf8_schema(nested: bool) -> bytes:
-    """A well-formed Arrow schema whose (possibly nested) field name is not UTF-8."""
-    inner = pa.field("zq", pa.int64())
-    schema = pa.schema([pa.field("s", pa.struct([inner]))]) if nested else pa.schema([inner])
-    raw = SetDataSchema.from_arrow(schema).raw_arrow_schema
-    assert raw.count(b"zq") == 1
-    return raw.replace(b"zq", b"\xff\xfe")
 
 
 @pytest.fixture(scope="session")
@@ -58,23 +18,6 @@ def spark():
     session = get_session()
     yield session
     stop_session()
-
-
-def _permission_bits_apply() -> bool:
-    """False for root (or anyone with CAP_DAC_OVERRIDE): chmod then stops nothing."""
-    with tempfile.TemporaryDirectory() as tmp:
-        locked = Path(tmp) / "locked"
-        locked.mkdir(mode=0o500)
-        try:
-            (locked / "probe").touch()
-        except PermissionError:
-            return True
-        finally:
-            locked.chmod(0o700)
-        return False
-
-
-PERMISSIONS = _permission_bits_apply()
 
 
 @pytest.fixture(scope="session")
@@ -113,3 +56,15 @@ def s3_bucket(s3_server) -> str:
     )
     fs.create_dir(name)
     return f"s3://{name}"
+
+
+# A test taking the fixture that gives Spark or S3, or a fixture that depends on it, gets its
+# marker (pyproject.toml lists them); tests that start Spark another way are marked by hand
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    by_fixture = {"spark": pytest.mark.spark, "s3_server": pytest.mark.s3}
+    for item in items:
+        # the closure of the test's fixtures: those it names and all they depend on
+        used = set(getattr(item, "fixturenames", ()))
+        for fixture, mark in by_fixture.items():
+            if fixture in used:
+                item.add_marker(mark)

@@ -268,6 +268,7 @@ def check_column(f: pa.Field, hive: str) -> None:
             assert dh.nullable
 
 
+@pytest.mark.slow
 @settings(
     max_examples=1200,
     deadline=None,
@@ -433,6 +434,7 @@ def name_paths(schema: pa.Schema) -> list[tuple[str, ...]]:
     return out
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(wild_schemas())
 def test_paths_are_unique_or_refused(schema):
@@ -450,6 +452,7 @@ def test_paths_are_unique_or_refused(schema):
     assert set(index.values()) == set(paths)
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(tables())
 def test_index_points_at_the_representing_entry(table):

@@ -288,6 +288,7 @@ def _schemas(draw: st.DrawFn) -> pa.Schema:
     return pa.schema(draw(_fields(0)), metadata=draw(_metadata()))
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_schemas())
 def test_roundtrip_random_nested_schemas(schema: pa.Schema) -> None:
@@ -477,6 +478,7 @@ _VALID = [
 ]
 
 
+@pytest.mark.slow
 @settings(max_examples=2000, deadline=None)
 @given(
     st.sampled_from(_VALID),

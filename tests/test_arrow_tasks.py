@@ -20,7 +20,7 @@ from odf_chain.slices import parquet_logical_hash
 from odf_chain.spark.arrow_tasks import SURPLUS, write_partition
 from odf_chain.spark.sizing import PlannedSlice
 from odf_chain.state import Vocabulary
-from tests.conftest import multihash_name
+from tests.helpers import multihash_name
 
 VOCAB = Vocabulary()
 WHEN = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)

@@ -442,6 +442,7 @@ def test_top_level_non_records():
 # --------------------------------------------------------------------------- differential tests
 
 
+@pytest.mark.slow
 @settings(max_examples=2500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(schema=avro_schemas(), is_key=st.booleans(), as_text=st.booleans())
 def test_matches_datahub(schema, is_key, as_text):
@@ -506,6 +507,7 @@ def unroll_on_path(schema: Any) -> Any:
     return go(schema, "", ())
 
 
+@pytest.mark.slow
 @settings(max_examples=900, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(schema=st.one_of(avro_schemas(recursive=True), recursive_chains()), is_key=st.booleans())
 def test_recursive_schemas_against_datahub(schema, is_key):
@@ -524,6 +526,7 @@ def test_recursive_schemas_against_datahub(schema, is_key):
         assert got == datahub_fields(text, is_key)
 
 
+@pytest.mark.slow
 @settings(max_examples=800, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     schema=st.one_of(

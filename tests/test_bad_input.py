@@ -38,7 +38,7 @@ from odf_chain.format.codec import encode_block
 from odf_chain.format.did import DatasetId
 from odf_chain.format.generated.Manifest import Manifest
 from odf_chain.format.multihash import Multihash
-from tests.conftest import multihash_name, non_utf8_schema, snapshot_tree
+from tests.helpers import multihash_name, non_utf8_schema, snapshot_tree
 
 KIND_METADATA_BLOCK = 0x400000  # ODF's manifest kind for a metadata block
 

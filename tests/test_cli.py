@@ -16,7 +16,7 @@ import pytest
 
 from odf_chain.dataset import Dataset
 from tests.cli_run import run_ingest
-from tests.conftest import multihash_name, snapshot_tree
+from tests.helpers import multihash_name, snapshot_tree
 
 CHAIN_VERIFY = Path(sys.executable).parent / "chain-verify"
 HASH = r"f(1e|16)20[0-9a-f]{64}"
@@ -55,7 +55,7 @@ def assert_one_line_error(p: subprocess.CompletedProcess[str], *fragments: str) 
 
 
 @pytest.fixture(scope="module")
-def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def evolved_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Seed; schema {id}; 2 rows; schema {id, name}; 1 row."""
     root = tmp_path_factory.mktemp("cli") / "ds"
     ds = Dataset.create(root)
@@ -95,11 +95,11 @@ def test_init(tmp_path: Path, flags: tuple[str, ...], algorithm: str) -> None:
     )
 
 
-def test_init_over_existing_dataset(dataset: Path) -> None:
-    before = snapshot_tree(dataset)
-    assert_one_line_error(run("init", dataset), "already a dataset", str(dataset))
-    assert_one_line_error(run("init", dataset, "--hash", "sha3-256"), "already a dataset")
-    assert snapshot_tree(dataset) == before
+def test_init_over_existing_dataset(evolved_dataset: Path) -> None:
+    before = snapshot_tree(evolved_dataset)
+    assert_one_line_error(run("init", evolved_dataset), "already a dataset", str(evolved_dataset))
+    assert_one_line_error(run("init", evolved_dataset, "--hash", "sha3-256"), "already a dataset")
+    assert snapshot_tree(evolved_dataset) == before
 
 
 def test_init_under_a_file(tmp_path: Path) -> None:
@@ -110,11 +110,11 @@ def test_init_under_a_file(tmp_path: Path) -> None:
 # -- log ------------------------------------------------------------------------------------------
 
 
-def test_log_text(dataset: Path) -> None:
-    p = run("log", dataset)
+def test_log_text(evolved_dataset: Path) -> None:
+    p = run("log", evolved_dataset)
     assert_clean(p)
     assert p.returncode == 0 and p.stderr == ""
-    names = block_names_by_seq(dataset)
+    names = block_names_by_seq(evolved_dataset)
     header, *lines = p.stdout.splitlines()
     assert header.split()[:2] == ["SEQ", "BLOCK"]
     assert len(lines) == 5
@@ -131,17 +131,17 @@ def test_log_text(dataset: Path) -> None:
     assert "did:odf:" in lines[4]
 
 
-def test_log_json(dataset: Path) -> None:
-    p = run("log", dataset, "--json")
+def test_log_json(evolved_dataset: Path) -> None:
+    p = run("log", evolved_dataset, "--json")
     assert_clean(p)
     assert p.returncode == 0
     blocks = json.loads(p.stdout)
-    names = block_names_by_seq(dataset)
+    names = block_names_by_seq(evolved_dataset)
     assert [b["sequence_number"] for b in blocks] == [4, 3, 2, 1, 0]
     assert [b["hash"] for b in blocks] == names[::-1]
     assert [b["prev_block_hash"] for b in blocks] == [*names[::-1][1:], None]
     for b in blocks:
-        raw = (dataset / "blocks" / b["hash"]).read_bytes()
+        raw = (evolved_dataset / "blocks" / b["hash"]).read_bytes()
         assert b["hash"] == multihash_name(raw)
     assert [b["event_type"] for b in blocks] == [
         "AddData",
@@ -154,7 +154,7 @@ def test_log_json(dataset: Path) -> None:
     assert add["prev_offset"] == 1
     assert add["new_data"]["offset_interval"] == {"start": 2, "end": 2}
     data_name = add["new_data"]["physical_hash"]
-    data = (dataset / "data" / data_name).read_bytes()
+    data = (evolved_dataset / "data" / data_name).read_bytes()
     assert data_name == multihash_name(data)
     assert add["new_data"]["size"] == len(data)
     schema_names = [f["name"] for f in blocks[1]["event"]["fields"]]
@@ -165,9 +165,9 @@ def test_log_json(dataset: Path) -> None:
 # -- schema ---------------------------------------------------------------------------------------
 
 
-def test_schema_at_two_blocks_text(dataset: Path) -> None:
-    names = block_names_by_seq(dataset)
-    p = run("schema", dataset, "--at", "2")
+def test_schema_at_two_blocks_text(evolved_dataset: Path) -> None:
+    names = block_names_by_seq(evolved_dataset)
+    p = run("schema", evolved_dataset, "--at", "2")
     assert_clean(p)
     assert p.returncode == 0, p.stderr
     lines = p.stdout.splitlines()
@@ -182,22 +182,22 @@ def test_schema_at_two_blocks_text(dataset: Path) -> None:
     ]
     assert "id: int64" in lines
 
-    p = run("schema", dataset, "--at", names[4])
+    p = run("schema", evolved_dataset, "--at", names[4])
     assert_clean(p)
     lines = p.stdout.splitlines()
     assert lines[0].split() == ["block", "4", names[4]]
     assert lines[1] == "schema set at block 3"
     assert "name: string" in lines
 
-    p = run("schema", dataset, "--at", "0")
+    p = run("schema", evolved_dataset, "--at", "0")
     assert p.returncode == 0
     assert "no schema declared yet" in p.stdout
 
 
-def test_schema_at_two_blocks_json(dataset: Path) -> None:
-    names = block_names_by_seq(dataset)
-    at2 = json.loads(run("schema", dataset, "--at", names[2], "--json").stdout)
-    at4 = json.loads(run("schema", dataset, "--json").stdout)  # head
+def test_schema_at_two_blocks_json(evolved_dataset: Path) -> None:
+    names = block_names_by_seq(evolved_dataset)
+    at2 = json.loads(run("schema", evolved_dataset, "--at", names[2], "--json").stdout)
+    at4 = json.loads(run("schema", evolved_dataset, "--json").stdout)  # head
     assert (at2["sequence_number"], at2["head"], at2["schema_block"]) == (2, names[2], 1)
     assert (at4["sequence_number"], at4["head"], at4["schema_block"]) == (4, names[4], 3)
     assert [f["name"] for f in at2["schema"]] == ["offset", "op", "system_time", "event_time", "id"]
@@ -208,10 +208,10 @@ def test_schema_at_two_blocks_json(dataset: Path) -> None:
     assert at2["dataset_id"] == at4["dataset_id"]
 
 
-def test_schema_at_time(dataset: Path) -> None:
-    blocks = json.loads(run("log", dataset, "--json").stdout)
+def test_schema_at_time(evolved_dataset: Path) -> None:
+    blocks = json.loads(run("log", evolved_dataset, "--json").stdout)
     seed_time = blocks[-1]["system_time"]
-    p = run("schema", dataset, "--at", seed_time, "--json")
+    p = run("schema", evolved_dataset, "--at", seed_time, "--json")
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["sequence_number"] == 0
 
@@ -220,39 +220,39 @@ def test_schema_at_time(dataset: Path) -> None:
 
 
 @pytest.mark.parametrize("runner", ["odf-chain", "chain-verify"])
-def test_verify_good_dataset(dataset: Path, runner: str) -> None:
-    p = run("verify", dataset) if runner == "odf-chain" else run_verify(dataset)
+def test_verify_good_dataset(evolved_dataset: Path, runner: str) -> None:
+    p = run("verify", evolved_dataset) if runner == "odf-chain" else run_verify(evolved_dataset)
     assert_clean(p)
     assert p.returncode == 0, p.stdout + p.stderr
     assert p.stderr == ""
     (line,) = p.stdout.splitlines()
     assert line.startswith("OK: 5 blocks, 2 slices")
     assert "0 errors, 0 warnings" in line
-    assert line.endswith(block_names_by_seq(dataset)[-1])
+    assert line.endswith(block_names_by_seq(evolved_dataset)[-1])
 
     p = (
-        run_verify(dataset, "--json")
+        run_verify(evolved_dataset, "--json")
         if runner == "chain-verify"
-        else run("verify", dataset, "--json")
+        else run("verify", evolved_dataset, "--json")
     )
     report = json.loads(p.stdout)
     assert p.returncode == 0
     assert (report["ok"], report["errors"], report["blocks_checked"]) == (True, 0, 5)
 
 
-def test_verify_no_data(dataset: Path) -> None:
-    p = run_verify(dataset, "--no-data", "--json")
+def test_verify_no_data(evolved_dataset: Path) -> None:
+    p = run_verify(evolved_dataset, "--no-data", "--json")
     assert p.returncode == 0
     assert json.loads(p.stdout)["slices_checked"] == 0
 
 
 @pytest.fixture
-def tampered(dataset: Path, tmp_path: Path) -> tuple[Path, int, str]:
+def tampered(evolved_dataset: Path, tmp_path: Path) -> tuple[Path, int, str]:
     """A copy of the dataset with one byte of block 2 flipped."""
     import shutil
 
     root = tmp_path / "ds"
-    shutil.copytree(dataset, root)
+    shutil.copytree(evolved_dataset, root)
     name = block_names_by_seq(root)[2]
     path = root / "blocks" / name
     data = bytearray(path.read_bytes())
@@ -278,11 +278,11 @@ def test_verify_tampered(tampered: tuple[Path, int, str], runner: str) -> None:
     assert any(problem["block_hash"] == name for problem in report["problems"])
 
 
-def test_verify_tampered_data(dataset: Path, tmp_path: Path) -> None:
+def test_verify_tampered_data(evolved_dataset: Path, tmp_path: Path) -> None:
     import shutil
 
     root = tmp_path / "ds"
-    shutil.copytree(dataset, root)
+    shutil.copytree(evolved_dataset, root)
     blocks = json.loads(run("log", root, "--json").stdout)
     add = blocks[0]
     data = root / "data" / add["event"]["new_data"]["physical_hash"]
@@ -331,18 +331,18 @@ def test_nonexistent_dir(tmp_path: Path) -> None:
         ("1999-01-01T00:00:00Z", "1999-01-01"),
     ],
 )
-def test_bad_ref(dataset: Path, ref: str, fragment: str) -> None:
-    p = run("schema", dataset, "--at", ref)
+def test_bad_ref(evolved_dataset: Path, ref: str, fragment: str) -> None:
+    p = run("schema", evolved_dataset, "--at", ref)
     assert_one_line_error(p, fragment)
     assert p.stdout == ""
-    assert_one_line_error(run("schema", dataset, "--at", ref, "--json"), fragment)
+    assert_one_line_error(run("schema", evolved_dataset, "--at", ref, "--json"), fragment)
 
 
-def test_bad_head_is_one_line(dataset: Path, tmp_path: Path) -> None:
+def test_bad_head_is_one_line(evolved_dataset: Path, tmp_path: Path) -> None:
     import shutil
 
     root = tmp_path / "ds"
-    shutil.copytree(dataset, root)
+    shutil.copytree(evolved_dataset, root)
     (root / "refs" / "head").write_text("f1e20" + "ab" * 32)
     assert_one_line_error(run("log", root), "f1e20" + "ab" * 32)
     p = run_verify(root)
@@ -487,6 +487,7 @@ def _two_lines_at_most(p: subprocess.CompletedProcess[str], *fragments: str) -> 
     return lines[0]
 
 
+@pytest.mark.spark  # the command starts its own local Spark
 def test_an_ingest_spark_cannot_read_is_one_line_and_creates_nothing(tmp_path: Path) -> None:
     """A Parquet file ingested as CSV, with --create: refused by its magic bytes before Spark
     reads it (Spark would fail on raw bytes, or read it into no rows or garbage rows); stderr

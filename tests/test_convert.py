@@ -585,6 +585,7 @@ def _top_name(schema: dict) -> tuple[str, str | None]:
     return name, schema.get("namespace") or None
 
 
+@pytest.mark.slow
 @settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(avro_schemas())
 def test_avro_round_trip(schema):
@@ -672,6 +673,7 @@ arrow_schemas = st.lists(
 ).map(lambda cols: pa.schema([_nullable_field(*c) for c in cols]))
 
 
+@pytest.mark.slow
 @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(arrow_schemas)
 def test_arrow_round_trip(schema):
@@ -1030,6 +1032,7 @@ def test_the_limit_is_avro_paths_limit(kind):
         avro_fields(beyond)
 
 
+@pytest.mark.slow
 def test_deep_json_inside_a_schema():
     """JSON values nested far deeper than the limit where they are not schemas (defaults, other
     properties) are read, checked and written without recursion: converted or a SchemaError."""

@@ -1018,6 +1018,7 @@ def _reachable(doc: dict, table: str) -> dict[str, dict]:
     return {name: by_name[name] for name in seen}
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(documents())
 def test_generated_documents_round_trip(doc: dict) -> None:
@@ -1074,6 +1075,7 @@ def _plain(t: pa.DataType) -> pa.DataType:
     return t
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(_arrow_fields(ARROW_TYPES), st.booleans())
 def test_generated_arrow_schemas_convert(fields: list[pa.Field], struct_tables: bool) -> None:

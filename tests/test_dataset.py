@@ -27,7 +27,7 @@ from odf_chain.errors import (
 )
 from odf_chain.events import AddData, Seed, SetDataSchema, SetVocab
 from odf_chain.format.multihash import Multihash
-from tests.conftest import multihash_name, snapshot_tree
+from tests.helpers import multihash_name, snapshot_tree
 
 MS_UTC = pa.timestamp("ms", tz="UTC")
 PREFIX = {"blake3": "f1e20", "sha3-256": "f1620"}

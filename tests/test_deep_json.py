@@ -109,6 +109,7 @@ json_texts = st.builds(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=500, deadline=None)
 @given(value=json_values, indent=st.sampled_from([None, 0, 2]), ascii=st.booleans())
 def test_loads_equals_json_loads_on_dumped_values(value: Any, indent: int | None, ascii: bool):
@@ -119,6 +120,7 @@ def test_loads_equals_json_loads_on_dumped_values(value: Any, indent: int | None
     assert same(loads(text.encode(), what="doc"), expected)
 
 
+@pytest.mark.slow
 @settings(max_examples=500, deadline=None)
 @given(text=json_texts)
 def test_loads_equals_json_loads_on_generated_text(text: str):
@@ -149,6 +151,7 @@ def _error(text: str) -> tuple[str, int]:
 _mutations = st.sampled_from(list('[]{},:" \\0-.eE1xu'))
 
 
+@pytest.mark.slow
 @settings(max_examples=1000, deadline=None)
 @given(text=json_texts, data=st.data())
 def test_malformed_text_errors_equal_json_loads(text: str, data: st.DataObject):
@@ -219,6 +222,7 @@ def test_malformed_text_is_a_schema_error_naming_what_and_where(text: str):
 # depth beyond json.loads
 
 
+@pytest.mark.slow
 def test_100000_levels():
     for text, written in (
         ("[" * DEEP + "]" * DEEP, None),

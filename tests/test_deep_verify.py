@@ -27,7 +27,7 @@ from odf_chain.dataset import Dataset
 from odf_chain.format.multihash import Multihash
 from odf_chain.slices import add_data_for, logical_hash, parquet_logical_hash
 from odf_chain.verify import VerifyReport, verify_path
-from tests.conftest import multihash_name
+from tests.helpers import multihash_name
 
 REPO = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH") or str(REPO)}

@@ -54,7 +54,7 @@ BACKENDS: dict[str, Backend] = {
 }
 
 
-@pytest.fixture(params=[*sorted(BACKENDS), "s3"])
+@pytest.fixture(params=[*sorted(BACKENDS), pytest.param("s3", marks=pytest.mark.s3)])
 def store(request, tmp_path: Path) -> Storage:
     if request.param == "s3":
         storage = create_storage(request.getfixturevalue("s3_bucket") + "/ds")

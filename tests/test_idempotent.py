@@ -29,7 +29,7 @@ from odf_chain.slices import add_data_for
 from odf_chain.state import SOURCE_KEY, TRANSACTION_KEY
 from odf_chain.verify import verify_path
 from tests.cli_run import run_ingest
-from tests.conftest import snapshot_tree
+from tests.helpers import snapshot_tree
 
 ROWS = pa.table({"id": pa.array([1, 2, 3], pa.int64())})
 

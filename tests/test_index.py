@@ -121,7 +121,7 @@ def rich(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def copy(rich: Path, tmp_path: Path) -> Path:
+def rich_copy(rich: Path, tmp_path: Path) -> Path:
     """A private copy of the rich chain with its index (the users dataset stays shared)."""
     root = tmp_path / "rich"
     shutil.copytree(rich, root, symlinks=True)
@@ -168,6 +168,7 @@ def index_names_head(root: Path) -> bool:
 # -- the index agrees with the fold ---------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_every_state_from_the_index_equals_the_full_fold(rich: Path) -> None:
     entries, states = fold_states(rich)
     assert len(entries) > 2 * SNAPSHOT_INTERVAL
@@ -233,8 +234,8 @@ DAMAGE = ["head", "seq-00000000", "snap-000000000256", "snap-000000000512", "sch
 
 @pytest.mark.parametrize("name", DAMAGE)
 @pytest.mark.parametrize("how", ["delete", "truncate", "flip-start", "flip-middle", "flip-end"])
-def test_damaged_index_file_is_detected_and_rebuilt(copy: Path, name: str, how: str) -> None:
-    path = copy / INDEX / name
+def test_damaged_index_file_is_detected_and_rebuilt(rich_copy: Path, name: str, how: str) -> None:
+    path = rich_copy / INDEX / name
     size = path.stat().st_size
     if how == "delete":
         path.unlink()
@@ -242,12 +243,12 @@ def test_damaged_index_file_is_detected_and_rebuilt(copy: Path, name: str, how: 
         os.truncate(path, size - 7)
     else:
         _flip(path, {"flip-start": 3, "flip-middle": size // 2, "flip-end": size - 1}[how])
-    damaged = index_files(copy)
-    assert_truth(copy)
-    assert index_files(copy) == damaged  # readers never write: the truth, from the chain
-    assert index_read.check_index(str(copy)).saved  # odf-chain index repairs it
-    assert index_names_head(copy)
-    assert index_read.open_index(open_storage(copy)).how == "checked"  # repaired
+    damaged = index_files(rich_copy)
+    assert_truth(rich_copy)
+    assert index_files(rich_copy) == damaged  # readers never write: the truth, from the chain
+    assert index_read.check_index(str(rich_copy)).saved  # odf-chain index repairs it
+    assert index_names_head(rich_copy)
+    assert index_read.open_index(open_storage(rich_copy)).how == "checked"  # repaired
 
 
 def index_files(root: Path) -> dict[str, bytes]:
@@ -255,22 +256,22 @@ def index_files(root: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in folder.iterdir()} if folder.exists() else {}
 
 
-def test_deleted_index_is_rebuilt_and_saved_when_asked(copy: Path) -> None:
-    shutil.rmtree(copy / INDEX)
-    assert index_read.open_index(open_storage(copy)).how == "rebuilt"
-    assert index_files(copy) == {}  # a reader rebuilt it in memory only
-    assert index_read.open_index(open_storage(copy), save=True).how == "rebuilt"
-    assert index_names_head(copy)
-    assert_truth(copy)
+def test_deleted_index_is_rebuilt_and_saved_when_asked(rich_copy: Path) -> None:
+    shutil.rmtree(rich_copy / INDEX)
+    assert index_read.open_index(open_storage(rich_copy)).how == "rebuilt"
+    assert index_files(rich_copy) == {}  # a reader rebuilt it in memory only
+    assert index_read.open_index(open_storage(rich_copy), save=True).how == "rebuilt"
+    assert index_names_head(rich_copy)
+    assert_truth(rich_copy)
 
 
-def test_a_write_repairs_a_deleted_index(copy: Path) -> None:
+def test_a_write_repairs_a_deleted_index(rich_copy: Path) -> None:
     """Readers never write; the writer's post-commit hook rebuilds what it cannot extend."""
-    shutil.rmtree(copy / INDEX)
-    append_plain(Dataset.open(copy), 1)
-    assert index_names_head(copy)
-    assert index_read.open_index(open_storage(copy)).how == "checked"
-    assert_truth(copy)
+    shutil.rmtree(rich_copy / INDEX)
+    append_plain(Dataset.open(rich_copy), 1)
+    assert index_names_head(rich_copy)
+    assert index_read.open_index(open_storage(rich_copy)).how == "checked"
+    assert_truth(rich_copy)
 
 
 def _forge(snapshot: Snapshot, **changes) -> Snapshot:
@@ -279,11 +280,11 @@ def _forge(snapshot: Snapshot, **changes) -> Snapshot:
     return replace(snapshot, **changes)
 
 
-def test_forged_head_snapshots_naming_the_genuine_head_are_not_believed(copy: Path) -> None:
+def test_forged_head_snapshots_naming_the_genuine_head_are_not_believed(rich_copy: Path) -> None:
     from dataclasses import replace
 
-    entries, states = fold_states(copy)
-    genuine = head_snapshot(copy)
+    entries, states = fold_states(rich_copy)
+    genuine = head_snapshot(rich_copy)
     older_schema = next(e for e in entries if type(e.block.event).__name__ == "SetDataSchema")
     info_block = next(e for e in entries if type(e.block.event).__name__ == "SetInfo")
     from odf_chain.index.records import Pointer
@@ -309,128 +310,132 @@ def test_forged_head_snapshots_naming_the_genuine_head_are_not_believed(copy: Pa
         _forge(genuine, last_lineage_sequence_number=genuine.sequence_number - 3),
     ]
     for forged in forgeries:
-        write_snapshot(copy / INDEX / "head", forged)
-        storage = open_storage(copy)
+        write_snapshot(rich_copy / INDEX / "head", forged)
+        storage = open_storage(rich_copy)
         index = index_read.open_index(storage)
         assert index.how == "rebuilt", forged
         same_state(index.head, states[-1], forged)
-        assert head_snapshot(copy) == forged  # a reader writes nothing ...
-        assert index_read.check_index(str(copy)).saved
-        assert head_snapshot(copy) == genuine  # ... odf-chain index saves the truth
+        assert head_snapshot(rich_copy) == forged  # a reader writes nothing ...
+        assert index_read.check_index(str(rich_copy)).saved
+        assert head_snapshot(rich_copy) == genuine  # ... odf-chain index saves the truth
 
 
-def test_forged_periodic_snapshot_is_not_believed(copy: Path) -> None:
-    _, states = fold_states(copy)
-    path = copy / INDEX / "snap-000000000256"
+def test_forged_periodic_snapshot_is_not_believed(rich_copy: Path) -> None:
+    _, states = fold_states(rich_copy)
+    path = rich_copy / INDEX / "snap-000000000256"
     genuine = Snapshot.decode(path.read_bytes(), "snap")
     write_snapshot(path, _forge(genuine, num_records=genuine.num_records + 5))
-    storage = open_storage(copy)
+    storage = open_storage(rich_copy)
     same_state(replay.state_at(storage, 300), states[300], 300)
     assert Snapshot.decode(path.read_bytes(), "snap") != genuine  # a reader writes nothing
-    index_read.check_index(str(copy), from_scratch=True)  # odf-chain index --rebuild
+    index_read.check_index(str(rich_copy), from_scratch=True)  # odf-chain index --rebuild
     assert Snapshot.decode(path.read_bytes(), "snap") == genuine
 
 
-def test_snapshots_of_another_dataset_are_not_believed(copy: Path, tmp_path: Path) -> None:
+def test_snapshots_of_another_dataset_are_not_believed(rich_copy: Path, tmp_path: Path) -> None:
     other = tmp_path / "other"
     fast_chain(other, 600)
     assert index_read.check_index(str(other)).saved  # builds the other's index
     for name in ("head", "snap-000000000256", "seq-00000000"):
-        shutil.copy(other / INDEX / name, copy / INDEX / name)
-    assert_truth(copy)
+        shutil.copy(other / INDEX / name, rich_copy / INDEX / name)
+    assert_truth(rich_copy)
 
 
-def test_entries_past_a_rolled_back_head_are_dropped(copy: Path) -> None:
-    entries, states = fold_states(copy)
+def test_entries_past_a_rolled_back_head_are_dropped(rich_copy: Path) -> None:
+    entries, states = fold_states(rich_copy)
     rolled = entries[300]
-    (copy / "refs" / "head").write_text(str(rolled.hash))  # an operator restores an old head
+    (rich_copy / "refs" / "head").write_text(str(rolled.hash))  # an operator restores an old head
     # ... of a dataset from before the head log (where the log shows the rollback, writers
     # refuse to append: tests/test_trust.py)
-    (copy / "logs" / "head").unlink()
-    storage = open_storage(copy)
+    (rich_copy / "logs" / "head").unlink()
+    storage = open_storage(rich_copy)
     index = index_read.open_index(storage, save=True)  # the repair a writer's hook makes
     assert index.how == "caught up"  # walked back to snap-256, folded 257..300
     same_state(index.head, states[300], "rolled back")
     with pytest.raises(NotFoundError, match=r"0\.\.300"):
         replay.state_at(storage, 400)
-    names = sorted(p.name for p in (copy / INDEX).iterdir())
+    names = sorted(p.name for p in (rich_copy / INDEX).iterdir())
     assert "snap-000000000512" not in names
-    assert (copy / INDEX / "seq-00000000").stat().st_size == 301 * 54
+    assert (rich_copy / INDEX / "seq-00000000").stat().st_size == 301 * 54
     # appends go on from the restored head; the index follows them
-    ds = Dataset.open(copy)
+    ds = Dataset.open(rich_copy)
     append_plain(ds, 3)
-    entries, states = fold_states(copy)
-    assert index_read.open_index(open_storage(copy)).how == "checked"
-    assert_truth(copy, refs=[0, 256, 300, 301, 303])
+    entries, states = fold_states(rich_copy)
+    assert index_read.open_index(open_storage(rich_copy)).how == "checked"
+    assert_truth(rich_copy, refs=[0, 256, 300, 301, 303])
 
 
-def test_writer_after_a_rollback_drops_what_the_old_branch_left(copy: Path) -> None:
+def test_writer_after_a_rollback_drops_what_the_old_branch_left(rich_copy: Path) -> None:
     """A writer whose state is the restored head (no reader repaired the index in between)
     drops the index's entries at and past its append: none of them may lie. Its post-commit
     hook then catches the index up to its own block (not the old branch's)."""
-    entries, states = fold_states(copy)
-    (copy / "refs" / "head").write_text(str(entries[300].hash))
-    (copy / "logs" / "head").unlink()  # from before the head log (else: refused, test_trust.py)
-    tx = Transaction.begin(open_storage(copy), states[300])
+    entries, states = fold_states(rich_copy)
+    (rich_copy / "refs" / "head").write_text(str(entries[300].hash))
+    (
+        rich_copy / "logs" / "head"
+    ).unlink()  # from before the head log (else: refused, test_trust.py)
+    tx = Transaction.begin(open_storage(rich_copy), states[300])
     tx.add(SetInfo(description="after the rollback"))
     tx.commit()  # its post-commit hook updates the index
-    assert "snap-000000000512" not in {p.name for p in (copy / INDEX).iterdir()}
-    assert (copy / INDEX / "seq-00000000").stat().st_size == 302 * 54
-    assert head_snapshot(copy).sequence_number == 301  # the new head's, not the old branch's
-    assert_truth(copy, refs=[0, 255, 256, 300, 301])
+    assert "snap-000000000512" not in {p.name for p in (rich_copy / INDEX).iterdir()}
+    assert (rich_copy / INDEX / "seq-00000000").stat().st_size == 302 * 54
+    assert head_snapshot(rich_copy).sequence_number == 301  # the new head's, not the old branch's
+    assert_truth(rich_copy, refs=[0, 255, 256, 300, 301])
 
 
-def test_crash_between_head_move_and_index_update_is_repaired(copy: Path, tmp_path: Path) -> None:
+def test_crash_between_head_move_and_index_update_is_repaired(
+    rich_copy: Path, tmp_path: Path
+) -> None:
     saved = tmp_path / "saved-index"
-    shutil.copytree(copy / INDEX, saved)
-    ds = Dataset.open(copy)
+    shutil.copytree(rich_copy / INDEX, saved)
+    ds = Dataset.open(rich_copy)
     append_plain(ds, 5)  # the head moves five times; then "the index update never happened"
-    shutil.rmtree(copy / INDEX)
-    shutil.copytree(saved, copy / INDEX)
-    index = index_read.open_index(open_storage(copy), save=True)  # the next writer's hook
+    shutil.rmtree(rich_copy / INDEX)
+    shutil.copytree(saved, rich_copy / INDEX)
+    index = index_read.open_index(open_storage(rich_copy), save=True)  # the next writer's hook
     assert index.how == "caught up"
-    assert index_names_head(copy)
-    assert_truth(copy)
+    assert index_names_head(rich_copy)
+    assert_truth(rich_copy)
 
 
-def test_symlinked_index_file_and_dir_are_not_followed(copy: Path, tmp_path: Path) -> None:
+def test_symlinked_index_file_and_dir_are_not_followed(rich_copy: Path, tmp_path: Path) -> None:
     outside = tmp_path / "outside"
     outside.mkdir()
     target = outside / "head"
-    target.write_bytes((copy / INDEX / "head").read_bytes())
-    (copy / INDEX / "head").unlink()
-    (copy / INDEX / "head").symlink_to(target)
+    target.write_bytes((rich_copy / INDEX / "head").read_bytes())
+    (rich_copy / INDEX / "head").unlink()
+    (rich_copy / INDEX / "head").symlink_to(target)
     before = target.read_bytes()
-    assert index_read.open_index(open_storage(copy), save=True).how != "checked"
-    assert_truth(copy)
+    assert index_read.open_index(open_storage(rich_copy), save=True).how != "checked"
+    assert_truth(rich_copy)
     assert target.read_bytes() == before  # never written through
-    assert not (copy / INDEX / "head").is_symlink()  # replaced by a regular file
+    assert not (rich_copy / INDEX / "head").is_symlink()  # replaced by a regular file
 
-    shutil.move(copy / INDEX, outside / "index")
-    (copy / INDEX).symlink_to(outside / "index")
+    shutil.move(rich_copy / INDEX, outside / "index")
+    (rich_copy / INDEX).symlink_to(outside / "index")
     listing = sorted(p.name for p in (outside / "index").iterdir())
-    assert_truth(copy)
+    assert_truth(rich_copy)
     assert sorted(p.name for p in (outside / "index").iterdir()) == listing
 
 
-def test_reader_of_a_dataset_it_cannot_write_answers_the_truth(copy: Path) -> None:
-    shutil.rmtree(copy / "info")
-    (copy / "info").write_bytes(b"not a directory: nothing below info/ can be written")
-    status = index_read.check_index(str(copy))
+def test_reader_of_a_dataset_it_cannot_write_answers_the_truth(rich_copy: Path) -> None:
+    shutil.rmtree(rich_copy / "info")
+    (rich_copy / "info").write_bytes(b"not a directory: nothing below info/ can be written")
+    status = index_read.check_index(str(rich_copy))
     assert status.how == "rebuilt" and not status.saved
-    assert_truth(copy, refs=[0, 256, 300])
+    assert_truth(rich_copy, refs=[0, 256, 300])
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="permission bits do not stop root")
-def test_reader_of_a_read_only_directory_answers_the_truth(copy: Path) -> None:
-    shutil.rmtree(copy / INDEX)
-    for path in (copy / "info", copy):
+def test_reader_of_a_read_only_directory_answers_the_truth(rich_copy: Path) -> None:
+    shutil.rmtree(rich_copy / INDEX)
+    for path in (rich_copy / "info", rich_copy):
         path.chmod(0o555)
     try:
-        assert not index_read.check_index(str(copy)).saved
-        assert_truth(copy, refs=[0, 300])
+        assert not index_read.check_index(str(rich_copy)).saved
+        assert_truth(rich_copy, refs=[0, 300])
     finally:
-        for path in (copy, copy / "info"):
+        for path in (rich_copy, rich_copy / "info"):
             path.chmod(0o755)
 
 
@@ -528,9 +533,9 @@ def run(*args: object) -> subprocess.CompletedProcess[str]:
     return run_main([str(a) for a in args])
 
 
-def test_log_streams_newest_first_and_reads_only_what_it_shows(copy: Path) -> None:
-    entries, _ = fold_states(copy)
-    p = run("log", copy, "-n", 3)
+def test_log_streams_newest_first_and_reads_only_what_it_shows(rich_copy: Path) -> None:
+    entries, _ = fold_states(rich_copy)
+    p = run("log", rich_copy, "-n", 3)
     assert p.returncode == 0, p.stderr
     header, *lines = p.stdout.splitlines()  # a header, then 16-character hashes
     assert len(lines) == 3 and header.split()[:2] == ["SEQ", "BLOCK"]
@@ -540,23 +545,23 @@ def test_log_streams_newest_first_and_reads_only_what_it_shows(copy: Path) -> No
     # a damaged block further back is never read by -n 3, and a full log prints what comes
     # before it (streaming), then one error line
     damaged = entries[-10]
-    _flip(copy / "blocks" / str(damaged.hash), 40)
-    assert run("log", copy, "-n", 3).returncode == 0
-    p = run("log", copy)
+    _flip(rich_copy / "blocks" / str(damaged.hash), 40)
+    assert run("log", rich_copy, "-n", 3).returncode == 0
+    p = run("log", rich_copy)
     assert p.returncode == 2
     assert len(p.stdout.splitlines()) == 1 + 9
     assert str(damaged.hash) in p.stderr and len(p.stderr.splitlines()) == 1
 
 
-def test_index_command(copy: Path) -> None:
-    p = run("index", copy)
+def test_index_command(rich_copy: Path) -> None:
+    p = run("index", rich_copy)
     assert p.returncode == 0 and "checked, saved" in p.stdout, p.stdout + p.stderr
-    head = head_snapshot(copy)
-    (copy / INDEX / "head").write_bytes(b"garbage")
-    p = run("index", copy)
+    head = head_snapshot(rich_copy)
+    (rich_copy / INDEX / "head").write_bytes(b"garbage")
+    p = run("index", rich_copy)
     assert p.returncode == 0 and "caught up, saved" in p.stdout, p.stdout + p.stderr
-    assert head_snapshot(copy) == head
-    p = run("index", copy, "--rebuild")
+    assert head_snapshot(rich_copy) == head
+    p = run("index", rich_copy, "--rebuild")
     assert p.returncode == 0 and "rebuilt, saved" in p.stdout, p.stdout + p.stderr
 
 
@@ -599,30 +604,30 @@ def index_errors(root: Path) -> list:
     return report.errors
 
 
-def test_verify_is_silent_about_a_true_index_and_never_writes_it(copy: Path) -> None:
-    before = {p.name: p.read_bytes() for p in (copy / INDEX).iterdir()}
-    assert index_warnings(copy) == []
-    shutil.rmtree(copy / INDEX)
-    assert index_warnings(copy) == []  # no index is no finding
-    assert not (copy / INDEX).exists()
+def test_verify_is_silent_about_a_true_index_and_never_writes_it(rich_copy: Path) -> None:
+    before = {p.name: p.read_bytes() for p in (rich_copy / INDEX).iterdir()}
+    assert index_warnings(rich_copy) == []
+    shutil.rmtree(rich_copy / INDEX)
+    assert index_warnings(rich_copy) == []  # no index is no finding
+    assert not (rich_copy / INDEX).exists()
     assert before  # there was an index to compare
 
 
-def test_verify_fails_on_an_index_that_lies(copy: Path) -> None:
-    genuine = head_snapshot(copy)
+def test_verify_fails_on_an_index_that_lies(rich_copy: Path) -> None:
+    genuine = head_snapshot(rich_copy)
     # values a reader cannot check without a fold
-    write_snapshot(copy / INDEX / "head", _forge(genuine, data_size=genuine.data_size + 1))
-    path = copy / INDEX / "snap-000000000256"
+    write_snapshot(rich_copy / INDEX / "head", _forge(genuine, data_size=genuine.data_size + 1))
+    path = rich_copy / INDEX / "snap-000000000256"
     periodic = Snapshot.decode(path.read_bytes(), "snap")
     from dataclasses import replace
 
     from odf_chain.index.records import Pointer
 
-    info = next(e for e in fold_states(copy)[0] if type(e.block.event).__name__ == "SetInfo")
+    info = next(e for e in fold_states(rich_copy)[0] if type(e.block.event).__name__ == "SetInfo")
     wrong = replace(periodic.pointers, vocab=Pointer(info.block.sequence_number, info.hash))
     # a periodic snapshot that lies in a pointer and in a counter, with a valid checksum
     write_snapshot(path, _forge(periodic, pointers=wrong, num_records=periodic.num_records + 1))
-    segment = copy / INDEX / "seq-00000000"
+    segment = rich_copy / INDEX / "seq-00000000"
     data = bytearray(segment.read_bytes())
     # block 7's system time, with a valid checksum: a well-formed entry that lies
     from odf_chain.index.records import SeqEntry, decode_seq, encode_seq
@@ -631,33 +636,33 @@ def test_verify_fails_on_an_index_that_lies(copy: Path) -> None:
     lie = SeqEntry(7, entries[7].block_hash, entries[7].time_us + 1)
     data[7 * 54 : 8 * 54] = encode_seq([lie])
     segment.write_bytes(bytes(data))
-    found = {(w.rule, w.sequence_number) for w in index_errors(copy)}
-    lines = " | ".join(w.line() for w in index_errors(copy))
+    found = {(w.rule, w.sequence_number) for w in index_errors(rich_copy)}
+    lines = " | ".join(w.line() for w in index_errors(rich_copy))
     assert ("index-mismatch", genuine.sequence_number) in found, lines
     assert ("index-mismatch", 256) in found, lines
     assert ("index-mismatch", 7) in found, lines
     assert "data_size" in lines and "vocab" in lines and "system time" in lines
-    (at_256,) = [w.line() for w in index_errors(copy) if w.sequence_number == 256]
+    (at_256,) = [w.line() for w in index_errors(rich_copy) if w.sequence_number == 256]
     assert "num_records" in at_256 and "the vocab pointer" in at_256, at_256
 
 
-def test_verify_warns_about_a_stale_index(copy: Path) -> None:
-    entries, _ = fold_states(copy)
-    (copy / "refs" / "head").write_text(str(entries[300].hash))  # rolled back, index not told
-    (copy / "logs" / "head").unlink()  # else verify reports the rollback itself, an error
-    rules = {w.rule for w in index_warnings(copy)}
+def test_verify_warns_about_a_stale_index(rich_copy: Path) -> None:
+    entries, _ = fold_states(rich_copy)
+    (rich_copy / "refs" / "head").write_text(str(entries[300].hash))  # rolled back, index not told
+    (rich_copy / "logs" / "head").unlink()  # else verify reports the rollback itself, an error
+    rules = {w.rule for w in index_warnings(rich_copy)}
     assert rules == {"index-stale"}, rules
 
 
-def test_verify_checks_a_head_snapshot_left_behind(copy: Path) -> None:
+def test_verify_checks_a_head_snapshot_left_behind(rich_copy: Path) -> None:
     """A head snapshot a few blocks behind the head (a writer that does not keep the index) is
     no finding while it tells the truth, and is named when its values lie."""
-    old = (copy / INDEX / "head").read_bytes()
-    Dataset.open(copy).append(SetInfo(description="one more block, the index not told"))
-    (copy / INDEX / "head").write_bytes(old)  # as if that writer had not updated it
-    assert index_warnings(copy) == []
-    behind = head_snapshot(copy)
-    write_snapshot(copy / INDEX / "head", _forge(behind, data_size=behind.data_size + 1))
-    (error,) = index_errors(copy)
+    old = (rich_copy / INDEX / "head").read_bytes()
+    Dataset.open(rich_copy).append(SetInfo(description="one more block, the index not told"))
+    (rich_copy / INDEX / "head").write_bytes(old)  # as if that writer had not updated it
+    assert index_warnings(rich_copy) == []
+    behind = head_snapshot(rich_copy)
+    write_snapshot(rich_copy / INDEX / "head", _forge(behind, data_size=behind.data_size + 1))
+    (error,) = index_errors(rich_copy)
     assert error.rule == "index-mismatch" and error.sequence_number == behind.sequence_number
     assert "data_size" in error.line()

@@ -22,7 +22,7 @@ from odf_chain.format.codec import encode_block
 from odf_chain.format.multihash import Multihash
 from odf_chain.lineage import FieldRef, LineageRecorder
 from odf_chain.schema.paths import v1_path
-from tests.conftest import snapshot_tree
+from tests.helpers import snapshot_tree
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ from odf_chain.events import AddData, SetInfo, SourceState
 from odf_chain.index import read as index_read
 from odf_chain.storage import FsStorage, open_storage
 from tests.cli_run import run_main
-from tests.conftest import multihash_name, snapshot_tree
+from tests.helpers import multihash_name, snapshot_tree
 from tests.test_index import BOUND, CountingStorage, fast_chain
 
 LONG_SOURCE = "s3://landing-zone/" + "/".join(f"partition-{i:02d}" for i in range(12))
@@ -56,7 +56,7 @@ def columns(text: str) -> int:
 
 
 @pytest.fixture(scope="module")
-def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def awkward_log_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Seed; a 41-column schema; 2 rows; an AddData whose source name is long; a SetInfo with a
     newline, wide characters and a right-to-left override; a narrower write's AddData (6
     blocks)."""
@@ -85,15 +85,15 @@ def chain_names(root: Path) -> list[str]:
 
 
 def test_log_n_3_prints_a_header_and_three_entries_newest_first_in_100_columns(
-    dataset: Path,
+    awkward_log_dataset: Path,
 ) -> None:
-    names = chain_names(dataset)
-    p = run("log", dataset, "-n", "3")
+    names = chain_names(awkward_log_dataset)
+    p = run("log", awkward_log_dataset, "-n", "3")
     assert p.returncode == 0 and p.stderr == "", p.stderr
     header, *lines = p.stdout.splitlines()
     assert header.split() == ["SEQ", "BLOCK", "SYSTEM", "TIME", "(UTC)", "EVENT", "SUMMARY"]
     assert len(lines) == 3
-    blocks = {str(e.hash): e.block for e in Dataset.open(dataset).blocks()}
+    blocks = {str(e.hash): e.block for e in Dataset.open(awkward_log_dataset).blocks()}
     for line, seq in zip(lines, [5, 4, 3], strict=True):
         assert len(line) <= 100 and columns(line) <= 100, (len(line), line)
         fields = line.split()
@@ -108,15 +108,15 @@ def test_log_n_3_prints_a_header_and_three_entries_newest_first_in_100_columns(
     assert lines[0].split()[3:5] == ["AddData", "offsets"]
     assert "SetInfo" in lines[1] and "販売データ" in lines[1]
     assert "\n" not in lines[1] and "\\n" in lines[1] and "\u202e" not in lines[1]
-    assert "\\u202e" in run("log", dataset, "--full").stdout  # escaped, not dropped
+    assert "\\u202e" in run("log", awkward_log_dataset, "--full").stdout  # escaped, not dropped
 
 
 def test_log_lines_of_long_summaries_end_in_an_ellipsis_and_full_shows_them_whole(
-    dataset: Path,
+    awkward_log_dataset: Path,
 ) -> None:
-    short = run("log", dataset).stdout.splitlines()[1:]
-    full = run("log", dataset, "--full").stdout.splitlines()[1:]
-    names = chain_names(dataset)
+    short = run("log", awkward_log_dataset).stdout.splitlines()[1:]
+    full = run("log", awkward_log_dataset, "--full").stdout.splitlines()[1:]
+    names = chain_names(awkward_log_dataset)
     assert len(short) == len(full) == len(names) == 6
     for s, f, seq in zip(short, full, range(5, -1, -1), strict=True):
         assert len(s) <= 100 and columns(s) <= 100, s
@@ -135,13 +135,13 @@ def test_log_lines_of_long_summaries_end_in_an_ellipsis_and_full_shows_them_whol
 
 
 def test_log_streams_the_newest_blocks_before_reading_older_ones(
-    dataset: Path, tmp_path: Path
+    awkward_log_dataset: Path, tmp_path: Path
 ) -> None:
     """With the Seed's file gone, -n 3 never reaches it; without -n the newer lines are out
     before the error about the missing block."""
     root = tmp_path / "ds"
-    shutil.copytree(dataset, root)
-    seed = chain_names(dataset)[0]
+    shutil.copytree(awkward_log_dataset, root)
+    seed = chain_names(awkward_log_dataset)[0]
     (root / "blocks" / seed).unlink()
     p = run("log", root, "-n", "3")
     assert p.returncode == 0 and len(p.stdout.splitlines()) == 4, p.stderr
@@ -150,17 +150,19 @@ def test_log_streams_the_newest_blocks_before_reading_older_ones(
     one_line_error(p, seed, "missing")
 
 
-def test_log_json_keeps_full_hashes_and_times(dataset: Path) -> None:
-    blocks = json.loads(run("log", dataset, "-n", "2", "--json").stdout)
-    names = chain_names(dataset)
+def test_log_json_keeps_full_hashes_and_times(awkward_log_dataset: Path) -> None:
+    blocks = json.loads(run("log", awkward_log_dataset, "-n", "2", "--json").stdout)
+    names = chain_names(awkward_log_dataset)
     assert [b["hash"] for b in blocks] == [names[5], names[4]]
     assert blocks[1]["event"]["description"] == WIDE_INFO
 
 
-def test_log_n_0_prints_nothing_and_a_negative_n_is_a_usage_error(dataset: Path) -> None:
-    p = run("log", dataset, "-n", "0")
+def test_log_n_0_prints_nothing_and_a_negative_n_is_a_usage_error(
+    awkward_log_dataset: Path,
+) -> None:
+    p = run("log", awkward_log_dataset, "-n", "0")
     assert (p.returncode, p.stdout, p.stderr) == (0, "", "")
-    p = run("log", dataset, "-n", "-1")
+    p = run("log", awkward_log_dataset, "-n", "-1")
     assert p.returncode == 2 and "0 or more" in p.stderr and p.stdout == ""
 
 
@@ -168,51 +170,51 @@ def test_log_n_0_prints_nothing_and_a_negative_n_is_a_usage_error(dataset: Path)
 
 
 @pytest.mark.parametrize("length", [16, 12, 8])
-def test_schema_and_fields_take_a_hash_prefix(dataset: Path, length: int) -> None:
-    names = chain_names(dataset)
+def test_schema_and_fields_take_a_hash_prefix(awkward_log_dataset: Path, length: int) -> None:
+    names = chain_names(awkward_log_dataset)
     for seq in (1, 4):
         prefix = names[seq][:length]
         if sum(n.startswith(prefix) for n in names) > 1:
             continue  # 8 characters can be shared by chance: the ambiguity test covers that
         for command in ("schema", "fields"):
-            p = run(command, dataset, "--at", prefix)
+            p = run(command, awkward_log_dataset, "--at", prefix)
             assert p.returncode == 0, p.stderr
             assert p.stdout.splitlines()[0] == f"block {seq}  {names[seq]}"
 
 
-def test_the_short_hash_log_prints_is_a_ref(dataset: Path) -> None:
-    names = chain_names(dataset)
-    lines = [line.split() for line in run("log", dataset).stdout.splitlines()[1:]]
+def test_the_short_hash_log_prints_is_a_ref(awkward_log_dataset: Path) -> None:
+    names = chain_names(awkward_log_dataset)
+    lines = [line.split() for line in run("log", awkward_log_dataset).stdout.splitlines()[1:]]
     for seq, short, time, *_ in lines:
-        p = run("fields", dataset, "--at", short, "--json")
+        p = run("fields", awkward_log_dataset, "--at", short, "--json")
         assert p.returncode == 0, p.stderr
         assert (json.loads(p.stdout)["block"], json.loads(p.stdout)["head"]) == (
             int(seq),
             names[int(seq)],
         )
         # the time it prints names the last block of that millisecond
-        p = run("fields", dataset, "--at", time, "--json")
+        p = run("fields", awkward_log_dataset, "--at", time, "--json")
         assert json.loads(p.stdout)["block"] == max(int(s) for s, _, t, *_ in lines if t == time)
 
 
-def test_an_upper_case_prefix_is_the_same_ref(dataset: Path) -> None:
-    names = chain_names(dataset)
-    p = run("schema", dataset, "--at", names[2][:16].upper())
+def test_an_upper_case_prefix_is_the_same_ref(awkward_log_dataset: Path) -> None:
+    names = chain_names(awkward_log_dataset)
+    p = run("schema", awkward_log_dataset, "--at", names[2][:16].upper())
     assert p.returncode == 0 and p.stdout.startswith(f"block 2  {names[2]}\n"), p.stderr
 
 
 @pytest.mark.parametrize("head", ["HEAD", "Head", "head"])
-def test_head_in_any_case(dataset: Path, head: str) -> None:
-    names = chain_names(dataset)
-    p = run("schema", dataset, "--at", head)
+def test_head_in_any_case(awkward_log_dataset: Path, head: str) -> None:
+    names = chain_names(awkward_log_dataset)
+    p = run("schema", awkward_log_dataset, "--at", head)
     assert p.returncode == 0, p.stderr
     assert p.stdout.splitlines()[0] == f"block 5  {names[5]}"
 
 
-def test_export_and_lineage_take_a_prefix(dataset: Path, tmp_path: Path) -> None:
-    names = chain_names(dataset)
+def test_export_and_lineage_take_a_prefix(awkward_log_dataset: Path, tmp_path: Path) -> None:
+    names = chain_names(awkward_log_dataset)
     out = tmp_path / "dh.json"
-    p = run("export", "datahub", dataset, "-o", out, "--at", names[2][:16])
+    p = run("export", "datahub", awkward_log_dataset, "-o", out, "--at", names[2][:16])
     assert p.returncode == 0, p.stderr
     fields = {
         f["fieldPath"]
@@ -221,7 +223,7 @@ def test_export_and_lineage_take_a_prefix(dataset: Path, tmp_path: Path) -> None
         for f in mcp["aspect"]["json"]["fields"]
     }
     assert any(path.endswith(".measurement_00_with_a_rather_long_name") for path in fields)
-    p = run("lineage", dataset, "--at", names[3][:16], "--json")
+    p = run("lineage", awkward_log_dataset, "--at", names[3][:16], "--json")
     assert p.returncode == 0, p.stderr
 
 
@@ -240,9 +242,9 @@ def _orphan_sharing(ds: Dataset, target: str, length: int, on_top_of_head: bool)
 
 
 @pytest.fixture(scope="module")
-def with_orphans(dataset: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
+def with_orphans(awkward_log_dataset: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
     root = tmp_path_factory.mktemp("orphans") / "ds"
-    shutil.copytree(dataset, root)
+    shutil.copytree(awkward_log_dataset, root)
     ds = Dataset.open(root)
     names = chain_names(root)
     crashed = _orphan_sharing(ds, names[3], 8, on_top_of_head=True)
@@ -282,8 +284,10 @@ def test_an_orphan_blocks_prefix_says_it_is_not_in_the_chain(
         ("fXe20abcdef", ("invalid hex",)),
     ],
 )
-def test_bad_prefixes_are_one_line(dataset: Path, ref: str, fragments: tuple[str, ...]) -> None:
-    one_line_error(run("schema", dataset, "--at", ref), *fragments)
+def test_bad_prefixes_are_one_line(
+    awkward_log_dataset: Path, ref: str, fragments: tuple[str, ...]
+) -> None:
+    one_line_error(run("schema", awkward_log_dataset, "--at", ref), *fragments)
 
 
 # -- refs in the library --------------------------------------------------------------------------

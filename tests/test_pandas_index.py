@@ -13,7 +13,7 @@ import pytest
 
 from odf_chain.dataset import Dataset
 from odf_chain.errors import OdfChainError
-from tests.conftest import snapshot_tree
+from tests.helpers import snapshot_tree
 
 SYSTEM = ["offset", "op", "system_time", "event_time"]
 

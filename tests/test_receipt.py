@@ -123,7 +123,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
 
 
 @pytest.fixture
-def copy(built: Built, tmp_path: Path) -> Path:
+def built_copy(built: Built, tmp_path: Path) -> Path:
     root = tmp_path / "ds"
     shutil.copytree(built.root, root)
     return root
@@ -226,26 +226,26 @@ def test_original_chain_holds_its_receipts(built: Built) -> None:
     assert (report.receipts_checked, report.receipts_held, report.receipts_signed) == (2, 2, 1)
 
 
-def test_extended_chain_holds_older_receipts(built: Built, copy: Path) -> None:
-    ds = Dataset.open(copy)
+def test_extended_chain_holds_older_receipts(built: Built, built_copy: Path) -> None:
+    ds = Dataset.open(built_copy)
     ds.write(rows(100))
     ds.write(rows(101))
     assert ds.state.sequence_number == LAST + 2
-    p = chain_verify(copy, "--receipt", built.signed_k, "--receipt", built.receipt_last)
+    p = chain_verify(built_copy, "--receipt", built.signed_k, "--receipt", built.receipt_last)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "receipts: 2 of 2 held by the chain, 2 with a valid signature" in p.stdout
 
 
 @pytest.mark.parametrize("to", [K - 2, K - 1])
-def test_truncated_chain_fails(built: Built, copy: Path, to: int) -> None:
+def test_truncated_chain_fails(built: Built, built_copy: Path, to: int) -> None:
     """Head moved back to block ``to`` and every block after it deleted."""
-    move_head(copy, to)
+    move_head(built_copy, to)
     for name in built.hashes[to + 1 :]:
-        (copy / "blocks" / name).unlink()
-    assert not verify_path(copy).ok  # the head log still shows the heads that went
-    erase_head_log(copy)
-    assert verify_path(copy).ok  # without it and without a receipt, nothing can tell
-    p = chain_verify(copy, "--receipt", built.receipt_k)
+        (built_copy / "blocks" / name).unlink()
+    assert not verify_path(built_copy).ok  # the head log still shows the heads that went
+    erase_head_log(built_copy)
+    assert verify_path(built_copy).ok  # without it and without a receipt, nothing can tell
+    p = chain_verify(built_copy, "--receipt", built.receipt_k)
     assert p.returncode == 1, p.stdout + p.stderr
     expected = (
         f"[receipt] receipt {built.receipt_k}: the chain has no block {K} (head is block {to}): "
@@ -255,10 +255,10 @@ def test_truncated_chain_fails(built: Built, copy: Path, to: int) -> None:
     assert "FAILED" in p.stdout and "receipts: 0 of 1 held" in p.stdout
 
 
-def test_rolled_back_head_fails(built: Built, copy: Path) -> None:
+def test_rolled_back_head_fails(built: Built, built_copy: Path) -> None:
     """The blocks are all still there; only refs/head went back (a restored backup)."""
-    move_head(copy, K - 1)
-    p = cli("verify", copy, "--receipt", built.signed_k, "--receipt", built.receipt_last)
+    move_head(built_copy, K - 1)
+    p = cli("verify", built_copy, "--receipt", built.signed_k, "--receipt", built.receipt_last)
     assert p.returncode == 1, p.stdout + p.stderr
     assert f"receipt {built.signed_k}: the chain has no block {K} (head is block {K - 1})" in (
         p.stdout
@@ -266,18 +266,18 @@ def test_rolled_back_head_fails(built: Built, copy: Path) -> None:
     assert f"receipt {built.receipt_last}: the chain has no block {LAST} (head is block 3)" in (
         p.stdout
     )
-    report = Dataset.open(copy).verify(receipts=[built.receipt_k])
+    report = Dataset.open(built_copy).verify(receipts=[built.receipt_k])
     assert not report.ok and len(receipt_errors(report)) == 1
 
 
-def test_rewritten_suffix_fails(built: Built, copy: Path) -> None:
+def test_rewritten_suffix_fails(built: Built, built_copy: Path) -> None:
     """A chain that verifies, as long as the chain is all there is."""
-    rewritten = rewrite_suffix(copy)
+    rewritten = rewrite_suffix(built_copy)
     assert rewritten[:K] == built.hashes[:K] and rewritten[K] != built.hashes[K]
-    erase_head_log(copy)
-    report = verify_path(copy)
+    erase_head_log(built_copy)
+    report = verify_path(built_copy)
     assert not report.errors  # warnings at most: the old suffix is unreferenced
-    p = chain_verify(copy, "--receipt", built.receipt_k, "--receipt", built.receipt_last)
+    p = chain_verify(built_copy, "--receipt", built.receipt_k, "--receipt", built.receipt_last)
     assert p.returncode == 1, p.stdout + p.stderr
     for path, seq in ((built.receipt_k, K), (built.receipt_last, LAST)):
         line = next(x for x in p.stdout.splitlines() if f"receipt {path}:" in x)
@@ -287,14 +287,14 @@ def test_rewritten_suffix_fails(built: Built, copy: Path) -> None:
         ) in line
 
 
-def test_replaced_chain_fails(built: Built, copy: Path) -> None:
+def test_replaced_chain_fails(built: Built, built_copy: Path) -> None:
     """A new dataset at the same path, as long as the original and more."""
-    shutil.rmtree(copy)
-    ds = Dataset.create(copy)
+    shutil.rmtree(built_copy)
+    ds = Dataset.create(built_copy)
     for n in range(LAST + 2):
         ds.write(rows(n))
     original = json.loads(built.receipt_k.read_text())["dataset_id"]
-    p = chain_verify(copy, "--receipt", built.signed_k)
+    p = chain_verify(built_copy, "--receipt", built.signed_k)
     assert p.returncode == 1, p.stdout + p.stderr
     assert (
         f"receipt {built.signed_k}: dataset id differs: the chain is {ds.state.dataset_id}, "
@@ -314,17 +314,17 @@ def rewrite_suffix(root: Path) -> list[str]:
 
 
 def test_chain_read_only_partly_still_checks_what_it_can(
-    built: Built, copy: Path, tmp_path: Path
+    built: Built, built_copy: Path, tmp_path: Path
 ) -> None:
     """Block 2 missing: the walk stops at block 3; receipts above it are still checked."""
-    (copy / "blocks" / built.hashes[2]).unlink()
-    report = verify_path(copy, receipts=[built.receipt_k, built.receipt_last])
+    (built_copy / "blocks" / built.hashes[2]).unlink()
+    report = verify_path(built_copy, receipts=[built.receipt_k, built.receipt_last])
     assert [p.rule for p in report.errors] == ["block-missing", "chain-incomplete"]
     assert report.receipts_held == 2
     low = dataclasses.replace(
         load_receipt(built.receipt_k), sequence_number=1, block_hash=parse(built.hashes[1])
     )
-    report = verify_path(copy, receipts=[dataclasses.replace(low, source="r1.json")])
+    report = verify_path(built_copy, receipts=[dataclasses.replace(low, source="r1.json")])
     assert receipt_errors(report) == [
         "receipt r1.json: not checked: the chain could be read back to block 3 only, not to block 1"
     ]

@@ -46,7 +46,7 @@ from odf_chain.format.did import DatasetId
 from odf_chain.format.multihash import BLAKE3, SHA3_256, Multihash
 from odf_chain.schema.convert import AVRO_SCHEMA_KEY
 from odf_chain.state import EMPTY, DatasetState, Vocabulary
-from tests.conftest import non_utf8_schema
+from tests.helpers import non_utf8_schema
 
 T0 = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)
 DID = DatasetId(bytes(range(32)))

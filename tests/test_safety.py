@@ -27,7 +27,7 @@ from odf_chain.gc import collect_garbage_path
 from odf_chain.storage import FsStorage, LocalStorage
 from odf_chain.storage.base import MAX_BLOCK_BYTES, MAX_HEAD_LOG_BYTES
 from odf_chain.verify import verify_path
-from tests.conftest import snapshot_tree
+from tests.helpers import snapshot_tree
 
 REPO = Path(__file__).resolve().parents[1]
 SECRET = "TOPSECRET-0451"
@@ -646,6 +646,7 @@ def _writer(root: str, worker: int, writes: int, out: str) -> None:
     Path(out).write_text(json.dumps({"acknowledged": acknowledged, "failures": failures}))
 
 
+@pytest.mark.slow
 def test_gc_in_a_loop_beside_four_writers_loses_no_acknowledged_write(tmp_path: Path) -> None:
     root = _dataset(tmp_path / "ds", writes=1)
     writers, writes = 4, 6

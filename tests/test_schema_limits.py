@@ -24,7 +24,7 @@ from odf_chain.format.codec import encode_block
 from odf_chain.format.data_schema import data_schema_to_arrow
 from odf_chain.verify import verify_path
 from tests import arrow_fb as fb
-from tests.conftest import multihash_name, snapshot_tree
+from tests.helpers import multihash_name, snapshot_tree
 
 REPO = Path(__file__).resolve().parent.parent
 # child processes import the odf_chain this run imports

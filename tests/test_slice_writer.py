@@ -26,7 +26,7 @@ from odf_chain.format.multihash import BLAKE3, SHA3_256
 from odf_chain.slice_writer import DICTIONARY_PAGE_BYTES, SliceSpec, slice_schema, write_slices
 from odf_chain.slices import logical_hash, parquet_logical_hash
 from odf_chain.state import Vocabulary
-from tests.conftest import multihash_name
+from tests.helpers import multihash_name
 
 REPO = Path(__file__).resolve().parent.parent
 VOCAB = Vocabulary()

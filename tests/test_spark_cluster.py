@@ -21,7 +21,10 @@ from tests.spark_cluster import ConnectServer, SparkCluster, cluster_env, java_m
 
 ROOT = Path(__file__).resolve().parents[1]
 
-pytestmark = pytest.mark.skipif(java_missing() is not None, reason=str(java_missing()))
+pytestmark = [
+    pytest.mark.spark,
+    pytest.mark.skipif(java_missing() is not None, reason=str(java_missing())),
+]
 
 
 @pytest.fixture(scope="module")

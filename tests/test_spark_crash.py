@@ -31,7 +31,7 @@ from odf_chain.events import AddData
 from odf_chain.gc import collect_garbage_path
 from odf_chain.spark import IngestError, read, write
 from odf_chain.storage import LocalStorage
-from tests.conftest import snapshot_tree
+from tests.helpers import snapshot_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "tests" / "scripts" / "spark_ingest.py"
@@ -52,7 +52,7 @@ def frame(spark, start: int, rows: int, partitions: int, tag: str):
 
 
 @pytest.fixture
-def dataset(spark, tmp_path) -> Path:
+def committed_dataset(spark, tmp_path) -> Path:
     """A dataset holding one committed write: offsets 0..BASE_ROWS-1, tag "base"."""
     path = tmp_path / "ds"
     write(frame(spark, 0, BASE_ROWS, 2, "base"), path, create=True)
@@ -185,37 +185,39 @@ def follow_up(spark, path: Path, rows_before: int, tags: dict[str, int]) -> None
 # -- SIGKILL of a real ingest ----------------------------------------------------------------------
 
 
-def test_kill_during_the_spark_write(spark, dataset, children):
-    before, before_chain = snapshot_tree(dataset), chain_hashes(dataset)
-    proc = children.start(dataset, start=BASE_ROWS, rows=8000, partitions=24, tag="killed")
+def test_kill_during_the_spark_write(spark, committed_dataset, children):
+    before, before_chain = snapshot_tree(committed_dataset), chain_hashes(committed_dataset)
+    proc = children.start(
+        committed_dataset, start=BASE_ROWS, rows=8000, partitions=24, tag="killed"
+    )
 
     def spark_is_writing() -> bool:
-        return any(p.is_file() for p in (dataset / ".staging").glob("spark-*/**/*"))
+        return any(p.is_file() for p in (committed_dataset / ".staging").glob("spark-*/**/*"))
 
     children.kill_when(proc, spark_is_writing)
 
     assert proc.returncode == -signal.SIGKILL
-    (folder,) = staging_folders(dataset)
+    (folder,) = staging_folders(committed_dataset)
     assert not (folder / "_SUCCESS").exists()  # the kill came while Spark was writing
-    assert sorted(os.listdir(dataset / "data")) == sorted(
+    assert sorted(os.listdir(committed_dataset / "data")) == sorted(
         k.split("/")[1] for k in before if k.startswith("data/")
     )
-    warnings = check_after_failure(dataset, before, before_chain)
+    warnings = check_after_failure(committed_dataset, before, before_chain)
     assert [(p.rule, p.path) for p in warnings] == [
-        ("staging-leftover", str(folder.relative_to(dataset)))
+        ("staging-leftover", str(folder.relative_to(committed_dataset)))
     ]
-    check_offsets(spark, dataset, BASE_ROWS, {"base": BASE_ROWS})
-    follow_up(spark, dataset, BASE_ROWS, {"base": BASE_ROWS})
+    check_offsets(spark, committed_dataset, BASE_ROWS, {"base": BASE_ROWS})
+    follow_up(spark, committed_dataset, BASE_ROWS, {"base": BASE_ROWS})
 
 
-def test_kill_between_the_data_renames_and_the_head_move(spark, dataset, children):
-    before, before_chain = snapshot_tree(dataset), chain_hashes(dataset)
-    known = set(os.listdir(dataset / "data"))
+def test_kill_between_the_data_renames_and_the_head_move(spark, committed_dataset, children):
+    before, before_chain = snapshot_tree(committed_dataset), chain_hashes(committed_dataset)
+    known = set(os.listdir(committed_dataset / "data"))
     rows, partitions = 8000, 12
     # the child pauses after each rename (a test hook in the child script, not in odf_chain),
     # so the kill lands between the renames and the head move on any disk
     proc = children.start(
-        dataset,
+        committed_dataset,
         start=BASE_ROWS,
         rows=rows,
         partitions=partitions,
@@ -224,15 +226,15 @@ def test_kill_between_the_data_renames_and_the_head_move(spark, dataset, childre
     )
 
     def a_slice_was_renamed() -> bool:
-        return bool(set(os.listdir(dataset / "data")) - known)
+        return bool(set(os.listdir(committed_dataset / "data")) - known)
 
     children.kill_when(proc, a_slice_was_renamed)
 
     assert proc.returncode == -signal.SIGKILL
-    new_files = set(os.listdir(dataset / "data")) - known
+    new_files = set(os.listdir(committed_dataset / "data")) - known
     assert new_files
     assert len(new_files) < partitions
-    warnings = check_after_failure(dataset, before, before_chain)
+    warnings = check_after_failure(committed_dataset, before, before_chain)
     # no block was written; the renamed slices are orphans, the rest is still in Spark's
     # folder, reported as one leftover
     assert Counter(p.rule for p in warnings) == {
@@ -241,24 +243,24 @@ def test_kill_between_the_data_renames_and_the_head_move(spark, dataset, childre
     }
     orphans = {p.path for p in warnings if p.rule == "orphan-data"}
     assert orphans == {f"data/{name}" for name in new_files}
-    (folder,) = staging_folders(dataset)
+    (folder,) = staging_folders(committed_dataset)
     assert [p.path for p in warnings if p.rule == "staging-leftover"] == [
-        str(folder.relative_to(dataset))
+        str(folder.relative_to(committed_dataset))
     ]
     # the orphans are not read: the data is what the chain names
-    check_offsets(spark, dataset, BASE_ROWS, {"base": BASE_ROWS})
-    follow_up(spark, dataset, BASE_ROWS, {"base": BASE_ROWS})
+    check_offsets(spark, committed_dataset, BASE_ROWS, {"base": BASE_ROWS})
+    follow_up(spark, committed_dataset, BASE_ROWS, {"base": BASE_ROWS})
 
 
-def test_kill_right_after_the_head_move(spark, dataset, children):
+def test_kill_right_after_the_head_move(spark, committed_dataset, children):
     """Killed once the head has moved, before the writer cleaned up: the whole transaction is
     in the chain, nothing else changed, and what the writer did not get to remove (Spark's
     folder with its marker files) is a leftover for gc."""
-    before, before_chain = snapshot_tree(dataset), chain_hashes(dataset)
-    head_before = (dataset / "refs" / "head").read_text()
+    before, before_chain = snapshot_tree(committed_dataset), chain_hashes(committed_dataset)
+    head_before = (committed_dataset / "refs" / "head").read_text()
     rows, partitions = 3000, 6
     proc = children.start(
-        dataset,
+        committed_dataset,
         start=BASE_ROWS,
         rows=rows,
         partitions=partitions,
@@ -267,39 +269,39 @@ def test_kill_right_after_the_head_move(spark, dataset, children):
     )
 
     def head_moved() -> bool:
-        return (dataset / "refs" / "head").read_text() != head_before
+        return (committed_dataset / "refs" / "head").read_text() != head_before
 
     children.kill_when(proc, head_moved)
 
     assert proc.returncode == -signal.SIGKILL
-    after = snapshot_tree(dataset)
+    after = snapshot_tree(committed_dataset)
     for name, content in committed(before).items():
         if name != "refs/head":  # the one file a commit changes
             assert after.get(name, "missing") == content, name  # nothing else was altered
-    check_transaction_tail(dataset, before_chain, BASE_ROWS, rows)
-    report = Dataset.open(dataset).verify()
+    check_transaction_tail(committed_dataset, before_chain, BASE_ROWS, rows)
+    report = Dataset.open(committed_dataset).verify()
     assert report.ok, [p.line() for p in report.errors]
-    (folder,) = staging_folders(dataset)
+    (folder,) = staging_folders(committed_dataset)
     assert [(p.rule, p.path) for p in report.warnings] == [
-        ("staging-leftover", str(folder.relative_to(dataset)))
+        ("staging-leftover", str(folder.relative_to(committed_dataset)))
     ]
-    check_offsets(spark, dataset, BASE_ROWS + rows, {"base": BASE_ROWS, "killed": rows})
-    removed = collect_garbage_path(str(dataset), min_age=0)
-    assert removed.removed == [str(folder.relative_to(dataset))]
-    assert Dataset.open(dataset).verify().warnings == []
-    follow_up(spark, dataset, BASE_ROWS + rows, {"base": BASE_ROWS, "killed": rows})
+    check_offsets(spark, committed_dataset, BASE_ROWS + rows, {"base": BASE_ROWS, "killed": rows})
+    removed = collect_garbage_path(str(committed_dataset), min_age=0)
+    assert removed.removed == [str(folder.relative_to(committed_dataset))]
+    assert Dataset.open(committed_dataset).verify().warnings == []
+    follow_up(spark, committed_dataset, BASE_ROWS + rows, {"base": BASE_ROWS, "killed": rows})
 
 
 # -- two ingests at once ---------------------------------------------------------------------------
 
 
-def test_two_ingests_at_once(spark, dataset, children, tmp_path):
-    before_chain = chain_hashes(dataset)
+def test_two_ingests_at_once(spark, committed_dataset, children, tmp_path):
+    before_chain = chain_hashes(committed_dataset)
     go = tmp_path / "go"
     rows = {"one": 3000, "two": 5000}
     procs = {
         tag: children.start(
-            dataset,
+            committed_dataset,
             start=BASE_ROWS + (0 if tag == "one" else 100_000),
             rows=n,
             partitions=2,
@@ -324,7 +326,7 @@ def test_two_ingests_at_once(spark, dataset, children, tmp_path):
     for tag, code in codes.items():
         assert code in (0, EXIT_CONFLICT), f"{tag} exited {code}:\n{outputs[tag][1]}"
 
-    report = Dataset.open(dataset).verify()
+    report = Dataset.open(committed_dataset).verify()
     assert report.ok, [p.line() for p in report.errors]
     assert {p.rule for p in report.warnings} <= LEFTOVER_RULES
     winners = [tag for tag, code in codes.items() if code == 0]
@@ -336,17 +338,20 @@ def test_two_ingests_at_once(spark, dataset, children, tmp_path):
         # the loser removed the blocks and slices it made (gc would keep them: evidence?)
         assert not {p.rule for p in report.warnings} & {"orphan-block", "orphan-data"}
         summary = json.loads(outputs[winner][0].strip().splitlines()[-1])
-        assert chain_hashes(dataset) == before_chain + summary["blocks"]
-        check_transaction_tail(dataset, before_chain, BASE_ROWS, rows[winner])
+        assert chain_hashes(committed_dataset) == before_chain + summary["blocks"]
+        check_transaction_tail(committed_dataset, before_chain, BASE_ROWS, rows[winner])
         check_offsets(
-            spark, dataset, BASE_ROWS + rows[winner], {"base": BASE_ROWS, winner: rows[winner]}
+            spark,
+            committed_dataset,
+            BASE_ROWS + rows[winner],
+            {"base": BASE_ROWS, winner: rows[winner]},
         )
     else:
         # they did not overlap: the chain holds both transactions, one after the other
         assert winners == list(rows), codes
         assert report.warnings == []
         total = BASE_ROWS + sum(rows.values())
-        check_offsets(spark, dataset, total, {"base": BASE_ROWS, **rows})
+        check_offsets(spark, committed_dataset, total, {"base": BASE_ROWS, **rows})
 
 
 # -- in-process failures at each later step --------------------------------------------------------
@@ -375,10 +380,12 @@ def _failing_rows(value):
 @pytest.mark.parametrize(
     "step", ["input", "spark-write", "task-write", "data-rename", "block-write", "head-move"]
 )
-def test_a_failure_at_any_step_leaves_the_chain_as_it_was(spark, dataset, monkeypatch, step):
+def test_a_failure_at_any_step_leaves_the_chain_as_it_was(
+    spark, committed_dataset, monkeypatch, step
+):
     from pyspark.sql.types import LongType
 
-    before, before_chain = snapshot_tree(dataset), chain_hashes(dataset)
+    before, before_chain = snapshot_tree(committed_dataset), chain_hashes(committed_dataset)
     df = frame(spark, BASE_ROWS, 1000, 4, "failed")
     expected: type[OdfChainError] = StorageError
     writer = None
@@ -386,12 +393,12 @@ def test_a_failure_at_any_step_leaves_the_chain_as_it_was(spark, dataset, monkey
         df = df.withColumn("v", F.udf(_failing_rows, LongType(), useArrow=False)(F.col("v")))
         expected = IngestError
     elif step == "spark-write":  # Spark refuses its output folder
-        taken = str((dataset / ".staging" / "spark-taken").absolute())
+        taken = str((committed_dataset / ".staging" / "spark-taken").absolute())
         monkeypatch.setattr(LocalStorage, "staging_area", lambda self, prefix: taken)
-        (dataset / ".staging" / "spark-taken").write_bytes(b"in the way")
+        (committed_dataset / ".staging" / "spark-taken").write_bytes(b"in the way")
         expected, writer = IngestError, "spark"
     elif step == "task-write":  # the second task cannot create its slice: a folder is there
-        staging = (dataset / ".staging" / "spark-tasks").absolute()
+        staging = (committed_dataset / ".staging" / "spark-tasks").absolute()
         monkeypatch.setattr(LocalStorage, "staging_area", lambda self, prefix: str(staging))
         (staging / "part-00001-0000-a0.parquet").mkdir(parents=True)
         expected, writer = StorageError, "arrow"  # the store refused: it names the file
@@ -406,12 +413,14 @@ def test_a_failure_at_any_step_leaves_the_chain_as_it_was(spark, dataset, monkey
         expected = ConflictError
 
     with pytest.raises(expected):
-        write(df, dataset, target_slice_bytes=None, writer=writer)  # a slice per partition
+        write(
+            df, committed_dataset, target_slice_bytes=None, writer=writer
+        )  # a slice per partition
     monkeypatch.undo()
 
     if step == "spark-write":
-        (dataset / ".staging" / "spark-taken").unlink()
-    warnings = check_after_failure(dataset, before, before_chain)
+        (committed_dataset / ".staging" / "spark-taken").unlink()
+    warnings = check_after_failure(committed_dataset, before, before_chain)
     left = Counter(p.rule for p in warnings)
     assert (
         left
@@ -428,8 +437,8 @@ def test_a_failure_at_any_step_leaves_the_chain_as_it_was(spark, dataset, monkey
             "head-move": {},
         }[step]
     ), [p.line() for p in warnings]
-    assert list((dataset / ".staging").iterdir()) == []
-    follow_up(spark, dataset, BASE_ROWS, {"base": BASE_ROWS})
+    assert list((committed_dataset / ".staging").iterdir()) == []
+    follow_up(spark, committed_dataset, BASE_ROWS, {"base": BASE_ROWS})
 
 
 @pytest.mark.parametrize("step", ["input", "task-write"])

@@ -36,7 +36,7 @@ from odf_chain.spark.plan_lineage import (
     lineage_from_plan,
 )
 from odf_chain.spark.plan_lineage.capture import _Sources, lineage_of_plan
-from tests.conftest import multihash_name
+from tests.helpers import multihash_name
 
 try:
     import pandas as pd

@@ -36,7 +36,7 @@ from odf_chain.spark.sizing import (
 from odf_chain.spark.sources import ingest_files
 from odf_chain.spark.writer import IngestError, WrittenSlice, _check_files, _merged_counts
 from tests.cli_run import run_main
-from tests.conftest import snapshot_tree
+from tests.helpers import snapshot_tree
 from tests.test_spark_write import check_clean, check_transaction, partition_sizes
 
 KIB = 1024

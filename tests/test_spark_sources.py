@@ -31,7 +31,7 @@ from odf_chain.spark.sources import (
     read_input,
     spark_errors,
 )
-from tests.conftest import multihash_name
+from tests.helpers import multihash_name
 
 UTC = dt.UTC
 

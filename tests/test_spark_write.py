@@ -23,7 +23,7 @@ from odf_chain.format.did import DatasetId
 from odf_chain.format.multihash import BLAKE3, SHA3_256
 from odf_chain.spark import read, write
 from odf_chain.spark.writer import SOURCE_KEY
-from tests.conftest import multihash_name, snapshot_tree
+from tests.helpers import multihash_name, snapshot_tree
 
 # -- helpers --------------------------------------------------------------------------------------
 
@@ -724,6 +724,7 @@ def test_both_writers_declare_the_same_schema_and_store_the_same_rows(spark, tmp
     assert schemas["arrow"].field("offset").nullable is False
 
 
+@pytest.mark.spark  # the job starts its own local Spark
 def test_a_job_run_by_the_venv_python_without_activation(tmp_path):
     """``.venv/bin/python job.py`` in a new shell: ``python3`` on PATH is another Python without
     pyarrow, and nothing names an interpreter for Spark's workers; the local workers run this

@@ -33,7 +33,7 @@ from odf_chain.format.did import DatasetId
 from odf_chain.state import EMPTY
 from odf_chain.storage import LocalStorage, local, write_atomic
 from odf_chain.verify import verify
-from tests.conftest import PERMISSIONS
+from tests.helpers import PERMISSIONS
 
 H0 = "f1e20" + "00" * 32
 H1 = "f1e20" + "11" * 32
@@ -258,6 +258,7 @@ def _create_worker(root: str, kind: str, barrier: Barrier, results: Queue[tuple[
         results.put((os.getpid(), f"error: {e!r}"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["block", "data"])
 def test_racing_writers_exactly_one_creates(store: LocalStorage, kind: str) -> None:
     """Writers that lose a head race delete what they created: of several writers storing
@@ -348,6 +349,7 @@ def _cas_worker(
         results.put((new, f"error: {e!r}"))
 
 
+@pytest.mark.slow
 def test_concurrent_cas_exactly_one_wins(store: LocalStorage) -> None:
     n = 8
     store.compare_and_swap_head(None, H0)

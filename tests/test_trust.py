@@ -74,32 +74,32 @@ def forged(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture()
-def copy(forged: Path, tmp_path: Path) -> Path:
+def forged_copy(forged: Path, tmp_path: Path) -> Path:
     target = tmp_path / "ds"
     shutil.copytree(forged, target, symlinks=True)
     return target
 
 
-def test_the_forgery_is_what_the_issue_describes(copy: Path) -> None:
+def test_the_forgery_is_what_the_issue_describes(forged_copy: Path) -> None:
     """The fast path still takes ancestry from the index (it cannot prove it without a fold):
     that is the forgery verify must fail on."""
-    fast = Dataset.open(copy).state_at(8)
+    fast = Dataset.open(forged_copy).state_at(8)
     assert "extra" in fast.schema.names  # the fork's column: the index answered from the fork
 
 
-def test_verify_fails_on_an_index_naming_another_branch(copy: Path) -> None:
-    report = verify_path(copy, check_data=True)
+def test_verify_fails_on_an_index_naming_another_branch(forged_copy: Path) -> None:
+    report = verify_path(forged_copy, check_data=True)
     assert not report.ok
     mismatches = [p for p in report.errors if p.rule == "index-mismatch"]
     assert {p.sequence_number for p in mismatches} >= {6, 7, 8, 9, 10}, [
         p.line() for p in report.problems
     ]
-    p = run_main([str(copy)], entry="chain-verify")
+    p = run_main([str(forged_copy)], entry="chain-verify")
     assert p.returncode != 0 and "index-mismatch" in p.stdout + p.stderr
 
 
-def test_data_reads_are_proved_against_the_chain(copy: Path) -> None:
-    ds = Dataset.open(copy)
+def test_data_reads_are_proved_against_the_chain(forged_copy: Path) -> None:
+    ds = Dataset.open(forged_copy)
     want = [f"s{i}" for i in range(7)]
     assert names_read(ds.to_table(at=8)) == want  # the fork's rows were returned before
     assert "extra" not in ds.to_table(at=8).schema.names
@@ -107,28 +107,28 @@ def test_data_reads_are_proved_against_the_chain(copy: Path) -> None:
     assert names_read(ds.to_table()) == [f"s{i}" for i in range(10)]
 
 
-def test_verified_reads_answer_from_the_full_fold(copy: Path) -> None:
-    ds = Dataset.open(copy)
+def test_verified_reads_answer_from_the_full_fold(forged_copy: Path) -> None:
+    ds = Dataset.open(forged_copy)
     for seq in range(6, 11):
-        truth = full_fold_at(copy, seq)
+        truth = full_fold_at(forged_copy, seq)
         got = ds.state_at(seq, verified=True)
         assert (got.head, got.sequence_number) == (truth.head, truth.sequence_number)
         assert got.schema.equals(truth.schema, check_metadata=True)
     assert [c.entry.hash for c in ds.schema_history(verified=True)] == [
-        c.entry.hash for c in Dataset.open(copy).schema_history()
+        c.entry.hash for c in Dataset.open(forged_copy).schema_history()
     ]
     # a verified read writes nothing; odf-chain index --rebuild replaces the forgery
-    assert "extra" in Dataset.open(copy).state_at(8).schema.names
-    index_read.check_index(str(copy), from_scratch=True)
-    assert "extra" not in Dataset.open(copy).state_at(8).schema.names
-    assert verify_path(copy, check_data=False).ok
+    assert "extra" in Dataset.open(forged_copy).state_at(8).schema.names
+    index_read.check_index(str(forged_copy), from_scratch=True)
+    assert "extra" not in Dataset.open(forged_copy).state_at(8).schema.names
+    assert verify_path(forged_copy, check_data=False).ok
 
 
 @pytest.mark.parametrize("command", ["schema", "fields"])
-def test_cli_verified_reads(copy: Path, command: str) -> None:
-    fast = run_main([command, str(copy), "--at", "8"])
+def test_cli_verified_reads(forged_copy: Path, command: str) -> None:
+    fast = run_main([command, str(forged_copy), "--at", "8"])
     assert fast.returncode == 0 and "extra" in fast.stdout  # what verify fails on
-    proved = run_main([command, str(copy), "--at", "8", "--verified"])
+    proved = run_main([command, str(forged_copy), "--at", "8", "--verified"])
     assert proved.returncode == 0, proved.stderr
     assert "extra" not in proved.stdout and "name" in proved.stdout
 

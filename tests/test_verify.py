@@ -17,7 +17,7 @@ from odf_chain.dataset import Dataset
 from odf_chain.events import AddData, DataSlice, OffsetInterval
 from odf_chain.format.multihash import Multihash
 from odf_chain.verify import VerifyReport, verify_path
-from tests.conftest import PERMISSIONS, multihash_name, snapshot_tree
+from tests.helpers import PERMISSIONS, multihash_name, snapshot_tree
 
 MS_UTC = pa.timestamp("ms", tz="UTC")
 
@@ -59,7 +59,7 @@ def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def dataset(pristine: Path, tmp_path: Path) -> Path:
+def pristine_copy(pristine: Path, tmp_path: Path) -> Path:
     root = tmp_path / "ds"
     shutil.copytree(pristine, root)
     return root
@@ -76,11 +76,11 @@ def chain_info(root: Path) -> tuple[list, dict[str, tuple[int, str]]]:
     return entries, referenced
 
 
-def test_clean_dataset_verifies(dataset: Path) -> None:
-    report = verify_path(dataset)
+def test_clean_dataset_verifies(pristine_copy: Path) -> None:
+    report = verify_path(pristine_copy)
     assert report.ok
     assert report.errors == [] and report.warnings == [] and report.problems == []
-    entries, referenced = chain_info(dataset)
+    entries, referenced = chain_info(pristine_copy)
     assert [e.block.event_name for e in entries] == [
         "Seed",
         "SetDataSchema",
@@ -92,11 +92,11 @@ def test_clean_dataset_verifies(dataset: Path) -> None:
     ]
     assert report.blocks_checked == 7
     assert report.slices_checked == 4
-    block_bytes = sum(p.stat().st_size for p in (dataset / "blocks").iterdir())
-    data_bytes = sum(p.stat().st_size for p in (dataset / "data").iterdir())
+    block_bytes = sum(p.stat().st_size for p in (pristine_copy / "blocks").iterdir())
+    data_bytes = sum(p.stat().st_size for p in (pristine_copy / "data").iterdir())
     assert report.bytes_hashed == block_bytes + data_bytes
-    assert report.head == (dataset / "refs" / "head").read_text().strip()
-    assert sorted(referenced) == sorted(p.name for p in (dataset / "data").iterdir())
+    assert report.head == (pristine_copy / "refs" / "head").read_text().strip()
+    assert sorted(referenced) == sorted(p.name for p in (pristine_copy / "data").iterdir())
 
 
 def _flip(path: Path, pos: int) -> bytes:
@@ -114,48 +114,49 @@ def _positions(size: int, limit: int) -> list[int]:
     return sorted({round(i * step) for i in range(limit)} | {0, size - 1})
 
 
-def test_every_flipped_byte_is_caught(dataset: Path) -> None:
+@pytest.mark.slow
+def test_every_flipped_byte_is_caught(pristine_copy: Path) -> None:
     """The acceptance property: flip one byte anywhere in any block or data file, and verify
     fails with an error that names the affected block."""
-    entries, referenced = chain_info(dataset)
+    entries, referenced = chain_info(pristine_copy)
     by_hash = {str(e.hash): e.block.sequence_number for e in entries}
-    before = snapshot_tree(dataset)
+    before = snapshot_tree(pristine_copy)
     cases = 0
 
     def check(path: Path, pos: int, seq: int, block_hash: str) -> None:
         nonlocal cases
         original = _flip(path, pos)
         try:
-            report = verify_path(dataset)
+            report = verify_path(pristine_copy)
         finally:
             path.write_bytes(original)
         cases += 1
-        where = f"{path.relative_to(dataset)} byte {pos}"
+        where = f"{path.relative_to(pristine_copy)} byte {pos}"
         assert not report.ok, where
         lines = [p.line() for p in report.errors]
         assert any(block_hash in line or f"block {seq} " in line for line in lines), (where, lines)
 
-    for path in sorted((dataset / "blocks").iterdir()):
+    for path in sorted((pristine_copy / "blocks").iterdir()):
         size = path.stat().st_size
         assert size <= 1024  # every position of every block, and still fast
         for pos in range(size):
             check(path, pos, by_hash[path.name], path.name)
-    for path in sorted((dataset / "data").iterdir()):
+    for path in sorted((pristine_copy / "data").iterdir()):
         seq, block_hash = referenced[path.name]
         for pos in _positions(path.stat().st_size, 50):
             check(path, pos, seq, block_hash)
 
-    block_bytes = sum(p.stat().st_size for p in (dataset / "blocks").iterdir())
+    block_bytes = sum(p.stat().st_size for p in (pristine_copy / "blocks").iterdir())
     assert cases >= block_bytes + 4 * 50
-    assert snapshot_tree(dataset) == before
-    assert verify_path(dataset).ok
+    assert snapshot_tree(pristine_copy) == before
+    assert verify_path(pristine_copy).ok
 
 
-def test_flipped_data_byte_names_block_and_file(dataset: Path) -> None:
-    _, referenced = chain_info(dataset)
+def test_flipped_data_byte_names_block_and_file(pristine_copy: Path) -> None:
+    _, referenced = chain_info(pristine_copy)
     name, (seq, block_hash) = sorted(referenced.items())[0]
-    _flip(dataset / "data" / name, 100)
-    (problem,) = verify_path(dataset).errors
+    _flip(pristine_copy / "data" / name, 100)
+    (problem,) = verify_path(pristine_copy).errors
     assert problem.rule == "data-hash"
     assert (problem.sequence_number, problem.block_hash, problem.path) == (
         seq,
@@ -184,26 +185,26 @@ def test_flips_caught_in_sha3_datasets(tmp_path: Path, algorithm: str) -> None:
 # -- what check_data skips ------------------------------------------------------------------------
 
 
-def test_check_data_false_skips_data(dataset: Path) -> None:
-    _, referenced = chain_info(dataset)
+def test_check_data_false_skips_data(pristine_copy: Path) -> None:
+    _, referenced = chain_info(pristine_copy)
     for name in referenced:
-        (dataset / "data" / name).unlink()
-    full = verify_path(dataset)
+        (pristine_copy / "data" / name).unlink()
+    full = verify_path(pristine_copy)
     assert not full.ok
     assert {p.rule for p in full.errors} == {"data-missing"}
     assert len(full.errors) == 4
-    blocks_only = verify_path(dataset, check_data=False)
+    blocks_only = verify_path(pristine_copy, check_data=False)
     assert blocks_only.ok and blocks_only.problems == []
     assert blocks_only.slices_checked == 0
-    block_bytes = sum(p.stat().st_size for p in (dataset / "blocks").iterdir())
+    block_bytes = sum(p.stat().st_size for p in (pristine_copy / "blocks").iterdir())
     assert blocks_only.bytes_hashed == block_bytes
-    assert Dataset.open(dataset).verify(check_data=False).ok
+    assert Dataset.open(pristine_copy).verify(check_data=False).ok
 
 
-def test_check_data_false_still_catches_block_damage(dataset: Path) -> None:
-    head = (dataset / "refs" / "head").read_text().strip()
-    _flip(dataset / "blocks" / head, 40)
-    report = verify_path(dataset, check_data=False)
+def test_check_data_false_still_catches_block_damage(pristine_copy: Path) -> None:
+    head = (pristine_copy / "refs" / "head").read_text().strip()
+    _flip(pristine_copy / "blocks" / head, 40)
+    report = verify_path(pristine_copy, check_data=False)
     assert not report.ok
     assert any(p.block_hash == head for p in report.errors)
 
@@ -211,11 +212,11 @@ def test_check_data_false_still_catches_block_damage(dataset: Path) -> None:
 # -- leftovers are warnings -----------------------------------------------------------------------
 
 
-def test_orphan_data_file_is_a_warning(dataset: Path) -> None:
+def test_orphan_data_file_is_a_warning(pristine_copy: Path) -> None:
     stray = b"not referenced by any block"
     name = multihash_name(stray)
-    (dataset / "data" / name).write_bytes(stray)
-    report = verify_path(dataset)
+    (pristine_copy / "data" / name).write_bytes(stray)
+    report = verify_path(pristine_copy)
     assert report.ok
     (warning,) = report.warnings
     assert (warning.severity, warning.rule, warning.path) == (
@@ -226,35 +227,35 @@ def test_orphan_data_file_is_a_warning(dataset: Path) -> None:
     assert warning.line().startswith("WARNING ") and f"data/{name}" in warning.line()
 
 
-def test_orphan_block_is_a_warning(dataset: Path, tmp_path: Path) -> None:
+def test_orphan_block_is_a_warning(pristine_copy: Path, tmp_path: Path) -> None:
     other = Dataset.create(tmp_path / "other")
     (seed,) = other.blocks()
-    shutil.copy(tmp_path / "other" / "blocks" / str(seed.hash), dataset / "blocks")
-    report = verify_path(dataset)
+    shutil.copy(tmp_path / "other" / "blocks" / str(seed.hash), pristine_copy / "blocks")
+    report = verify_path(pristine_copy)
     assert report.ok
     (warning,) = report.warnings
     assert (warning.rule, warning.block_hash) == ("orphan-block", str(seed.hash))
     assert warning.path == f"blocks/{seed.hash}"
 
 
-def test_staging_leftover_is_a_warning(dataset: Path) -> None:
-    staging = dataset / ".staging"
+def test_staging_leftover_is_a_warning(pristine_copy: Path) -> None:
+    staging = pristine_copy / ".staging"
     staging.mkdir(exist_ok=True)
     (staging / "data.abc123.parquet").write_bytes(b"half a file")
-    report = verify_path(dataset)
+    report = verify_path(pristine_copy)
     assert report.ok
     (warning,) = report.warnings
     assert (warning.rule, warning.path) == ("staging-leftover", ".staging/data.abc123.parquet")
 
 
-def test_all_leftovers_together(dataset: Path, tmp_path: Path) -> None:
-    (dataset / "data" / multihash_name(b"x")).write_bytes(b"x")
+def test_all_leftovers_together(pristine_copy: Path, tmp_path: Path) -> None:
+    (pristine_copy / "data" / multihash_name(b"x")).write_bytes(b"x")
     other = Dataset.create(tmp_path / "other")
     (seed,) = other.blocks()
-    shutil.copy(tmp_path / "other" / "blocks" / str(seed.hash), dataset / "blocks")
-    (dataset / ".staging").mkdir(exist_ok=True)
-    (dataset / ".staging" / "leftover").write_bytes(b"")
-    report = verify_path(dataset)
+    shutil.copy(tmp_path / "other" / "blocks" / str(seed.hash), pristine_copy / "blocks")
+    (pristine_copy / ".staging").mkdir(exist_ok=True)
+    (pristine_copy / ".staging" / "leftover").write_bytes(b"")
+    report = verify_path(pristine_copy)
     assert report.ok
     assert sorted(p.rule for p in report.warnings) == [
         "orphan-block",
@@ -292,8 +293,8 @@ def _parquet_bytes(table: pa.Table, tmp_path: Path) -> bytes:
     return path.read_bytes()
 
 
-def test_row_count_mismatch(dataset: Path, tmp_path: Path) -> None:
-    ds = Dataset.open(dataset)
+def test_row_count_mismatch(pristine_copy: Path, tmp_path: Path) -> None:
+    ds = Dataset.open(pristine_copy)
     schema = ds.state.schema
     # a slice with the right columns but 2 rows, declared as offsets 7..9 (3 rows)
     rows = {
@@ -307,7 +308,7 @@ def test_row_count_mismatch(dataset: Path, tmp_path: Path) -> None:
     }
     data = _parquet_bytes(pa.table(rows, schema=schema), tmp_path)
     name, block_hash = _append_file_slice(ds, data, 7, 9)
-    (problem,) = verify_path(dataset).errors
+    (problem,) = verify_path(pristine_copy).errors
     assert (problem.rule, problem.block_hash, problem.path) == (
         "data-rows",
         block_hash,
@@ -316,11 +317,11 @@ def test_row_count_mismatch(dataset: Path, tmp_path: Path) -> None:
     assert "3 rows" in problem.message and "2" in problem.message
 
 
-def test_columns_differ_from_schema(dataset: Path, tmp_path: Path) -> None:
-    ds = Dataset.open(dataset)
+def test_columns_differ_from_schema(pristine_copy: Path, tmp_path: Path) -> None:
+    ds = Dataset.open(pristine_copy)
     data = _parquet_bytes(pa.table({"id": pa.array([8], pa.int64())}), tmp_path)
     name, block_hash = _append_file_slice(ds, data, 7, 7)
-    (problem,) = verify_path(dataset).errors
+    (problem,) = verify_path(pristine_copy).errors
     assert (problem.rule, problem.block_hash, problem.path) == (
         "data-schema",
         block_hash,
@@ -328,10 +329,10 @@ def test_columns_differ_from_schema(dataset: Path, tmp_path: Path) -> None:
     )
 
 
-def test_slice_that_is_not_parquet(dataset: Path) -> None:
-    ds = Dataset.open(dataset)
+def test_slice_that_is_not_parquet(pristine_copy: Path) -> None:
+    ds = Dataset.open(pristine_copy)
     name, block_hash = _append_file_slice(ds, b"definitely not parquet", 7, 7)
-    (problem,) = verify_path(dataset).errors
+    (problem,) = verify_path(pristine_copy).errors
     assert (problem.rule, problem.block_hash, problem.path) == (
         "data-format",
         block_hash,
@@ -342,11 +343,11 @@ def test_slice_that_is_not_parquet(dataset: Path) -> None:
 # -- the report ------------------------------------------------------------------------------------
 
 
-def test_report_to_dict(dataset: Path) -> None:
-    _, referenced = chain_info(dataset)
+def test_report_to_dict(pristine_copy: Path) -> None:
+    _, referenced = chain_info(pristine_copy)
     name, (seq, block_hash) = sorted(referenced.items())[-1]
-    (dataset / "data" / name).unlink()
-    report = verify_path(dataset)
+    (pristine_copy / "data" / name).unlink()
+    report = verify_path(pristine_copy)
     d = report.to_dict()
     assert json.loads(json.dumps(d)) == d
     assert set(d) == {
@@ -363,12 +364,12 @@ def test_report_to_dict(dataset: Path) -> None:
         "problems",
     }
     assert (d["deep"], d["rows_checked"]) == (False, 0)
-    assert d["dataset"] == str(dataset)
+    assert d["dataset"] == str(pristine_copy)
     assert d["ok"] is False
-    assert d["head"] == (dataset / "refs" / "head").read_text().strip()
+    assert d["head"] == (pristine_copy / "refs" / "head").read_text().strip()
     assert (d["blocks_checked"], d["slices_checked"], d["errors"], d["warnings"]) == (7, 4, 1, 0)
-    block_bytes = sum(p.stat().st_size for p in (dataset / "blocks").iterdir())
-    data_bytes = sum(p.stat().st_size for p in (dataset / "data").iterdir())
+    block_bytes = sum(p.stat().st_size for p in (pristine_copy / "blocks").iterdir())
+    data_bytes = sum(p.stat().st_size for p in (pristine_copy / "data").iterdir())
     assert d["bytes_hashed"] == block_bytes + data_bytes
     assert d["problems"] == [
         {
@@ -395,10 +396,10 @@ def test_report_ok_reflects_errors_only() -> None:
 # -- verify reports what the filesystem refuses; it never raises -----------------------------------
 
 
-def test_missing_data_directory(dataset: Path) -> None:
-    _, referenced = chain_info(dataset)
-    shutil.rmtree(dataset / "data")
-    report = verify_path(dataset)
+def test_missing_data_directory(pristine_copy: Path) -> None:
+    _, referenced = chain_info(pristine_copy)
+    shutil.rmtree(pristine_copy / "data")
+    report = verify_path(pristine_copy)
     assert not report.ok
     layout = [p for p in report.errors if p.rule == "layout"]
     assert len(layout) == 1 and layout[0].path == "data/"
@@ -406,75 +407,75 @@ def test_missing_data_directory(dataset: Path) -> None:
     assert missing == sorted(f"data/{name}" for name in referenced)
     assert len(report.errors) == 1 + len(referenced)
     assert report.blocks_checked == 7
-    report = verify_path(dataset, check_data=False)
+    report = verify_path(pristine_copy, check_data=False)
     assert [p.rule for p in report.problems] == ["layout"]
 
 
-def test_head_that_is_a_directory(dataset: Path) -> None:
-    (dataset / "refs" / "head").unlink()
-    (dataset / "refs" / "head").mkdir()
-    report = verify_path(dataset)
+def test_head_that_is_a_directory(pristine_copy: Path) -> None:
+    (pristine_copy / "refs" / "head").unlink()
+    (pristine_copy / "refs" / "head").mkdir()
+    report = verify_path(pristine_copy)
     assert not report.ok
     head = [p for p in report.errors if p.rule == "head"]
     assert len(head) == 1 and head[0].path == "refs/head"
-    assert str(dataset / "refs" / "head") in head[0].message
+    assert str(pristine_copy / "refs" / "head") in head[0].message
     # every block is then unreferenced: reported, not raised; the slices they name stay theirs
     assert {p.rule for p in report.warnings} == {"orphan-block"}
-    assert len(report.uncommitted) == len(list((dataset / "blocks").iterdir()))
+    assert len(report.uncommitted) == len(list((pristine_copy / "blocks").iterdir()))
 
 
-def test_data_file_whose_read_fails(dataset: Path) -> None:
+def test_data_file_whose_read_fails(pristine_copy: Path) -> None:
     """A slice that is a symlink (here to /proc/self/mem, whose read fails with EIO) is
     reported, not raised, and not followed: nothing is read from its target."""
-    _, referenced = chain_info(dataset)
+    _, referenced = chain_info(pristine_copy)
     name, (seq, block_hash) = sorted(referenced.items())[0]
-    (dataset / "data" / name).unlink()
-    (dataset / "data" / name).symlink_to("/proc/self/mem")
-    report = verify_path(dataset)
+    (pristine_copy / "data" / name).unlink()
+    (pristine_copy / "data" / name).symlink_to("/proc/self/mem")
+    report = verify_path(pristine_copy)
     problems = [p for p in report.errors if p.path == f"data/{name}"]
     assert [p.rule for p in problems] == ["data-unreadable"]
     assert (problems[0].sequence_number, problems[0].block_hash) == (seq, block_hash)
-    assert str(dataset / "data" / name) in problems[0].message
+    assert str(pristine_copy / "data" / name) in problems[0].message
     assert "symlink" in problems[0].message
     assert len(report.errors) == 1
 
 
 @pytest.mark.skipif(not PERMISSIONS, reason="permission bits do not stop this user")
-def test_data_file_without_read_permission(dataset: Path) -> None:
-    _, referenced = chain_info(dataset)
+def test_data_file_without_read_permission(pristine_copy: Path) -> None:
+    _, referenced = chain_info(pristine_copy)
     name, (_, block_hash) = sorted(referenced.items())[0]
-    (dataset / "data" / name).chmod(0)
-    report = verify_path(dataset)
+    (pristine_copy / "data" / name).chmod(0)
+    report = verify_path(pristine_copy)
     (problem,) = report.errors
     assert (problem.rule, problem.path, problem.block_hash) == (
         "data-unreadable",
         f"data/{name}",
         block_hash,
     )
-    assert str(dataset / "data" / name) in problem.message
+    assert str(pristine_copy / "data" / name) in problem.message
 
 
 @pytest.mark.skipif(not PERMISSIONS, reason="permission bits do not stop this user")
-def test_unlistable_data_directory(dataset: Path) -> None:
-    (dataset / "data").chmod(0o300)  # writable, not listable
+def test_unlistable_data_directory(pristine_copy: Path) -> None:
+    (pristine_copy / "data").chmod(0o300)  # writable, not listable
     try:
-        report = verify_path(dataset)
+        report = verify_path(pristine_copy)
     finally:
-        (dataset / "data").chmod(0o755)
+        (pristine_copy / "data").chmod(0o755)
     assert [p.rule for p in report.errors] == ["layout"]
 
 
 # -- which block, which problems -------------------------------------------------------------------
 
 
-def test_truncated_block_reports_hash_and_format(dataset: Path) -> None:
+def test_truncated_block_reports_hash_and_format(pristine_copy: Path) -> None:
     """The hash is checked before decoding: a block that does not decode is also reported as
     not matching its name, and it is not mistaken for a leftover."""
-    entries, _ = chain_info(dataset)
+    entries, _ = chain_info(pristine_copy)
     damaged = entries[3]
-    path = dataset / "blocks" / str(damaged.hash)
+    path = pristine_copy / "blocks" / str(damaged.hash)
     path.write_bytes(path.read_bytes()[:-7])
-    report = verify_path(dataset)
+    report = verify_path(pristine_copy)
     located = [
         (p.rule, p.sequence_number) for p in report.errors if p.block_hash == str(damaged.hash)
     ]
@@ -487,11 +488,11 @@ def test_truncated_block_reports_hash_and_format(dataset: Path) -> None:
     assert all("stopped" in p.message for p in report.warnings if p.rule == "orphan-block")
 
 
-def test_truncated_head_is_named_as_the_head(dataset: Path) -> None:
-    head = (dataset / "refs" / "head").read_text().strip()
-    path = dataset / "blocks" / head
+def test_truncated_head_is_named_as_the_head(pristine_copy: Path) -> None:
+    head = (pristine_copy / "refs" / "head").read_text().strip()
+    path = pristine_copy / "blocks" / head
     path.write_bytes(path.read_bytes()[:10])
-    report = verify_path(dataset)
+    report = verify_path(pristine_copy)
     located = [p for p in report.errors if p.block_hash == head]
     assert [p.rule for p in located] == ["block-hash", "block-format"]
     for problem in located:
@@ -501,11 +502,11 @@ def test_truncated_head_is_named_as_the_head(dataset: Path) -> None:
     assert head not in {p.block_hash for p in report.warnings}
 
 
-def test_unreadable_head_is_named_as_the_head(dataset: Path) -> None:
-    head = (dataset / "refs" / "head").read_text().strip()
-    (dataset / "blocks" / head).unlink()
-    (dataset / "blocks" / head).mkdir()
-    report = verify_path(dataset)
+def test_unreadable_head_is_named_as_the_head(pristine_copy: Path) -> None:
+    head = (pristine_copy / "refs" / "head").read_text().strip()
+    (pristine_copy / "blocks" / head).unlink()
+    (pristine_copy / "blocks" / head).mkdir()
+    report = verify_path(pristine_copy)
     (problem,) = [p for p in report.errors if p.block_hash == head]
     assert problem.rule == "block-unreadable"
     assert problem.sequence_number is None and problem.message.startswith("head block: ")
@@ -518,16 +519,16 @@ def _descendant_warnings(report: VerifyReport) -> list:
     return [p for p in report.warnings if p.rule == "unreferenced-descendants"]
 
 
-def test_head_rolled_back(dataset: Path) -> None:
-    entries, referenced = chain_info(dataset)
+def test_head_rolled_back(pristine_copy: Path) -> None:
+    entries, referenced = chain_info(pristine_copy)
     old_head = entries[3]
-    (dataset / "refs" / "head").write_text(str(old_head.hash))
+    (pristine_copy / "refs" / "head").write_text(str(old_head.hash))
     # the head log knows block 6 was the head: an error (tests/test_safety.py has more)
-    report = verify_path(dataset)
+    report = verify_path(pristine_copy)
     assert [p.rule for p in report.errors] == ["head-rollback"]
     # a dataset from before the head log: only the descendants heuristic, a warning
-    shutil.rmtree(dataset / "logs")
-    report = verify_path(dataset)
+    shutil.rmtree(pristine_copy / "logs")
+    report = verify_path(pristine_copy)
     assert report.ok and report.blocks_checked == 4
     (warning,) = _descendant_warnings(report)
     assert (warning.block_hash, warning.sequence_number) == (str(old_head.hash), 3)
@@ -541,17 +542,17 @@ def test_head_rolled_back(dataset: Path) -> None:
     assert {n for names in report.descendants.values() for n in names} == later_slices
 
 
-def test_interrupted_write_leaves_one_descendant(dataset: Path, tmp_path: Path) -> None:
+def test_interrupted_write_leaves_one_descendant(pristine_copy: Path, tmp_path: Path) -> None:
     from odf_chain import chain
     from odf_chain.events import SetInfo
 
-    ds = Dataset.open(dataset)
+    ds = Dataset.open(pristine_copy)
     prepared = chain.prepare(ds.state, SetInfo(description="never made it"))
     ds.storage.write_block(str(prepared.entry.hash), prepared.data)  # the head never moved
     other = Dataset.create(tmp_path / "other")  # and an unrelated leftover
     (seed,) = other.blocks()
-    shutil.copy(tmp_path / "other" / "blocks" / str(seed.hash), dataset / "blocks")
-    report = verify_path(dataset)
+    shutil.copy(tmp_path / "other" / "blocks" / str(seed.hash), pristine_copy / "blocks")
+    report = verify_path(pristine_copy)
     assert report.ok
     (warning,) = _descendant_warnings(report)
     assert warning.message.startswith("1 unreferenced block descends from the head")
@@ -561,13 +562,13 @@ def test_interrupted_write_leaves_one_descendant(dataset: Path, tmp_path: Path) 
     assert len(report.warnings) == 2
 
 
-def test_damaged_descendant_is_a_plain_orphan(dataset: Path) -> None:
-    entries, _ = chain_info(dataset)
-    (dataset / "refs" / "head").write_text(str(entries[5].hash))
-    shutil.rmtree(dataset / "logs")  # from before the head log: rollback is a heuristic
-    path = dataset / "blocks" / str(entries[6].hash)
+def test_damaged_descendant_is_a_plain_orphan(pristine_copy: Path) -> None:
+    entries, _ = chain_info(pristine_copy)
+    (pristine_copy / "refs" / "head").write_text(str(entries[5].hash))
+    shutil.rmtree(pristine_copy / "logs")  # from before the head log: rollback is a heuristic
+    path = pristine_copy / "blocks" / str(entries[6].hash)
     path.write_bytes(path.read_bytes()[:-1])
-    report = verify_path(dataset)
+    report = verify_path(pristine_copy)
     assert report.ok
     assert _descendant_warnings(report) == []
     assert [p.block_hash for p in report.warnings if p.rule == "orphan-block"] == [

@@ -34,7 +34,7 @@ from odf_chain.storage.base import MAX_BLOCK_BYTES
 from odf_chain.storage.block_pass import Hashes
 from odf_chain.storage.local import LocalStorage
 from odf_chain.verify import verify
-from tests.conftest import multihash_name
+from tests.helpers import multihash_name
 from tests.test_codec import BLOCKS, LINEAGE_BLOCK
 
 MS_UTC = pa.timestamp("ms", tz="UTC")
@@ -68,7 +68,7 @@ def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def dataset(pristine: Path, tmp_path: Path) -> Path:
+def pristine_copy(pristine: Path, tmp_path: Path) -> Path:
     root = tmp_path / "ds"
     shutil.copytree(pristine, root)
     return root
@@ -77,14 +77,15 @@ def dataset(pristine: Path, tmp_path: Path) -> Path:
 # -- every byte of every block -------------------------------------------------------------------
 
 
-def test_every_single_byte_change_of_every_block_is_caught(dataset: Path) -> None:
-    names = sorted(p.name for p in (dataset / "blocks").iterdir())
+@pytest.mark.slow
+def test_every_single_byte_change_of_every_block_is_caught(pristine_copy: Path) -> None:
+    names = sorted(p.name for p in (pristine_copy / "blocks").iterdir())
     assert len(names) >= 6
-    storage = LocalStorage.open(dataset)
+    storage = LocalStorage.open(pristine_copy)
     assert verify(storage, check_data=False).ok
     checked = 0
     for name in names:
-        path = dataset / "blocks" / name
+        path = pristine_copy / "blocks" / name
         original = path.read_bytes()
         assert multihash_name(original) == name  # the file is the block its name promises
         for i in range(len(original)):
@@ -100,7 +101,7 @@ def test_every_single_byte_change_of_every_block_is_caught(dataset: Path) -> Non
                 )
                 checked += 1
         path.write_bytes(original)
-    assert checked == 2 * sum((dataset / "blocks" / n).stat().st_size for n in names)
+    assert checked == 2 * sum((pristine_copy / "blocks" / n).stat().st_size for n in names)
     assert verify(storage, check_data=False).ok
 
 
@@ -336,14 +337,14 @@ def _chain_names(root: Path) -> list[str]:
     return [str(e.hash) for e in Dataset.open(root).blocks()]
 
 
-def test_walk_reports_as_before_on_a_clean_chain(dataset: Path) -> None:
-    assert _same_reports(dataset) == []
+def test_walk_reports_as_before_on_a_clean_chain(pristine_copy: Path) -> None:
+    assert _same_reports(pristine_copy) == []
 
 
 @pytest.mark.parametrize("position", [0, 2, -1])
-def test_walk_reports_as_before_on_broken_chains(dataset: Path, position: int) -> None:
-    names = _chain_names(dataset)
-    target = dataset / "blocks" / names[position]
+def test_walk_reports_as_before_on_broken_chains(pristine_copy: Path, position: int) -> None:
+    names = _chain_names(pristine_copy)
+    target = pristine_copy / "blocks" / names[position]
     original = target.read_bytes()
     altered = original[:-1] + bytes([original[-1] ^ 1])
     cases: list[tuple[str, Callable[[], None], str]] = [
@@ -356,7 +357,7 @@ def test_walk_reports_as_before_on_broken_chains(dataset: Path, position: int) -
     ]
     for label, damage, rule in cases:
         damage()
-        rules = _same_reports(dataset)
+        rules = _same_reports(pristine_copy)
         assert rules, label
         if rule:
             assert rule in rules, (label, rules)
@@ -365,12 +366,12 @@ def test_walk_reports_as_before_on_broken_chains(dataset: Path, position: int) -
         else:
             target.unlink(missing_ok=True)
         target.write_bytes(original)
-    assert _same_reports(dataset) == []
+    assert _same_reports(pristine_copy) == []
 
 
-def test_walk_reports_as_before_without_blocks_dir(dataset: Path) -> None:
-    shutil.rmtree(dataset / "blocks")
-    assert "block-missing" in _same_reports(dataset)
-    (dataset / "elsewhere").mkdir()
-    (dataset / "blocks").symlink_to(dataset / "elsewhere")
-    assert _same_reports(dataset)
+def test_walk_reports_as_before_without_blocks_dir(pristine_copy: Path) -> None:
+    shutil.rmtree(pristine_copy / "blocks")
+    assert "block-missing" in _same_reports(pristine_copy)
+    (pristine_copy / "elsewhere").mkdir()
+    (pristine_copy / "blocks").symlink_to(pristine_copy / "elsewhere")
+    assert _same_reports(pristine_copy)

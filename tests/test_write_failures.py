@@ -19,7 +19,7 @@ import pytest
 from odf_chain.dataset import Dataset
 from odf_chain.errors import StorageError
 from odf_chain.verify import verify_path
-from tests.conftest import PERMISSIONS, snapshot_tree
+from tests.helpers import PERMISSIONS, snapshot_tree
 
 REPO = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH") or str(REPO)}
