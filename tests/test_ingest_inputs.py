@@ -14,7 +14,7 @@ import pytest
 
 from odf_chain.dataset import Dataset
 from tests.cli_run import run_ingest
-from tests.conftest import snapshot_tree
+from tests.helpers import snapshot_tree
 
 
 def _one_error_line(p, *fragments: str) -> str:

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 
 from odf_chain.dataset import Dataset
 
@@ -28,6 +29,8 @@ def _big_csv(path: Path, rows: int) -> None:
             out.write("".join(f"{i},name{i % 977},{i * 0.5}\n" for i in range(start, start + step)))
 
 
+@pytest.mark.spark  # a real ingest in a subprocess starts its own Spark
+@pytest.mark.slow
 def test_ctrl_c_while_spark_writes_is_one_line_exit_130_and_no_new_head(tmp_path: Path) -> None:
     root = tmp_path / "ds"
     ds = Dataset.create(root)

@@ -46,7 +46,7 @@ def write_with(kind: str, spark) -> Callable[[Path], object]:
     return lambda root: write(frame, root, lineage=False, target_slice_bytes=None)
 
 
-@pytest.fixture(params=["dataset", "spark"])
+@pytest.fixture(params=["dataset", pytest.param("spark", marks=pytest.mark.spark)])
 def writer(request) -> tuple[str, Callable[[Path], object]]:
     spark = request.getfixturevalue("spark") if request.param == "spark" else None
     return request.param, write_with(request.param, spark)

@@ -15,7 +15,7 @@ from odf_chain.errors import SchemaEvolutionError, TypeChangeError
 from odf_chain.events import AddData
 from odf_chain.schema.widening import adopt_schema, widened, widens
 from tests.cli_run import run_ingest
-from tests.conftest import snapshot_tree
+from tests.helpers import snapshot_tree
 
 I8, I16, I32, I64 = pa.int8(), pa.int16(), pa.int32(), pa.int64()
 U8, U16, U32, U64 = pa.uint8(), pa.uint16(), pa.uint32(), pa.uint64()
