@@ -111,6 +111,7 @@ def build_chain(path: Path, n: int, rebuild: bool, *, quick: bool = False) -> di
     import pyarrow as pa
 
     from odf_chain import AddData, Dataset, DataSlice, OffsetInterval, SourceState, chain
+    from odf_chain.index import read as index_read
 
     if n < 3:
         raise SystemExit("a chain needs at least 3 blocks (Seed, SetDataSchema, AddData)")
@@ -144,6 +145,9 @@ def build_chain(path: Path, n: int, rebuild: bool, *, quick: bool = False) -> di
             _progress(f"odf_chain {label(n)}", seq + 1, n, started)
     if quick:
         storage.compare_and_swap_head(str(dataset.state.head), str(state.head))
+    # chain.commit moves the head only; the index a writer's post-commit hook would have kept
+    # is built once here (readers never write it)
+    index_read.rebuild(storage, save=True)
     if state.sequence_number != n - 1:
         raise SystemExit(f"built {state.sequence_number + 1} blocks, not {n}")
     info = {
