@@ -81,6 +81,7 @@ class Transaction:
     prepared: list[PreparedBlock] = field(default_factory=list)
     created: list[str] = field(default_factory=list)  # slices this transaction put in data/
     _slices: int = 0
+    _checked_rollback: bool = False
 
     # -- beginning --------------------------------------------------------------------------------
 
@@ -105,7 +106,7 @@ class Transaction:
             transaction = rules.transaction_argument(transaction)
             state = replay.proven_transactions(storage, state, transaction[0])
             recorded = rules.transaction_recorded(state, *transaction)
-        return cls(
+        tx = cls(
             storage,
             state,
             chain.now(state.system_time) if system_time is None else system_time,
@@ -114,6 +115,8 @@ class Transaction:
             hooks,
             recorded,
         )
+        tx._checked_rollback = True
+        return tx
 
     @classmethod
     def create(
@@ -238,7 +241,14 @@ class Transaction:
         """Move the head once over every prepared block, then run the post-commit hooks; the
         state after the last block."""
         before = self.prepared[0].before
-        after = chain.commit(self.storage, *self.prepared, created_data=self.created)
+        # the head log was checked when the transaction began: a rollback since then moved the
+        # head off this transaction's base, which the head move refuses as a conflict
+        after = chain.commit(
+            self.storage,
+            *self.prepared,
+            created_data=self.created,
+            check_rollback=not self._checked_rollback,
+        )
         steps = [(p.entry, p.after) for p in self.prepared]
         for hook in self.hooks:
             with contextlib.suppress(Exception):  # a hook never fails a write that committed

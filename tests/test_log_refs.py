@@ -312,7 +312,7 @@ def long_chain(tmp_path_factory: pytest.TempPathFactory) -> Path:
     share an 8-character prefix."""
     root = tmp_path_factory.mktemp("long") / "ds"
     fast_chain(root, 5000)
-    index_read.rebuild(open_storage(root))
+    index_read.rebuild(open_storage(root), save=True)
     return root
 
 

@@ -385,7 +385,9 @@ def _cross_check(index: ChainIndex, snapshot: Snapshot, state: DatasetState) -> 
 # -- opening ------------------------------------------------------------------------------------
 
 
-def open_index(storage: Storage, head: Multihash | None = None, *, save: bool = False) -> ChainIndex:
+def open_index(
+    storage: Storage, head: Multihash | None = None, *, save: bool = False
+) -> ChainIndex:
     """A checked index for the current head (or ``head``): from the files when they check out
     (reading a bounded number of blocks), else rebuilt by one full fold. ``save``: write the
     catch-up or rebuild back, best effort (a writer's post-commit hook, ``odf-chain index``,
