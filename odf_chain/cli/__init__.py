@@ -961,7 +961,3 @@ def chain_verify_main(argv: Sequence[str] | None = None) -> int:
     _add_verify_arguments(parser)
     _tolerant_stdout()
     return _run(cmd_verify, _parse(parser, argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())
