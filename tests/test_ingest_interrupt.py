@@ -3,7 +3,7 @@
 A real process and a real Spark: the subject is what the process prints when the terminal's
 SIGINT reaches its whole process group (the command, the JVM, Spark's Python workers) while
 Spark's tasks write the slices. PySpark's own SIGINT handler made py4j log ~45 lines of
-tracebacks before; see ``odf_chain.cli._interrupt_plainly``.
+tracebacks before; see ``odf_chain.cli.ingest._interrupt_plainly``.
 """
 
 from __future__ import annotations

@@ -1,0 +1,143 @@
+"""What every command shares: exit codes, the help texts several commands repeat, the parser
+class whose errors are one line, the mapping of an error to one line and an exit code, and
+the printing helpers.
+
+The commands import this module and nothing else of the CLI's; it imports none of them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import NoReturn
+
+from odf_chain.errors import OdfChainError
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_ERROR = 2
+EXIT_INTERNAL = 3
+EXIT_INTERRUPTED = 130
+
+DIR_HELP = "dataset directory or pyarrow.fs URI (s3://..., gs://..., hdfs://...)"
+
+REF_HELP = (
+    "'head' (default), a block hash or a unique prefix of one (the 16 characters 'log' "
+    "prints), a sequence number or an ISO-8601 time (the last block at or before it)"
+)
+
+VERIFIED_HELP = (
+    "answer from one full fold of the chain walked back from its head, taking nothing from the "
+    "derived index (slower: O(chain length))"
+)
+
+SINGLE_WRITER_HELP = (
+    "allow writing on a filesystem without conditional writes (HDFS, say): you "
+    "promise no other writer writes this dataset meanwhile (s3://, gs:// and abfs:// "
+    "need no promise: the head moves by compare-and-swap)"
+)
+
+
+class UsageError(OdfChainError):
+    """A command line that does not make sense."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with its errors as the CLI's other errors: one line (and a hint), exit 2.
+    Subparsers are made of the same class (``add_subparsers`` takes the parent's)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_ERROR, f"{self.prog}: error: {message}\ntry: {self.prog} --help\n")
+
+
+def top_parser() -> Parser:
+    """``odf-chain`` without its commands: its description and ``--version``."""
+    parser = Parser(
+        prog="odf-chain",
+        description="Tamper-evident ODF metadata chains next to Parquet data slices.",
+    )
+    parser.add_argument("--version", action="version", version=f"odf-chain {_version()}")
+    return parser
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("odf-chain")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "(not installed)"
+
+
+def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """``parse_args``, with arguments the command does not take reported by that command's
+    parser (argparse reports them as the top-level program's, whose --help does not list
+    them)."""
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        _command_parser(parser, args).error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
+def _command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace):
+    """The parser of the (sub)command ``args`` chose: the one whose --help explains it."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            chosen = action.choices.get(getattr(args, action.dest, None))
+            if chosen is not None:
+                return _command_parser(chosen, args)
+    return parser
+
+
+def run_command(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    """``handler(args)``'s exit code, every error it raises turned into one line on stderr
+    and its exit code (the list in :mod:`odf_chain.cli`)."""
+    try:
+        return handler(args)
+    except OdfChainError as exc:
+        print(f"odf-chain: error: {exc}", file=sys.stderr)
+        for note in getattr(exc, "__notes__", ()):  # at most one: where to look next
+            print(f"hint: {note}", file=sys.stderr)
+        return EXIT_ERROR
+    except BrokenPipeError:  # `odf-chain log DIR | head`: the reader has seen enough
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - keeps interpreter exit quiet
+        return EXIT_OK
+    except OSError as exc:  # unreadable paths, permissions, full disks
+        print(f"odf-chain: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        print("odf-chain: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as exc:  # a bug of ours: still one line, the traceback on request
+        if os.environ.get("ODF_CHAIN_DEBUG"):
+            raise
+        detail = str(exc).strip().splitlines()
+        print(
+            f"odf-chain: internal error: {type(exc).__name__}"
+            f"{': ' + detail[0] if detail else ''} (a bug in odf_chain; "
+            "ODF_CHAIN_DEBUG=1 shows the traceback)",
+            file=sys.stderr,
+        )
+        for note in getattr(exc, "__notes__", ()):
+            print(f"hint: {note}", file=sys.stderr)
+        return EXIT_INTERNAL
+
+
+def tolerant_stdout() -> None:
+    """Field names can be any Unicode; a terminal that cannot show them gets escapes, not a
+    UnicodeEncodeError halfway through a listing."""
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
+
+
+def count(n: int, noun: str) -> str:
+    """``1 block``, ``2 blocks``, ``1,024 bytes``."""
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
+
+
+def print_json(value: object) -> None:
+    print(json.dumps(value, indent=2, sort_keys=False))

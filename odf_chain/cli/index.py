@@ -1,0 +1,25 @@
+"""``odf-chain index``: check the derived index, repairing it if needed."""
+
+from __future__ import annotations
+
+import argparse
+
+from odf_chain.cli.common import DIR_HELP, EXIT_OK
+from odf_chain.index.read import check_index
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "index", help="check the derived index (info/odf-chain-index/), repairing it if needed"
+    )
+    parser.add_argument("dir", help=DIR_HELP)
+    parser.add_argument(
+        "--rebuild", action="store_true", help="rebuild it from the chain (one full fold)"
+    )
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    report = check_index(args.dir, from_scratch=args.rebuild)
+    print(report.line())
+    return EXIT_OK

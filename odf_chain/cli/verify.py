@@ -1,0 +1,63 @@
+"""``odf-chain verify`` and ``chain-verify``: check blocks, rules and data, and say what is
+wrong, one line each."""
+
+from __future__ import annotations
+
+import argparse
+
+from odf_chain.cli.common import DIR_HELP, EXIT_FAILED, EXIT_OK, UsageError, count, print_json
+from odf_chain.verify import verify_path
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser("verify", help="check blocks, rules and data (chain-verify)")
+    add_arguments(parser)
+    parser.set_defaults(run=run)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``odf-chain verify``, which ``chain-verify`` takes too."""
+    parser.add_argument("dir", help=DIR_HELP)
+    parser.add_argument("--json", action="store_true", help="machine-readable report")
+    parser.add_argument(
+        "--no-data", action="store_true", help="check blocks and rules only, not data files"
+    )
+    parser.add_argument(
+        "--receipt",
+        action="append",
+        metavar="FILE",
+        help="a receipt (odf-chain receipt) whose block the chain must still hold; repeatable",
+    )
+    parser.add_argument(
+        "--deep",
+        action="store_true",
+        help="also read every row: recompute each slice's logical hash, check its offset, op "
+        "and system_time columns against its block",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.deep and args.no_data:
+        raise UsageError("--deep reads every row of the data: it cannot go with --no-data")
+    report = verify_path(
+        args.dir, check_data=not args.no_data, receipts=args.receipt or (), deep=args.deep
+    )
+    if args.json:
+        print_json(report.to_dict())
+    else:
+        for problem in report.problems:
+            print(problem.line())
+        verdict = "OK" if report.ok else "FAILED"
+        rows = f"{count(report.rows_checked, 'row')} checked, " if report.deep else ""
+        print(
+            f"{verdict}: {count(report.blocks_checked, 'block')}, "
+            f"{count(report.slices_checked, 'slice')}, {rows}"
+            f"{count(report.bytes_hashed, 'byte')} hashed, {count(len(report.errors), 'error')}, "
+            f"{count(len(report.warnings), 'warning')}; head {report.head}"
+        )
+        if report.receipts_checked:
+            print(
+                f"receipts: {report.receipts_held} of {report.receipts_checked} held by the "
+                f"chain, {report.receipts_signed} with a valid signature"
+            )
+    return EXIT_OK if report.ok else EXIT_FAILED
