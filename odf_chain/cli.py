@@ -48,7 +48,7 @@ from odf_chain.views.blocks import (
 )
 
 if TYPE_CHECKING:
-    from odf_chain.spark.sources import SkippedInput
+    from odf_chain.spark.ingest import SkippedInput
 
 REF_HELP = (
     "'head' (default), a block hash or a unique prefix of one (the 16 characters 'log' "
@@ -350,7 +350,7 @@ def _exit_now(signum: int, frame: object) -> None:
 def _skipped_lines(skipped: Sequence[SkippedInput]) -> list[str]:
     """What an ingest skipped: one phrase per block that already held the contents, one for
     repeats within the call."""
-    from odf_chain.spark.sources import file_name
+    from odf_chain.spark.input_paths import file_name
 
     groups: dict[int | None, list[str]] = {}
     for item in skipped:
@@ -370,8 +370,8 @@ def _skipped_lines(skipped: Sequence[SkippedInput]) -> list[str]:
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
+    from odf_chain.spark.input_paths import expand_inputs
     from odf_chain.spark.sizing import target_slice_bytes
-    from odf_chain.spark.sources import expand_inputs
 
     # what can be refused is refused before Spark starts (~10 s): the slice size, a missing
     # input, a missing dataset without --create
@@ -396,7 +396,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 
 def _ingest_and_report(args, session, dataset, target, interrupted: threading.Event) -> int:
-    from odf_chain.spark.sources import ingest_files
+    from odf_chain.spark.ingest import ingest_files
 
     try:
         done = ingest_files(
