@@ -295,14 +295,14 @@ class _Interleaved(Dataset):
     def refresh(self):
         self.calls = getattr(self, "calls", 0) + 1
         if self.calls == 2:  # 1: ingest_files' lookup; 2: the write opening the dataset
-            from odf_chain.spark.sources import ingest_files
+            from odf_chain.spark.ingest import ingest_files
 
             ingest_files(self.spark, self.path, [str(self.csv)], "csv")
         return super().refresh()
 
 
 def test_a_file_ingested_meanwhile_is_a_conflict_then_skipped(spark, tmp_path: Path) -> None:
-    from odf_chain.spark.sources import ingest_files
+    from odf_chain.spark.ingest import ingest_files
 
     csv = tmp_path / "a.csv"
     csv.write_text("id\n1\n2\n")
@@ -322,7 +322,7 @@ def test_a_file_ingested_meanwhile_is_a_conflict_then_skipped(spark, tmp_path: P
 
 
 def test_ingest_files_into_a_missing_dataset_needs_create(spark, tmp_path: Path) -> None:
-    from odf_chain.spark.sources import ingest_files
+    from odf_chain.spark.ingest import ingest_files
 
     csv = tmp_path / "a.csv"
     csv.write_text("id\n1\n")
@@ -350,7 +350,7 @@ def ok(p: subprocess.CompletedProcess[str]) -> list[str]:
 def test_cli_the_same_csv_twice_is_ingested_once(spark, tmp_path: Path) -> None:
     """The command's second run skips; the first and the forced third go through the library
     call it makes."""
-    from odf_chain.spark.sources import ingest_files
+    from odf_chain.spark.ingest import ingest_files
 
     csv = tmp_path / "a.csv"
     csv.write_text("id,name\n1,x\n2,y\n")
@@ -379,7 +379,7 @@ def test_cli_the_same_csv_twice_is_ingested_once(spark, tmp_path: Path) -> None:
 
 
 def test_cli_ingests_only_new_contents_and_each_once(spark, tmp_path: Path) -> None:
-    from odf_chain.spark.sources import ingest_files
+    from odf_chain.spark.ingest import ingest_files
 
     old, new, copy = tmp_path / "old.csv", tmp_path / "new.csv", tmp_path / "new-copy.csv"
     old.write_text("id\n1\n2\n")

@@ -231,8 +231,7 @@ def test_spark_writes_and_reads_s3_without_a_connector(spark, s3_bucket) -> None
     anything is committed, with Spark's cause and what to do, in one line."""
     from pyspark.sql import functions as F
 
-    from odf_chain.spark import read, write
-    from odf_chain.spark.writer import IngestError
+    from odf_chain.spark import IngestError, read, write
 
     uri = f"{s3_bucket}/spark"
     frame = spark.range(0, 500, numPartitions=3).withColumn("label", F.concat(F.lit("r"), "id"))

@@ -20,6 +20,10 @@ from odf_chain.errors import OdfChainError
 from odf_chain.events import AddData, OffsetInterval
 from odf_chain.format.multihash import BLAKE3
 from odf_chain.spark import write
+from odf_chain.spark.errors import IngestError
+from odf_chain.spark.file_checks import WrittenSlice, _check_files
+from odf_chain.spark.ingest import ingest_files
+from odf_chain.spark.offsets import _merged_counts
 from odf_chain.spark.sizing import (
     ARROW_BATCH_BYTES,
     DEFAULT_TARGET_SLICE_BYTES,
@@ -33,8 +37,6 @@ from odf_chain.spark.sizing import (
     sample_rows,
     target_slice_bytes,
 )
-from odf_chain.spark.sources import ingest_files
-from odf_chain.spark.writer import IngestError, WrittenSlice, _check_files, _merged_counts
 from tests.cli_run import run_main
 from tests.helpers import snapshot_tree
 from tests.test_spark_write import check_clean, check_transaction, partition_sizes
@@ -432,7 +434,7 @@ def test_the_batch_settings_hold_for_the_job_and_yield_to_a_chosen_bound(spark):
     """Inside the write job's settings: Spark's per-row size check off, rows per batch from the
     sample. A maxBytesPerBatch someone set (not Spark's 64 MiB) is kept, with its check, as
     are Spark's settings when the estimate comes from the types alone."""
-    from odf_chain.spark.writer import _arrow_batches
+    from odf_chain.spark.conf import _arrow_batches
 
     records, size = (
         "spark.sql.execution.arrow.maxRecordsPerBatch",

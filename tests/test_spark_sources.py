@@ -1,4 +1,4 @@
-"""odf_chain.spark.sources: input files -> DataFrame + content hashes (real local Spark)."""
+"""odf_chain.spark.inputs and .ingest: input files -> DataFrame + content hashes (local Spark)."""
 
 from __future__ import annotations
 
@@ -22,15 +22,9 @@ from odf_chain.errors import (
     OdfChainError,
     SchemaError,
 )
-from odf_chain.spark.sources import (
-    FORMATS,
-    MAX_SPARK_NESTING,
-    InputFile,
-    SourceFrame,
-    odf_error,
-    read_input,
-    spark_errors,
-)
+from odf_chain.spark.avro_input import MAX_SPARK_NESTING
+from odf_chain.spark.errors import odf_error, spark_errors
+from odf_chain.spark.inputs import FORMATS, InputFile, SourceFrame, read_input
 from tests.helpers import multihash_name
 
 UTC = dt.UTC
@@ -464,7 +458,7 @@ def test_malformed_files(spark, tmp_path: Path) -> None:
 def test_inputs_spark_cannot_read_are_one_line_and_create_nothing(spark, tmp_path, case) -> None:
     """ingest_files(create=True) on input Spark refuses: one printable line naming the file,
     and no dataset at the path (its Seed would have been committed with the data)."""
-    from odf_chain.spark.sources import ingest_files
+    from odf_chain.spark.ingest import ingest_files
 
     if case == "parquet-as-csv":
         pq.write_table(_table(0, 5), tmp_path / "in.bin")
@@ -489,7 +483,7 @@ def test_ingest_lineage_copies_each_column_from_every_file(spark, avro_files: li
     Avro v2 path) in every input file, the files pinned by the hashes taken when listed."""
     from odf_chain.schema.avro_paths import avro_field_paths
     from odf_chain.schema.paths import v1_path
-    from odf_chain.spark.sources import ingest_lineage
+    from odf_chain.spark.ingest import ingest_lineage
 
     source = read_input(spark, [str(avro_files[0].parent)], "avro")
     rec = ingest_lineage(source, "load orders")
@@ -516,7 +510,7 @@ def test_ingest_lineage_copies_each_column_from_every_file(spark, avro_files: li
 def test_ingest_lineage_is_accepted_and_reaches_nested_fields(spark, avro_files, tmp_path):
     from odf_chain.dataset import Dataset
     from odf_chain.spark import write
-    from odf_chain.spark.sources import ingest_lineage
+    from odf_chain.spark.ingest import ingest_lineage
 
     source = read_input(spark, [str(avro_files[0].parent)], "avro")
     write(
@@ -532,3 +526,23 @@ def test_ingest_lineage_is_accepted_and_reaches_nested_fields(spark, avro_files,
     ups = {(r.field.dataset, r.field.path) for r in replay.graph.upstream(city)}
     assert {dataset for dataset, _ in ups} == {i.uri for i in source.inputs}
     assert {path for _, path in ups} == {city.path}  # the same path in the files' schema
+
+
+def test_the_old_module_names_still_import():
+    """``odf_chain.spark.sources`` and ``odf_chain.spark.writer`` were split by job; the names
+    they exported still import from them, as the very objects of their new homes."""
+    import importlib
+
+    from odf_chain import spark
+    from odf_chain.spark import sources, writer
+
+    constants = {"FORMATS": "inputs", "MAX_SPARK_NESTING": "avro_input"}  # no __module__
+    for old in (sources, writer):
+        for name in old.__all__:
+            value = getattr(old, name)
+            where = (
+                value.__module__ if name not in constants else f"{spark.__name__}.{constants[name]}"
+            )
+            assert getattr(importlib.import_module(where), name) is value, (old.__name__, name)
+    assert spark.write is writer.write and spark.read is writer.read
+    assert callable(spark.write) and callable(spark.read)  # the functions, not modules

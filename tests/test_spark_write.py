@@ -22,7 +22,7 @@ from odf_chain.events import AddData, Seed, SetDataSchema, SetVocab
 from odf_chain.format.did import DatasetId
 from odf_chain.format.multihash import BLAKE3, SHA3_256
 from odf_chain.spark import read, write
-from odf_chain.spark.writer import SOURCE_KEY
+from odf_chain.state import SOURCE_KEY
 from tests.helpers import multihash_name, snapshot_tree
 
 # -- helpers --------------------------------------------------------------------------------------
@@ -546,7 +546,7 @@ def test_read_a_dataset_whose_path_has_glob_characters(spark, tmp_path):
 
 def test_spark_failures_say_what_went_wrong():
     """Spark's wrappers say where a job failed; the message the user gets says what failed."""
-    from odf_chain.spark.writer import _first_line
+    from odf_chain.spark.errors import _first_line
 
     worker = (
         "An exception was thrown from the Python worker. Please see the stack trace below.\n"

@@ -28,7 +28,7 @@ from odf_chain.errors import NotFoundError
 from odf_chain.format.multihash import BLAKE3, SHA3_256
 
 if TYPE_CHECKING:
-    from odf_chain.spark.sources import SkippedInput
+    from odf_chain.spark.ingest import SkippedInput
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -90,8 +90,8 @@ def start_spark(master: str):
 
 
 def run(args: argparse.Namespace) -> int:
+    from odf_chain.spark.input_paths import expand_inputs
     from odf_chain.spark.sizing import target_slice_bytes
-    from odf_chain.spark.sources import expand_inputs
 
     # what can be refused is refused before Spark starts (~10 s): the slice size, a missing
     # input, a missing dataset without --create
@@ -142,7 +142,7 @@ def _exit_now(signum: int, frame: object) -> None:
 
 
 def _ingest_and_report(args, session, dataset, target, interrupted: threading.Event) -> int:
-    from odf_chain.spark.sources import ingest_files
+    from odf_chain.spark.ingest import ingest_files
 
     try:
         done = ingest_files(
@@ -194,7 +194,7 @@ def _ingest_and_report(args, session, dataset, target, interrupted: threading.Ev
 def _skipped_lines(skipped: Sequence[SkippedInput]) -> list[str]:
     """What an ingest skipped: one phrase per block that already held the contents, one for
     repeats within the call."""
-    from odf_chain.spark.sources import file_name
+    from odf_chain.spark.input_paths import file_name
 
     groups: dict[int | None, list[str]] = {}
     for item in skipped:

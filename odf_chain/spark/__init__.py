@@ -3,6 +3,8 @@
 Imports pyspark lazily: the rest of odf_chain works without a JVM.
 """
 
-from odf_chain.spark.writer import IngestError, IngestResult, read, write
+from odf_chain.spark.errors import IngestError
+from odf_chain.spark.read_frame import read
+from odf_chain.spark.write_frame import IngestResult, write
 
 __all__ = ["IngestError", "IngestResult", "read", "write"]

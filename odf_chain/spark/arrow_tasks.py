@@ -13,7 +13,7 @@ The slice plan (:mod:`odf_chain.spark.sizing`) says which rows of which partitio
 slice with which offsets; a task writes exactly that and numbers the rows itself (the offsets
 are an ``arange`` from the planned start, never a column computed by Spark). A task that finds
 more rows than counted reports the surplus instead of writing it, so the driver's per-slice check
-(:func:`odf_chain.spark.writer._check_files`) sees every difference between the count and the
+(:func:`odf_chain.spark.file_checks._check_files`) sees every difference between the count and the
 write.
 
 The schema every task writes is decided on the driver before the job, from the DataFrame's

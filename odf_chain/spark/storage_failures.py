@@ -4,7 +4,7 @@
 Two places can meet the refusal: the driver's own steps (listing, reading and renaming the
 files Spark wrote through ``pyarrow.fs``, which raise a bare ``OSError``), and the Spark job
 itself, whose failure reaches the driver as a Java stack trace (an
-:class:`~odf_chain.spark.writer.IngestError` whose cause names the file and, several "Caused
+:class:`~odf_chain.spark.errors.IngestError` whose cause names the file and, several "Caused
 by" lines down, the OS's reason). A refusal is only reported as the dataset's when the path it
 names lies inside the dataset: a Spark job also reads its inputs, and an input it may not read
 is not a storage problem of the dataset.
