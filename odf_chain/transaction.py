@@ -191,14 +191,26 @@ class Transaction:
                 f"{in_force!r}, or into a new dataset)",
             ) from None
 
-    def declare_schema(self, schema: pa.Schema) -> PreparedBlock | None:
-        """A SetDataSchema when ``schema`` (system columns included) differs from the schema in
-        force, checked by every rule (the evolution rules among them); None when it is the
-        same. The one place a writer decides that the schema changes."""
+    def schema_change(self, schema: pa.Schema) -> SetDataSchema | None:
+        """The SetDataSchema a write of ``schema`` (system columns included) needs: None when it
+        is the schema in force. The one place a writer decides that the schema changes."""
         state = self.state
         if state.schema is not None and schema.equals(state.schema, check_metadata=True):
             return None
-        return self.add(SetDataSchema.from_arrow(schema))
+        return SetDataSchema.from_arrow(schema)
+
+    def check_schema(self, schema: pa.Schema) -> None:
+        """Refuse, before any file is written, a schema the rules refuse (the evolution rules
+        among them); adds nothing (the writer declares the schema once its slices exist)."""
+        event = self.schema_change(schema)
+        if event is not None:
+            self.check(event)
+
+    def declare_schema(self, schema: pa.Schema) -> PreparedBlock | None:
+        """The SetDataSchema :meth:`schema_change` decides on, checked by every rule and added;
+        None when the schema in force stays."""
+        event = self.schema_change(schema)
+        return None if event is None else self.add(event)
 
     def add_slice(
         self,

@@ -11,9 +11,7 @@ from datetime import datetime
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from odf_chain import chain
 from odf_chain.errors import StorageError
-from odf_chain.events import SetDataSchema
 from odf_chain.slice_writer import SliceSpec, slice_schema
 from odf_chain.slices import os_reason
 from odf_chain.spark.arrow_tasks import SURPLUS, arrow_schema_of, write_in_tasks
@@ -43,7 +41,7 @@ def _write_in_tasks(
     """Steps 2 and 3 in one pass (:mod:`odf_chain.spark.arrow_tasks`): each task writes its
     planned slices through Arrow to the store, hashing them on the way. The schema is decided
     (and checked against the evolution rules) before the job runs, and given to ``before_job``
-    then."""
+    then (the writer refuses there a schema the rules refuse)."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import TimestampType
 
@@ -63,9 +61,7 @@ def _write_in_tasks(
     frame = framed.select(*[column(f) for f in framed.schema.fields if f.name not in system])
     written_schema = slice_schema(arrow_schema_of(frame.schema), state.schema, vocab)
     schema = _schema_to_declare(written_schema, state, avro_schema)
-    if state.schema is None or not schema.equals(state.schema, check_metadata=True):
-        chain.prepare(state, SetDataSchema.from_arrow(schema), system_time=system_time)
-    if before_job is not None:
+    if before_job is not None:  # the writer checks the schema change here, before any task
         before_job(schema)
     spec = SliceSpec(schema, vocab, state.next_offset, system_time, algorithm)
     if isinstance(storage.filesystem, pafs.LocalFileSystem):  # object stores need no folder

@@ -347,7 +347,8 @@ def write(
                 clock = time.perf_counter()
                 captured: Beside | None = None
 
-                def capture_lineage(schema: pa.Schema) -> None:
+                def before_tasks(schema: pa.Schema) -> None:
+                    tx.check_schema(schema)  # a schema the rules refuse: before any task runs
                     # the plan's lineage is read on the driver while the tasks write
                     nonlocal captured
                     if lineage is True and Beside.possible(spark):
@@ -367,7 +368,7 @@ def write(
                         storage,
                         staging,
                         truncate_timestamps=truncate_timestamps,
-                        before_job=capture_lineage,
+                        before_job=before_tasks,
                         row_bytes=row_bytes,
                     )
                     timings["task_write"] = time.perf_counter() - clock
