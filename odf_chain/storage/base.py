@@ -4,6 +4,11 @@ Two backends implement it: :class:`~odf_chain.storage.local.LocalStorage` (a dir
 local filesystem: fsync, rename, an OS lock for the head) and
 :class:`~odf_chain.storage.fs.FsStorage` (any ``pyarrow.fs`` filesystem: S3, GCS, HDFS, ...).
 Names are content hashes; ``staged`` values are paths inside :attr:`Storage.filesystem`.
+
+:class:`Storage` is the union of narrow protocols, one per job (kamu's split of blocks, refs
+and data): :class:`BlockStore`, :class:`HeadStore` (and :class:`ChainStore`, the two together),
+:class:`DataStore`, :class:`DerivedStore`, :class:`LeftoverStore` and :class:`Place`. A
+function that needs one part asks for it, so its signature says what it can touch.
 """
 
 from __future__ import annotations
@@ -120,8 +125,9 @@ def logged_head(line: bytes | None) -> str | None:
     return match.group(2) if match else None
 
 
-class Storage(Protocol):
-    """The bytes of one dataset: blocks, the head, data slices and a staging area."""
+class Place(Protocol):
+    """Where a dataset is, for the code that hands its files to another reader (pyarrow,
+    Spark) instead of reading them through the store."""
 
     @property
     def location(self) -> str:
@@ -137,7 +143,10 @@ class Storage(Protocol):
     def spark_uri(self, fs_path: str) -> str:
         """A path of :attr:`filesystem` as Spark (Hadoop) names it."""
 
-    # blocks
+
+class BlockStore(Protocol):
+    """The immutable blocks, by content hash: all a walk down the chain reads."""
+
     def write_block(self, name: str, data: bytes) -> bool: ...
     def read_block(self, name: str) -> bytes: ...
     def block_reader(self) -> AbstractContextManager[Callable[[str], bytes]]:
@@ -157,7 +166,10 @@ class Storage(Protocol):
 
     def remove_block(self, name: str) -> bool: ...
 
-    # data slices
+
+class DataStore(Protocol):
+    """The Parquet slices, by content hash, and the staging area writers fill them in."""
+
     def stage_file(self, suffix: str = "") -> object: ...
     def staging_area(self, prefix: str) -> str: ...
     def commit_data(self, staged: object, name: str, size: int | None = None) -> DataCommit: ...
@@ -168,7 +180,11 @@ class Storage(Protocol):
     def remove_data(self, name: str) -> bool: ...
     def open_data(self, name: str) -> BinaryIO: ...
 
-    # leftovers (for verify and gc)
+
+class LeftoverStore(Protocol):
+    """What verify reports and gc removes: staged entries, entries that are not files, and the
+    layout itself."""
+
     def leftover_staging(self) -> list[str]: ...
     def staged_in_use(self, name: str) -> bool: ...
     def remove_staged(self, name: str) -> bool: ...
@@ -179,7 +195,11 @@ class Storage(Protocol):
     def check_layout(self) -> None: ...
     def remove_empty_layout(self) -> None: ...
 
-    # derived files below info/ (caches such as the index: no fsync, never trusted blindly)
+
+class DerivedStore(Protocol):
+    """Derived files below ``info/`` (caches such as the index): no fsync, never trusted
+    blindly. Nothing here reads or moves the chain, so a cache cannot damage it."""
+
     def derived_batch(self) -> contextlib.AbstractContextManager[None]:
         """A scope for several derived-file calls in a row (a backend may keep handles)."""
         ...
@@ -207,7 +227,10 @@ class Storage(Protocol):
     def list_derived(self, directory: str) -> list[str]:
         """The names of the regular files in ``info/<directory>`` ([] when it is missing)."""
 
-    # head
+
+class HeadStore(Protocol):
+    """The head (the one mutable name), its log, and how a writer moves it."""
+
     def read_head(self) -> str | None: ...
     def read_head_log(self) -> list[HeadMove]: ...
     def logged_head(self) -> str | None:
@@ -235,6 +258,18 @@ class Storage(Protocol):
         """True when a head move that raised ConflictError never made its block the head, not
         even for a moment (a lock, or a store's compare-and-swap), so a losing writer may
         remove what it wrote; False for a read-compare-write move (``single_writer``)."""
+
+
+class ChainStore(BlockStore, HeadStore, Protocol):
+    """The chain itself: its blocks and its head (kamu's metadata chain: blocks and refs).
+    What a reader that walks back from the head asks for."""
+
+
+class Storage(Place, BlockStore, DataStore, LeftoverStore, DerivedStore, HeadStore, Protocol):
+    """The bytes of one dataset: blocks, the head, data slices, a staging area and derived
+    files; every backend offers all of it. A function that uses only part of it says so by
+    asking for the narrow protocol (a :class:`BlockStore` to walk, a :class:`DerivedStore`
+    to keep a cache), so a reader asks only for what it reads."""
 
 
 def check_staged_size(name: str, staged: int | None, written: int | None) -> int | None:
