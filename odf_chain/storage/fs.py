@@ -66,7 +66,7 @@ from odf_chain.storage.base import (
 )
 from odf_chain.storage.block_pass import Hashes, Pass
 from odf_chain.storage.conditional import ConditionalStore
-from odf_chain.storage.local import _SUBDIRS, _SUFFIX, LAYOUT, _is_name, check_name
+from odf_chain.storage.layout import LAYOUT, SUBDIRS, SUFFIX, check_name, is_name
 
 _LOG_ATTEMPTS = 64  # conditional appends to the head log before its line is left to the next move
 
@@ -117,7 +117,7 @@ class FsStorage:
         storage.check_writable()
         if storage._info("refs/head").type != pafs.FileType.NotFound:
             raise OdfChainError(f"already a dataset: {storage.location}")
-        for sub in _SUBDIRS:
+        for sub in SUBDIRS:
             with arrow_errors("create", storage._join(sub)):
                 filesystem.create_dir(storage._join(sub), recursive=True)
         return storage
@@ -265,7 +265,7 @@ class FsStorage:
         with arrow_errors("list", self._join(relative)):
             infos = self._fs.get_file_info(selector)
         return sorted(
-            i.base_name for i in infos if i.type == pafs.FileType.File and _is_name(i.base_name)
+            i.base_name for i in infos if i.type == pafs.FileType.File and is_name(i.base_name)
         )
 
     # -- blocks ---------------------------------------------------------------------------------
@@ -318,7 +318,7 @@ class FsStorage:
             names = self._conditional.names_starting(f"blocks/{prefix}", limit)
         else:
             names = [n for n in self._names("blocks") if n.startswith(prefix)]
-        return sorted(n for n in names if _is_name(n))[:limit]
+        return sorted(n for n in names if is_name(n))[:limit]
 
     def remove_block(self, name: str) -> bool:
         return self._remove(f"blocks/{check_name(name, 'block name')}")
@@ -337,7 +337,7 @@ class FsStorage:
 
     def stage_file(self, suffix: str = "") -> str:
         """A fresh staging path for one file (not created: object stores create on upload)."""
-        if not _SUFFIX.fullmatch(suffix):
+        if not SUFFIX.fullmatch(suffix):
             raise OdfChainError(f"invalid staging suffix {suffix!r}")
         self.check_writable()
         return self._staging(f"data.{secrets.token_hex(8)}{suffix}")
@@ -642,7 +642,7 @@ class FsStorage:
 
     def _parse_head(self, data: bytes) -> str:
         head = data.decode("ascii", errors="replace").removesuffix("\n")
-        if not _is_name(head):
+        if not is_name(head):
             raise FormatError(f"{self._join('refs/head')}: invalid head {shown(data)}")
         return head
 
