@@ -23,6 +23,7 @@ from odf_chain.storage.base import (
     EntryInfo,
     HeadStore,
     LeftoverStore,
+    Located,
     Place,
     Storage,
 )
@@ -45,6 +46,7 @@ __all__ = [
     "HeadStore",
     "LeftoverStore",
     "LocalStorage",
+    "Located",
     "Place",
     "Storage",
     "check_name",

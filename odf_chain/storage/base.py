@@ -7,8 +7,9 @@ Names are content hashes; ``staged`` values are paths inside :attr:`Storage.file
 
 :class:`Storage` is the union of narrow protocols, one per job (kamu's split of blocks, refs
 and data): :class:`BlockStore`, :class:`HeadStore` (and :class:`ChainStore`, the two together),
-:class:`DataStore`, :class:`DerivedStore`, :class:`LeftoverStore` and :class:`Place`. A
-function that needs one part asks for it, so its signature says what it can touch.
+:class:`DataStore`, :class:`DerivedStore`, :class:`LeftoverStore` and :class:`Place`, each
+:class:`Located` (errors name the dataset). A function that needs one part asks for it, so its
+signature says what it can touch.
 """
 
 from __future__ import annotations
@@ -125,13 +126,17 @@ def logged_head(line: bytes | None) -> str | None:
     return match.group(2) if match else None
 
 
-class Place(Protocol):
-    """Where a dataset is, for the code that hands its files to another reader (pyarrow,
-    Spark) instead of reading them through the store."""
+class Located(Protocol):
+    """What every part of a store has: the dataset's name, for the errors it words."""
 
     @property
     def location(self) -> str:
         """Where the dataset is, as the user named it (a path or a URI)."""
+
+
+class Place(Located, Protocol):
+    """Where a dataset's files are, for the code that hands them to another reader (pyarrow,
+    Spark) instead of reading them through the store."""
 
     @property
     def filesystem(self) -> pafs.FileSystem:
@@ -144,7 +149,7 @@ class Place(Protocol):
         """A path of :attr:`filesystem` as Spark (Hadoop) names it."""
 
 
-class BlockStore(Protocol):
+class BlockStore(Located, Protocol):
     """The immutable blocks, by content hash: all a walk down the chain reads."""
 
     def write_block(self, name: str, data: bytes) -> bool: ...
@@ -167,7 +172,7 @@ class BlockStore(Protocol):
     def remove_block(self, name: str) -> bool: ...
 
 
-class DataStore(Protocol):
+class DataStore(Located, Protocol):
     """The Parquet slices, by content hash, and the staging area writers fill them in."""
 
     def stage_file(self, suffix: str = "") -> object: ...
@@ -181,7 +186,7 @@ class DataStore(Protocol):
     def open_data(self, name: str) -> BinaryIO: ...
 
 
-class LeftoverStore(Protocol):
+class LeftoverStore(Located, Protocol):
     """What verify reports and gc removes: staged entries, entries that are not files, and the
     layout itself."""
 
@@ -196,7 +201,7 @@ class LeftoverStore(Protocol):
     def remove_empty_layout(self) -> None: ...
 
 
-class DerivedStore(Protocol):
+class DerivedStore(Located, Protocol):
     """Derived files below ``info/`` (caches such as the index): no fsync, never trusted
     blindly. Nothing here reads or moves the chain, so a cache cannot damage it."""
 
@@ -228,7 +233,7 @@ class DerivedStore(Protocol):
         """The names of the regular files in ``info/<directory>`` ([] when it is missing)."""
 
 
-class HeadStore(Protocol):
+class HeadStore(Located, Protocol):
     """The head (the one mutable name), its log, and how a writer moves it."""
 
     def read_head(self) -> str | None: ...
