@@ -28,7 +28,7 @@ from odf_chain.events import AddData, ExecuteTransform, MetadataBlock, MetadataE
 from odf_chain.format.codec import decode_block, encode_block
 from odf_chain.format.multihash import BLAKE3, Multihash
 from odf_chain.state import DatasetState, apply
-from odf_chain.storage import Storage
+from odf_chain.storage import BlockStore, ChainStore, HeadStore, Storage
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +53,7 @@ def parse_block_name(name: str) -> Multihash:
         raise FormatError(f"block name {name!r} is not a multihash: {exc}") from None
 
 
-def load_block(storage: Storage, block_hash: Multihash) -> BlockEntry:
+def load_block(storage: BlockStore, block_hash: Multihash) -> BlockEntry:
     """Read one block, refusing bytes that do not hash to their name (never re-encoded)."""
     name = str(block_hash)
     data = storage.read_block(name)
@@ -69,7 +69,7 @@ def load_block(storage: Storage, block_hash: Multihash) -> BlockEntry:
     return BlockEntry(block_hash, block, len(data))
 
 
-def read_head(storage: Storage) -> Multihash:
+def read_head(storage: HeadStore) -> Multihash:
     name = storage.read_head()
     if name is None:
         raise NotFoundError(
@@ -79,7 +79,7 @@ def read_head(storage: Storage) -> Multihash:
 
 
 def walk_back(
-    storage: Storage, head: Multihash, stop_at: Multihash | None = None
+    storage: BlockStore, head: Multihash, stop_at: Multihash | None = None
 ) -> Iterator[BlockEntry]:
     """Blocks from ``head`` back to the Seed (or to just after ``stop_at``), newest first."""
     current: Multihash | None = head
@@ -205,7 +205,7 @@ def commit(
     return prepared[-1].after
 
 
-def check_not_rolled_back(storage: Storage, state: DatasetState) -> None:
+def check_not_rolled_back(storage: ChainStore, state: DatasetState) -> None:
     """Refuse to write on a head the head log shows was moved back (rule ``head-rollback``).
 
     The log's last line names the head the last writer set. A head that is that block, or a

@@ -35,7 +35,7 @@ from odf_chain.chain import BlockEntry
 from odf_chain.errors import IntegrityError, NotFoundError, OdfChainError, StorageError
 from odf_chain.events import DataSlice
 from odf_chain.format.multihash import Multihash
-from odf_chain.storage import Storage
+from odf_chain.storage import DataStore, Storage
 
 SliceCheck = Literal["hash", "size"] | None
 """What a reader checks of each slice before returning its rows: ``"hash"`` its size and
@@ -95,7 +95,7 @@ def named_slices(
     ]
 
 
-def _open(storage: Storage, piece: NamedSlice) -> BinaryIO:
+def _open(storage: DataStore, piece: NamedSlice) -> BinaryIO:
     """The slice opened as verify opens it (a regular file of the dataset, no symlink)."""
     try:
         return storage.open_data(piece.name)

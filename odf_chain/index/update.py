@@ -41,7 +41,7 @@ from odf_chain.index.records import (
     time_us,
 )
 from odf_chain.state import DatasetState
-from odf_chain.storage import Storage
+from odf_chain.storage import DerivedStore, Storage
 
 if TYPE_CHECKING:
     from odf_chain.chain import BlockEntry
@@ -129,7 +129,7 @@ def _already_recorded(
     return storage.read_head() == str(head.block_hash)
 
 
-def write_entries(storage: Storage, entries: Iterable[SeqEntry]) -> bool:
+def write_entries(storage: DerivedStore, entries: Iterable[SeqEntry]) -> bool:
     """Write consecutive entries into their segments, cutting each segment after them (an
     append at block ``s`` drops entries ``>= s``); False when a segment lacks earlier entries."""
     group: list[SeqEntry] = []
@@ -142,23 +142,25 @@ def write_entries(storage: Storage, entries: Iterable[SeqEntry]) -> bool:
     return not group or _write_group(storage, group)
 
 
-def _write_group(storage: Storage, group: list[SeqEntry]) -> bool:
+def _write_group(storage: DerivedStore, group: list[SeqEntry]) -> bool:
     first = group[0].sequence_number
     return storage.patch_derived(segment_name(first), segment_offset(first), encode_seq(group))
 
 
-def write_snapshot(storage: Storage, name: str, state: DatasetState, pointers: Pointers) -> None:
+def write_snapshot(
+    storage: DerivedStore, name: str, state: DatasetState, pointers: Pointers
+) -> None:
     storage.write_derived(name, Snapshot.of_state(state, pointers).encode())
 
 
-def extend_list(storage: Storage, name: str, first: int, added: list[Pointer]) -> None:
+def extend_list(storage: DerivedStore, name: str, first: int, added: list[Pointer]) -> None:
     """``name`` with its records from block ``first`` on replaced by ``added``."""
     raw = storage.read_derived(name, MAX_LIST_BYTES) or b""
     kept = [p for p in decode_list(raw, name) if p.sequence_number < first]
     storage.write_derived(name, encode_list(kept + added))
 
 
-def drop_from(storage: Storage, first: int, head: Snapshot | None = None) -> None:
+def drop_from(storage: DerivedStore, first: int, head: Snapshot | None = None) -> None:
     """Remove everything the index holds about blocks ``>= first``: the head snapshot, later
     segment records and files, later periodic snapshots, later list records.
 
@@ -189,7 +191,7 @@ def drop_from(storage: Storage, first: int, head: Snapshot | None = None) -> Non
 
 
 def save_all(
-    storage: Storage,
+    storage: DerivedStore,
     entries: Sequence[SeqEntry],
     snapshots: dict[int, Snapshot],
     head: Snapshot,
@@ -210,7 +212,7 @@ def save_all(
 
 
 def save_catch_up(
-    storage: Storage,
+    storage: DerivedStore,
     base: int,
     entries: Sequence[SeqEntry],
     snapshots: dict[int, Snapshot],

@@ -14,18 +14,40 @@ from urllib.parse import unquote, urlsplit
 import pyarrow.fs as pafs
 
 from odf_chain.errors import StorageError
-from odf_chain.storage.base import DataCommit, EntryInfo, Storage
+from odf_chain.storage.base import (
+    BlockStore,
+    ChainStore,
+    DataCommit,
+    DataStore,
+    DerivedStore,
+    EntryInfo,
+    HeadStore,
+    LeftoverStore,
+    Located,
+    Place,
+    Storage,
+)
 from odf_chain.storage.conditional import ConditionalStore
 from odf_chain.storage.fs import FsStorage, one_put_per_small_file
-from odf_chain.storage.local import LocalStorage, check_name, fsync_dir, write_atomic
+from odf_chain.storage.layout import check_name
+from odf_chain.storage.local import LocalStorage
+from odf_chain.storage.local_files import fsync_dir, write_atomic
 
 _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+://")
 
 __all__ = [
+    "BlockStore",
+    "ChainStore",
     "DataCommit",
+    "DataStore",
+    "DerivedStore",
     "EntryInfo",
     "FsStorage",
+    "HeadStore",
+    "LeftoverStore",
     "LocalStorage",
+    "Located",
+    "Place",
     "Storage",
     "check_name",
     "create_storage",

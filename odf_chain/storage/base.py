@@ -4,6 +4,12 @@ Two backends implement it: :class:`~odf_chain.storage.local.LocalStorage` (a dir
 local filesystem: fsync, rename, an OS lock for the head) and
 :class:`~odf_chain.storage.fs.FsStorage` (any ``pyarrow.fs`` filesystem: S3, GCS, HDFS, ...).
 Names are content hashes; ``staged`` values are paths inside :attr:`Storage.filesystem`.
+
+:class:`Storage` is the union of narrow protocols, one per job (kamu's split of blocks, refs
+and data): :class:`BlockStore`, :class:`HeadStore` (and :class:`ChainStore`, the two together),
+:class:`DataStore`, :class:`DerivedStore`, :class:`LeftoverStore` and :class:`Place`, each
+:class:`Located` (errors name the dataset). A function that needs one part asks for it, so its
+signature says what it can touch.
 """
 
 from __future__ import annotations
@@ -120,12 +126,17 @@ def logged_head(line: bytes | None) -> str | None:
     return match.group(2) if match else None
 
 
-class Storage(Protocol):
-    """The bytes of one dataset: blocks, the head, data slices and a staging area."""
+class Located(Protocol):
+    """What every part of a store has: the dataset's name, for the errors it words."""
 
     @property
     def location(self) -> str:
         """Where the dataset is, as the user named it (a path or a URI)."""
+
+
+class Place(Located, Protocol):
+    """Where a dataset's files are, for the code that hands them to another reader (pyarrow,
+    Spark) instead of reading them through the store."""
 
     @property
     def filesystem(self) -> pafs.FileSystem:
@@ -137,7 +148,10 @@ class Storage(Protocol):
     def spark_uri(self, fs_path: str) -> str:
         """A path of :attr:`filesystem` as Spark (Hadoop) names it."""
 
-    # blocks
+
+class BlockStore(Located, Protocol):
+    """The immutable blocks, by content hash: all a walk down the chain reads."""
+
     def write_block(self, name: str, data: bytes) -> bool: ...
     def read_block(self, name: str) -> bytes: ...
     def block_reader(self) -> AbstractContextManager[Callable[[str], bytes]]:
@@ -157,7 +171,10 @@ class Storage(Protocol):
 
     def remove_block(self, name: str) -> bool: ...
 
-    # data slices
+
+class DataStore(Located, Protocol):
+    """The Parquet slices, by content hash, and the staging area writers fill them in."""
+
     def stage_file(self, suffix: str = "") -> object: ...
     def staging_area(self, prefix: str) -> str: ...
     def commit_data(self, staged: object, name: str, size: int | None = None) -> DataCommit: ...
@@ -168,7 +185,11 @@ class Storage(Protocol):
     def remove_data(self, name: str) -> bool: ...
     def open_data(self, name: str) -> BinaryIO: ...
 
-    # leftovers (for verify and gc)
+
+class LeftoverStore(Located, Protocol):
+    """What verify reports and gc removes: staged entries, entries that are not files, and the
+    layout itself."""
+
     def leftover_staging(self) -> list[str]: ...
     def staged_in_use(self, name: str) -> bool: ...
     def remove_staged(self, name: str) -> bool: ...
@@ -179,7 +200,11 @@ class Storage(Protocol):
     def check_layout(self) -> None: ...
     def remove_empty_layout(self) -> None: ...
 
-    # derived files below info/ (caches such as the index: no fsync, never trusted blindly)
+
+class DerivedStore(Located, Protocol):
+    """Derived files below ``info/`` (caches such as the index): no fsync, never trusted
+    blindly. Nothing here reads or moves the chain, so a cache cannot damage it."""
+
     def derived_batch(self) -> contextlib.AbstractContextManager[None]:
         """A scope for several derived-file calls in a row (a backend may keep handles)."""
         ...
@@ -207,7 +232,10 @@ class Storage(Protocol):
     def list_derived(self, directory: str) -> list[str]:
         """The names of the regular files in ``info/<directory>`` ([] when it is missing)."""
 
-    # head
+
+class HeadStore(Located, Protocol):
+    """The head (the one mutable name), its log, and how a writer moves it."""
+
     def read_head(self) -> str | None: ...
     def read_head_log(self) -> list[HeadMove]: ...
     def logged_head(self) -> str | None:
@@ -235,6 +263,18 @@ class Storage(Protocol):
         """True when a head move that raised ConflictError never made its block the head, not
         even for a moment (a lock, or a store's compare-and-swap), so a losing writer may
         remove what it wrote; False for a read-compare-write move (``single_writer``)."""
+
+
+class ChainStore(BlockStore, HeadStore, Protocol):
+    """The chain itself: its blocks and its head (kamu's metadata chain: blocks and refs).
+    What a reader that walks back from the head asks for."""
+
+
+class Storage(Place, BlockStore, DataStore, LeftoverStore, DerivedStore, HeadStore, Protocol):
+    """The bytes of one dataset: blocks, the head, data slices, a staging area and derived
+    files; every backend offers all of it. A function that uses only part of it says so by
+    asking for the narrow protocol (a :class:`BlockStore` to walk, a :class:`DerivedStore`
+    to keep a cache), so a reader asks only for what it reads."""
 
 
 def check_staged_size(name: str, staged: int | None, written: int | None) -> int | None:

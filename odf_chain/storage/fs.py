@@ -22,6 +22,10 @@ There is no lock either, so gc cannot exclude writers here: it refuses a ``min_a
 default unless told the dataset has no other writer (see :mod:`odf_chain.gc`). The head log is
 ``logs/head`` as on a local disk, rewritten whole on each head move (conditionally where the
 store can, so two writers' lines both land).
+
+:class:`FsStorage` is put together by job: where names are and reading and writing one file in
+:mod:`~odf_chain.storage.fs_files`, the head and its log in :mod:`~odf_chain.storage.fs_head`;
+blocks, data slices, leftovers and derived files are here.
 """
 
 from __future__ import annotations
@@ -30,15 +34,12 @@ import contextlib
 import secrets
 import time
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import AbstractContextManager
 from typing import BinaryIO, TypedDict, Unpack
 from urllib.parse import urlsplit
 
 import pyarrow.fs as pafs
 
 from odf_chain.errors import (
-    ConflictError,
-    FormatError,
     IntegrityError,
     NotFoundError,
     OdfChainError,
@@ -46,29 +47,18 @@ from odf_chain.errors import (
 )
 from odf_chain.storage.base import (
     DERIVED_DIR,
-    HEAD_LOG,
     MAX_BLOCK_BYTES,
-    MAX_HEAD_BYTES,
-    MAX_HEAD_LOG_BYTES,
     STAGING,
     DataCommit,
     EntryInfo,
-    HeadMove,
     arrow_errors,
     check_derived,
     check_staged_size,
-    head_log_line,
-    last_complete_line,
-    logged_head,
-    no_lock,
-    parse_head_log,
-    shown,
 )
 from odf_chain.storage.block_pass import Hashes, Pass
 from odf_chain.storage.conditional import ConditionalStore
-from odf_chain.storage.local import _SUBDIRS, _SUFFIX, LAYOUT, _is_name, check_name
-
-_LOG_ATTEMPTS = 64  # conditional appends to the head log before its line is left to the next move
+from odf_chain.storage.fs_head import FsHead
+from odf_chain.storage.layout import LAYOUT, SUBDIRS, SUFFIX, check_name, is_name
 
 # pyarrow's scheme -> the Hadoop connector Spark uses for the same store
 _SPARK_SCHEMES = {"s3": "s3a"}
@@ -81,28 +71,8 @@ class WriteOptions(TypedDict, total=False):
     single_writer: bool  # the caller's word that nobody else writes, where it has none
 
 
-class FsStorage:
+class FsStorage(FsHead):
     """The files of one dataset on a ``pyarrow.fs`` filesystem. Knows bytes and names only."""
-
-    def __init__(
-        self,
-        filesystem: pafs.FileSystem,
-        root: str,
-        uri: str | None = None,
-        *,
-        conditional: ConditionalStore | None = None,
-        single_writer: bool = False,
-    ) -> None:
-        """``conditional``: the same dataset's objects through a store that writes under a
-        precondition (the head's compare-and-swap); without one, writing needs
-        ``single_writer`` (see the module docstring)."""
-        self._fs = filesystem
-        self._root = root.rstrip("/")
-        self._uri = uri or self._root
-        self._conditional = conditional
-        self._single_writer = single_writer
-        self._staging_ready = False
-        self._derived_dirs: set[str] = set()
 
     @classmethod
     def create(
@@ -117,7 +87,7 @@ class FsStorage:
         storage.check_writable()
         if storage._info("refs/head").type != pafs.FileType.NotFound:
             raise OdfChainError(f"already a dataset: {storage.location}")
-        for sub in _SUBDIRS:
+        for sub in SUBDIRS:
             with arrow_errors("create", storage._join(sub)):
                 filesystem.create_dir(storage._join(sub), recursive=True)
         return storage
@@ -138,28 +108,7 @@ class FsStorage:
             return storage
         raise NotFoundError(f"not a dataset: {storage.location} (no refs/head, no blocks)")
 
-    def check_writable(self) -> None:
-        """Refuse to write where two writers could both win, unless told there is only one."""
-        if self._conditional is None and not self._single_writer:
-            raise StorageError(
-                f"{self.location}: this filesystem offers no conditional write odf_chain can "
-                "use, so two writers could both move the head and one write would be lost; "
-                "writing is refused. Use an s3://, gs:// or abfs:// URI (compare-and-swap), "
-                "or pass single_writer=True (--single-writer) if this dataset has one writer"
-            )
-
     # -- where things are -----------------------------------------------------------------------
-
-    @property
-    def location(self) -> str:
-        return self._uri
-
-    @property
-    def filesystem(self) -> pafs.FileSystem:
-        return self._fs
-
-    def _join(self, relative: str) -> str:
-        return f"{self._root}/{relative}" if self._root else relative
 
     def fs_path(self, relative: str) -> str:
         return self._join(relative)
@@ -176,97 +125,6 @@ class FsStorage:
         if parts.scheme == "hdfs":  # pyarrow's HDFS paths are absolute, the host is in the URI
             return f"{scheme}://{parts.netloc}{fs_path}"
         return f"{scheme}://{fs_path}"  # bucket/key stores: the path starts with the bucket
-
-    def _staging(self, name: str) -> str:
-        """A path in ``.staging/``, whose folder exists (local and HDFS filesystems need it)."""
-        if not self._staging_ready and self._conditional is None:  # object stores: no folders
-            with arrow_errors("create", self._join(STAGING)):
-                self._fs.create_dir(self._join(STAGING), recursive=True)
-            self._staging_ready = True
-        return self._join(f"{STAGING}/{name}")
-
-    def _info(self, relative: str) -> pafs.FileInfo:
-        with arrow_errors("check", self._join(relative)):
-            return self._fs.get_file_info(self._join(relative))
-
-    def _exists(self, relative: str) -> bool:
-        """Is there a file at ``relative``? One HEAD on an object store (``pyarrow.fs`` lists
-        a missing name as a possible folder too)."""
-        if self._conditional is not None:
-            return self._conditional.size(relative) is not None
-        return self._info(relative).type == pafs.FileType.File
-
-    def _file_info(self, relative: str) -> pafs.FileInfo:
-        """The info of a file that must be a file: FileNotFoundError if missing, StorageError
-        for anything else (a directory; on a local filesystem a FIFO or device)."""
-        info = self._info(relative)
-        if info.type == pafs.FileType.NotFound:
-            raise FileNotFoundError(self._join(relative))
-        if info.type != pafs.FileType.File:
-            kind = info.type.name.lower()
-            raise StorageError(f"{self._join(relative)} is not a regular file ({kind}): not read")
-        return info
-
-    def _read(self, relative: str, limit: int, what: str, *, folders: bool = True) -> bytes:
-        """A file of at most ``limit`` bytes, refused by its listed size before reading and
-        read at most ``limit + 1`` bytes (a file that grows meanwhile is refused too). One GET
-        on a store with conditional writes (its listed size is checked before the body).
-
-        A name missing there is looked at again as a "folder" (objects under that name and a
-        slash), refused as not a file; ``folders=False`` skips that look (a HEAD and a LIST)
-        where a folder would do no harm and a missing file is common (derived files)."""
-        if self._conditional is not None:
-            found = self._conditional.read(relative, limit, what)
-            if found is None:
-                if folders:
-                    self._file_info(relative)
-                raise FileNotFoundError(self._join(relative))
-            return found[0]
-        info = self._file_info(relative)
-        too_large = f"{self._join(relative)} is larger than the {limit:,}-byte limit for {what}"
-        if info.size is not None and info.size > limit:
-            raise StorageError(f"{too_large} ({info.size:,} bytes): not read")
-        with self._fs.open_input_stream(self._join(relative)) as f:
-            data = f.read(limit + 1)
-        if len(data) > limit:
-            raise StorageError(f"{too_large} (it grew while being read): not read")
-        return data
-
-    def _put(self, relative: str, data: bytes) -> None:
-        """Write ``relative`` whole: upload under a fresh staging name, then move into place;
-        on an object store, one PUT (an object appears whole when its upload completes)."""
-        if self._conditional is not None:
-            self._conditional.put(relative, data)
-            return
-        tmp = self._staging(f".{secrets.token_hex(8)}.tmp")
-        target = self._join(relative)
-        with arrow_errors("write", target):
-            with self._fs.open_output_stream(tmp) as f:
-                f.write(data)
-            try:
-                self._fs.move(tmp, target)
-            except BaseException:
-                self._delete_quietly(tmp)
-                raise
-
-    def _relative(self, fs_path: str) -> str:
-        return fs_path.removeprefix(self._root + "/") if self._root else fs_path
-
-    def _delete_quietly(self, fs_path: str) -> None:
-        if self._conditional is not None:  # pyarrow.fs would put a marker for the folder back
-            with contextlib.suppress(StorageError):
-                self._conditional.delete(self._relative(fs_path))
-            return
-        with contextlib.suppress(OSError):
-            self._fs.delete_file(fs_path)
-
-    def _names(self, relative: str) -> list[str]:
-        selector = pafs.FileSelector(self._join(relative), allow_not_found=True)
-        with arrow_errors("list", self._join(relative)):
-            infos = self._fs.get_file_info(selector)
-        return sorted(
-            i.base_name for i in infos if i.type == pafs.FileType.File and _is_name(i.base_name)
-        )
 
     # -- blocks ---------------------------------------------------------------------------------
 
@@ -318,7 +176,7 @@ class FsStorage:
             names = self._conditional.names_starting(f"blocks/{prefix}", limit)
         else:
             names = [n for n in self._names("blocks") if n.startswith(prefix)]
-        return sorted(n for n in names if _is_name(n))[:limit]
+        return sorted(n for n in names if is_name(n))[:limit]
 
     def remove_block(self, name: str) -> bool:
         return self._remove(f"blocks/{check_name(name, 'block name')}")
@@ -337,7 +195,7 @@ class FsStorage:
 
     def stage_file(self, suffix: str = "") -> str:
         """A fresh staging path for one file (not created: object stores create on upload)."""
-        if not _SUFFIX.fullmatch(suffix):
+        if not SUFFIX.fullmatch(suffix):
             raise OdfChainError(f"invalid staging suffix {suffix!r}")
         self.check_writable()
         return self._staging(f"data.{secrets.token_hex(8)}{suffix}")
@@ -549,145 +407,6 @@ class FsStorage:
         with arrow_errors("list", path):
             infos = self._fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
         return sorted(i.base_name for i in infos if i.type == pafs.FileType.File)
-
-    # -- head -----------------------------------------------------------------------------------
-
-    def read_head(self) -> str | None:
-        try:
-            data = self._read("refs/head", MAX_HEAD_BYTES, "a head")
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            raise StorageError(f"cannot read {self._join('refs/head')}: {exc}") from exc
-        return self._parse_head(data)
-
-    def _head_log_bytes(self) -> bytes:
-        try:
-            return self._read(HEAD_LOG, MAX_HEAD_LOG_BYTES, "the head log")
-        except FileNotFoundError:
-            return b""
-        except OSError as exc:
-            raise StorageError(f"cannot read {self._join(HEAD_LOG)}: {exc}") from exc
-
-    def read_head_log(self) -> list[HeadMove]:
-        return parse_head_log(self._head_log_bytes(), self._join(HEAD_LOG))
-
-    def logged_head(self) -> str | None:
-        return logged_head(last_complete_line(self._head_log_bytes()))
-
-    @property
-    def locks_head(self) -> bool:
-        return False
-
-    @property
-    def head_moves_atomically(self) -> bool:
-        return self._conditional is not None
-
-    def head_lock(self, timeout: float = 0.0) -> AbstractContextManager[None]:
-        """No lock to take here (see the module docstring): callers check :attr:`locks_head`."""
-        return no_lock()
-
-    def compare_and_swap_head(
-        self,
-        expected: str | None,
-        new: str,
-        *,
-        blocks: Iterable[str] = (),
-        data: Iterable[str] = (),
-        **_: object,
-    ) -> None:
-        """Move the head from ``expected`` to ``new`` if it is still at ``expected``, once the
-        files the new head needs are checked to be there (see LocalStorage), and log the move.
-        A compare-and-swap on stores with conditional writes; read, compare, write and read
-        back under ``single_writer`` (see the module docstring)."""
-        check_name(new, "head")
-        if expected is not None:
-            check_name(expected, "expected head")
-        self.check_writable()
-        if self._conditional is not None:
-            found = self._conditional.read("refs/head", MAX_HEAD_BYTES, "a head")
-            current = None if found is None else self._parse_head(found[0])
-        else:
-            current = self.read_head()
-        if current != expected:
-            raise ConflictError(
-                f"head moved: expected {expected or 'no head'}, found {current or 'no head'}; "
-                "another writer appended first — re-open and retry"
-            )
-        self._check_needed(blocks, data)
-        now_ms = time.time_ns() // 1_000_000
-        if self._conditional is not None:
-            payload = new.encode("ascii")
-            if found is None:
-                if not self._conditional.create("refs/head", payload):
-                    raise ConflictError(
-                        f"head of {self.location} was created by another writer while this one "
-                        "created it: nothing was committed; re-open and retry"
-                    )
-            else:
-                self._conditional.replace("refs/head", payload, found[1], "the head")
-            # the head has moved: a failed log write must not report the write as failed (the
-            # next move appends the missing line)
-            with contextlib.suppress(OdfChainError, OSError):
-                self._append_head_log(current, expected, new, now_ms)
-            return
-        log = self._completed_log(self._head_log_bytes(), current, now_ms)
-        self._put("refs/head", new.encode("ascii"))
-        if self.read_head() != new:
-            raise ConflictError(
-                f"head of {self.location} was moved by another writer while this one moved it"
-            )
-        with contextlib.suppress(OdfChainError, OSError):
-            self._put(HEAD_LOG, log + head_log_line(expected, new, now_ms))
-
-    def _parse_head(self, data: bytes) -> str:
-        head = data.decode("ascii", errors="replace").removesuffix("\n")
-        if not _is_name(head):
-            raise FormatError(f"{self._join('refs/head')}: invalid head {shown(data)}")
-        return head
-
-    def _check_needed(self, blocks: Iterable[str], data: Iterable[str]) -> None:
-        for directory, names in (("blocks", blocks), ("data", data)):
-            for name in names:
-                relative = f"{directory}/{check_name(name)}"
-                if not self._exists(relative):
-                    raise ConflictError(
-                        f"{self._join(relative)} is missing at the head move (taken by gc, or "
-                        "never written): nothing was committed; retry the write"
-                    )
-
-    @staticmethod
-    def _completed_log(log: bytes, current: str | None, now_ms: int) -> bytes:
-        """The head log ready for the next line: whole lines, and a line for a move to
-        ``current`` whose own log write failed (``current`` named nowhere in the log; a line
-        that only landed after a later writer's is not missing)."""
-        if log and not log.endswith(b"\n"):  # an upload never tears; still, end the line
-            log += b"\n"
-        if current is not None and current.encode("ascii") not in log:
-            log += head_log_line(logged_head(last_complete_line(log)), current, now_ms)
-        return log
-
-    def _append_head_log(
-        self, current: str | None, expected: str | None, new: str, now_ms: int
-    ) -> None:
-        """Append the move's line by conditional writes, re-reading after each lost race, so
-        that writers moving the head one after another all keep their lines."""
-        assert self._conditional is not None
-        line = head_log_line(expected, new, now_ms)
-        for _ in range(_LOG_ATTEMPTS):
-            found = self._conditional.read(HEAD_LOG, MAX_HEAD_LOG_BYTES, "the head log")
-            log = self._completed_log(b"" if found is None else found[0], current, now_ms)
-            if line in log:  # a retry after a write that landed but was not acknowledged
-                return
-            if found is None:
-                if self._conditional.create(HEAD_LOG, log + line):
-                    return
-                continue
-            try:
-                self._conditional.replace(HEAD_LOG, log + line, found[1], "the head log")
-                return
-            except ConflictError:
-                continue
 
 
 def one_put_per_small_file(filesystem: pafs.FileSystem) -> pafs.FileSystem:

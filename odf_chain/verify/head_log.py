@@ -11,13 +11,13 @@ from datetime import UTC, datetime
 from odf_chain.chain import parse_block_name
 from odf_chain.errors import FormatError, OdfChainError
 from odf_chain.format.codec import decode_block
-from odf_chain.storage import Storage
+from odf_chain.storage import BlockStore, HeadStore
 from odf_chain.storage.base import HEAD_LOG, HeadMove
 from odf_chain.verify.report import VerifyReport
 from odf_chain.verify.walk import Walk
 
 
-def read_head_log(storage: Storage, report: VerifyReport) -> list[HeadMove] | None:
+def read_head_log(storage: HeadStore, report: VerifyReport) -> list[HeadMove] | None:
     """The head log, read *before* the head: a writer appends its line after moving the head,
     so every head logged by then is the head read next or one of its ancestors. (Read after,
     the log could name a head a concurrent writer set after the walk began.)"""
@@ -29,7 +29,7 @@ def read_head_log(storage: Storage, report: VerifyReport) -> list[HeadMove] | No
 
 
 def check_head_log(
-    storage: Storage, moves: list[HeadMove] | None, walk: Walk, report: VerifyReport
+    storage: BlockStore, moves: list[HeadMove] | None, walk: Walk, report: VerifyReport
 ) -> None:
     """Every head the log records must still be the head or one of its ancestors; one that is
     not means refs/head moved back (a restored backup, an operator's mistake, tampering), which

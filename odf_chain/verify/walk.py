@@ -19,7 +19,7 @@ from odf_chain.errors import FormatError, NotFoundError, OdfChainError
 from odf_chain.events import MetadataBlock
 from odf_chain.format.codec import decode_block
 from odf_chain.format.multihash import Multihash
-from odf_chain.storage import Storage
+from odf_chain.storage import ChainStore
 from odf_chain.verify.report import VerifyReport
 from odf_chain.walked import BLOCK_NAMES, BlockFiles, WalkedChain
 
@@ -76,7 +76,7 @@ class Walk:
     visited: _Visited = field(default_factory=_Visited)  # every block the chain referenced
 
 
-def walk_chain(storage: Storage, report: VerifyReport) -> Walk:
+def walk_chain(storage: ChainStore, report: VerifyReport) -> Walk:
     """Blocks from the head back, each hash-checked before it is decoded."""
     walk = Walk()
     try:
@@ -113,7 +113,7 @@ def walk_chain(storage: Storage, report: VerifyReport) -> Walk:
 def _walk_down(
     head_name: str,
     head: Multihash,
-    storage: Storage,
+    storage: ChainStore,
     files: BlockFiles | None,
     walk: Walk,
     report: VerifyReport,

@@ -1,0 +1,344 @@
+"""The low-level file work of a local dataset: opening, reading, writing and removing files
+without ever following a symlink below the dataset root, and :class:`DatasetDir`, the root
+those reads go through, which every part of :class:`~odf_chain.storage.local.LocalStorage`
+(blocks, slices, the head, derived files) shares.
+
+Reads take regular files only (a FIFO cannot block a read, a device cannot feed one forever)
+and are bounded by their caller's limit. Deletions go through directory descriptors opened the
+same way, so nothing outside the dataset can be removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import secrets
+import shutil
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+from odf_chain.errors import NotFoundError, StorageError
+from odf_chain.storage.base import DERIVED_DIR, STAGING
+from odf_chain.storage.layout import LAYOUT, is_name
+from odf_chain.storage.user_files import file_kind, read_at_most
+
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# O_NONBLOCK: should a FIFO slip in between the lstat and the open, the open does not wait
+READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+# link(2) refusals that mean "this filesystem has no hard links", not "something is wrong"
+NO_HARD_LINKS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS}
+
+
+def storage_error(exc: OSError, action: str, path: Path | str) -> StorageError:
+    """Name the path an operation was about, and the file the OS refused if that differs."""
+    detail = exc.strerror or str(exc)
+    if exc.filename is not None and os.fsdecode(exc.filename) != str(path):
+        detail += f" ({os.fsdecode(exc.filename)})"
+    return StorageError(f"cannot {action} {path}: {detail}")
+
+
+@contextlib.contextmanager
+def os_errors(action: str, path: Path | str) -> Iterator[None]:
+    """Turn an OSError raised inside the block into a :class:`StorageError` naming ``path``."""
+    try:
+        yield
+    except OSError as exc:
+        raise storage_error(exc, action, path) from exc
+
+
+def lstat_at(name: str, dir_fd: int) -> os.stat_result:
+    return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+
+
+def open_regular_at(dir_fd: int, name: str, path: Path | str) -> tuple[int, os.stat_result]:
+    """A read descriptor of the regular file ``name`` in the directory ``dir_fd`` (``path``
+    names it in errors), and its status: never a symlink, FIFO or device (checked before
+    opening and again on the opened file)."""
+    before = lstat_at(name, dir_fd)
+    if not stat.S_ISREG(before.st_mode):
+        raise StorageError(f"{path} is not a regular file ({file_kind(before.st_mode)}): not read")
+    fd = os.open(name, READ_FLAGS, dir_fd=dir_fd)
+    opened = os.fstat(fd)
+    if (opened.st_dev, opened.st_ino) != (before.st_dev, before.st_ino):
+        os.close(fd)
+        raise StorageError(f"{path} was replaced while being opened: not read")
+    return fd, opened
+
+
+def read_regular_at(dir_fd: int, name: str, path: Path | str, limit: int, what: str) -> bytes:
+    """The bytes of the regular file ``name`` in ``dir_fd``, at most ``limit`` of them: a larger
+    file is refused before reading, one that grows while read at ``limit + 1`` bytes."""
+    fd, opened = open_regular_at(dir_fd, name, path)
+    try:
+        too_large = f"{path} is larger than the {limit:,}-byte limit for {what}: not read"
+        if opened.st_size > limit:
+            raise StorageError(f"{too_large} ({opened.st_size:,} bytes)")
+        data = read_at_most(fd, limit)
+        if len(data) > limit:
+            raise StorageError(f"{too_large} (it grew while being read)")
+        return data
+    finally:
+        os.close(fd)
+
+
+def write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def fsync_dir(path: Path) -> None:
+    """fsync a directory so a rename into it survives a power loss."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def create_unique(directory: Path, prefix: str, suffix: str) -> tuple[int, str]:
+    """Create a new, uniquely named file; unlike ``mkstemp`` it honours the umask (0666 base), so
+    datasets stay readable by the people the umask allows, not only their writer."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    while True:
+        path = directory / f"{prefix}{secrets.token_hex(8)}{suffix}"
+        try:
+            return os.open(path, flags, 0o666), str(path)
+        except FileExistsError:
+            continue
+
+
+def create_claimed(directory: Path, prefix: str, suffix: str) -> tuple[int, str]:
+    """:func:`create_unique`, holding a shared lock on the new file (its claim) until the
+    descriptor closes: gc removes a staged file only under an exclusive lock, so it never takes
+    one a live writer is filling. A file gc took between the create and the lock is replaced."""
+    while True:
+        fd, path = create_unique(directory, prefix, suffix)
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        try:
+            if os.lstat(path).st_ino == os.fstat(fd).st_ino:
+                return fd, path
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+
+
+def write_atomic(path: Path, data: bytes, staging_dir: Path | None = None) -> None:
+    """Make ``path`` hold ``data`` all at once: write a unique staging file (in ``staging_dir``,
+    default ``path``'s directory; it must be on the same filesystem), fsync, rename, fsync dir."""
+    staging_dir = path.parent if staging_dir is None else staging_dir
+    fd, tmp = create_claimed(staging_dir, f".{path.name}.", ".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:  # open (the claim held) until it is in place
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+            os.rename(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    fsync_dir(path.parent)
+
+
+def install_new(source: Path | str, target: Path) -> bool:
+    """Give ``target`` the content of ``source`` unless ``target`` exists; True if this call
+    created it. A hard link creates atomically, so of several processes installing the same
+    name exactly one gets True; ``source`` stays (the caller removes it). Without hard links
+    ``source`` is renamed instead: still correct, but two racing creators may both get True."""
+    try:
+        os.link(source, target)
+        return True
+    except FileExistsError:
+        return False
+    except OSError as exc:
+        if exc.errno not in NO_HARD_LINKS:
+            raise
+    if os.path.lexists(target):
+        return False
+    os.rename(source, target)
+    return True
+
+
+def missing_is_fine(function, path, excinfo) -> None:
+    """rmtree's error handler: an entry removed meanwhile (by its writer) is not a failure."""
+    if not isinstance(excinfo[1], FileNotFoundError):
+        raise excinfo[1]
+
+
+class DatasetDir:
+    """The root of one dataset directory, and the symlink-free ways into it. ``_held`` is the
+    derived files' descriptor cache (see ``LocalDerived.derived_batch``): :meth:`_dir` hands
+    out a held descriptor while a batch is open."""
+
+    def __init__(self, root: Path) -> None:
+        self._root = root
+        self._held: dict[str, int] | None = None  # directory descriptors kept by derived_batch
+
+    @property
+    def root(self) -> Path:
+        return self._root
+
+    @property
+    def info_dir(self) -> Path:
+        return self._root / "info"
+
+    @property
+    def staging_dir(self) -> Path:
+        """``.staging/``, created on demand: it sits on the dataset's filesystem, so a rename
+        out of it is atomic."""
+        path = self._root / STAGING
+        self.check_layout()  # every write starts here: none goes through a symlinked directory
+        with os_errors("create", path):
+            path.mkdir(exist_ok=True)
+        return path
+
+    def check_layout(self) -> None:
+        """Refuse a dataset whose layout directories are not all real directories (a symlinked
+        ``data/``, say): reads would refuse them, so writes must not go through them (the
+        slices would land outside the dataset), and gc must not delete through them. Missing
+        ones are fine."""
+        with os_errors("check", self._root), self._dir("") as root_fd:
+            for name in LAYOUT:
+                try:
+                    mode = lstat_at(name, root_fd).st_mode
+                except FileNotFoundError:
+                    continue
+                if not stat.S_ISDIR(mode):
+                    raise StorageError(
+                        f"{self._root / name} is {file_kind(mode)}, not a directory: odf_chain "
+                        "does not read, write or remove files through it"
+                    )
+
+    @contextlib.contextmanager
+    def _dir(self, relative: str, *, create: bool = False) -> Iterator[int]:
+        """A descriptor of the dataset's directory ``relative`` ("" for the root), reached
+        without following a symlink below the root: a symlinked ``data/`` or ``blocks/`` is
+        refused, never read or deleted through. ``create`` makes missing directories.
+
+        Raises FileNotFoundError for a missing component, StorageError for one that is not a
+        directory.
+        """
+        held = self._held
+        if held is not None and relative.startswith(DERIVED_DIR):
+            if relative not in held:
+                with self._open_dir(relative, create=create) as fd:
+                    held[relative] = os.dup(fd)
+            yield held[relative]
+            return
+        with self._open_dir(relative, create=create) as fd:
+            yield fd
+
+    @contextlib.contextmanager
+    def _open_dir(self, relative: str, *, create: bool = False) -> Iterator[int]:
+        fd = os.open(self._root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            path = self._root
+            for part in filter(None, relative.split("/")):
+                path = path / part
+                try:
+                    child = os.open(part, DIR_FLAGS, dir_fd=fd)
+                except FileNotFoundError:
+                    if not create:
+                        raise
+                    with contextlib.suppress(FileExistsError):
+                        os.mkdir(part, dir_fd=fd)
+                        os.fsync(fd)
+                    child = os.open(part, DIR_FLAGS, dir_fd=fd)
+                except OSError as exc:
+                    if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                        raise
+                    kind = file_kind(lstat_at(part, fd).st_mode)
+                    raise StorageError(f"{path} is {kind}, not a directory: not followed") from None
+                os.close(fd)
+                fd = child
+            yield fd
+        finally:
+            os.close(fd)
+
+    def _open_regular(self, relative: str) -> int:
+        """A read descriptor of the regular file ``relative``: never through a symlink, never a
+        FIFO or a device (checked before opening and again on the opened file)."""
+        parent, _, name = relative.rpartition("/")
+        with self._dir(parent) as dir_fd:
+            return open_regular_at(dir_fd, name, self._root / relative)[0]
+
+    def _read_bounded(self, relative: str, limit: int, what: str) -> bytes:
+        """The bytes of a regular file of at most ``limit`` bytes: a larger one is refused
+        before reading, and one that grows while read is refused at ``limit + 1`` bytes."""
+        parent, _, name = relative.rpartition("/")
+        with self._dir(parent) as dir_fd:
+            return read_regular_at(dir_fd, name, self._root / relative, limit, what)
+
+    def _entry_mode(self, relative: str) -> int | None:
+        """The type bits of ``relative`` itself (a symlink is not followed); None if missing."""
+        parent, _, name = relative.rpartition("/")
+        try:
+            with self._dir(parent) as dir_fd:
+                return lstat_at(name, dir_fd).st_mode
+        except FileNotFoundError:
+            return None
+
+    def _names(self, directory: str) -> list[str]:
+        """The names of the regular files of a layout directory (symlinks and other entries are
+        :meth:`irregular_entries`)."""
+        path = self._root / directory
+        try:
+            with self._dir(directory) as dir_fd, os.scandir(dir_fd) as it:
+                return sorted(
+                    e.name for e in it if is_name(e.name) and e.is_file(follow_symlinks=False)
+                )
+        except FileNotFoundError:
+            raise NotFoundError(f"{path} is missing") from None
+        except OSError as exc:
+            raise storage_error(exc, "list", path) from exc
+
+    @staticmethod
+    def _irregular(directory: str, others: list[os.DirEntry]) -> list[tuple[str, str]]:
+        """Of the entries a listing did not type as regular files, those that are not."""
+        found = []
+        for entry in others:
+            try:
+                mode = entry.stat(follow_symlinks=False).st_mode
+            except FileNotFoundError:  # removed meanwhile
+                continue
+            if not (stat.S_ISREG(mode) or (directory == STAGING and stat.S_ISDIR(mode))):
+                found.append((f"{directory}/{entry.name}", file_kind(mode)))
+        return found
+
+    def _remove(self, relative: str) -> bool:
+        """Unlink the regular file ``relative`` through its directory's descriptor: never a
+        symlink's target, never anything outside the dataset."""
+        parent, _, name = relative.rpartition("/")
+        path = self._root / relative
+        with os_errors("remove", path):
+            try:
+                with self._dir(parent) as dir_fd:
+                    mode = lstat_at(name, dir_fd).st_mode
+                    if not stat.S_ISREG(mode):
+                        raise StorageError(f"{path} is {file_kind(mode)}: not removed")
+                    os.unlink(name, dir_fd=dir_fd)
+            except FileNotFoundError:
+                return False
+        return True
+
+    def _remove_entry(self, directory: str, name: str) -> None:
+        """Remove ``directory/name``: a folder with everything in it (symlinks inside are
+        unlinked, never followed), or a regular file; missing is fine."""
+        with self._dir(directory) as dir_fd:
+            try:
+                mode = lstat_at(name, dir_fd).st_mode
+            except FileNotFoundError:
+                return
+            if stat.S_ISDIR(mode):
+                shutil.rmtree(name, dir_fd=dir_fd, onerror=missing_is_fine)
+            elif stat.S_ISREG(mode):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(name, dir_fd=dir_fd)
+            else:
+                raise StorageError(
+                    f"{self._root / directory / name} is {file_kind(mode)}: not removed"
+                )

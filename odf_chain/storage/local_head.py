@@ -1,0 +1,217 @@
+"""The head of a local dataset: ``refs/head``, moved only by compare-and-swap under an OS lock
+that dies with its holder, and ``logs/head`` (git's reflog), to which every move is appended,
+so a head that moved back is known."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import stat
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from odf_chain.errors import ConflictError, FormatError, StorageError
+from odf_chain.storage.base import (
+    HEAD_LOG,
+    MAX_HEAD_BYTES,
+    MAX_HEAD_LOG_BYTES,
+    HeadMove,
+    head_log_line,
+    last_complete_line,
+    logged_head,
+    parse_head_log,
+    shown,
+)
+from odf_chain.storage.layout import check_name, is_name
+from odf_chain.storage.local_files import (
+    DatasetDir,
+    os_errors,
+    storage_error,
+    write_all,
+    write_atomic,
+)
+from odf_chain.storage.user_files import file_kind
+
+_LOG_FLAGS = os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_LOG_TAIL = 4096  # a head log line is ~160 bytes: the last one is in this many
+LOCK_TIMEOUT = 30.0
+_LOCK_POLL = 0.005
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class LocalHead(DatasetDir):
+    """The head and its log (see :class:`~odf_chain.storage.base.HeadStore`)."""
+
+    @property
+    def _head_path(self) -> Path:
+        return self._root / "refs" / "head"
+
+    def read_head(self) -> str | None:
+        """The head block hash, or None for a dataset with no blocks yet."""
+        try:
+            data = self._read_bounded("refs/head", MAX_HEAD_BYTES, "a head")
+        except FileNotFoundError:
+            return None
+        except OSError as exc:  # an unreadable file
+            raise storage_error(exc, "read", self._head_path) from exc
+        head = data.decode("ascii", errors="replace").removesuffix("\n")
+        if not is_name(head):
+            raise FormatError(f"{self._head_path}: invalid head {shown(data)}")
+        return head
+
+    def read_head_log(self) -> list[HeadMove]:
+        """Every logged head move, oldest first; [] for a dataset from before the log."""
+        path = self._root / HEAD_LOG
+        try:
+            data = self._read_bounded(HEAD_LOG, MAX_HEAD_LOG_BYTES, "the head log")
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise storage_error(exc, "read", path) from exc
+        return parse_head_log(data, str(path))
+
+    def logged_head(self) -> str | None:
+        """The last logged head, from the log's last few KiB (never the whole log)."""
+        path = self._root / HEAD_LOG
+        try:
+            fd = self._open_regular(HEAD_LOG)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise storage_error(exc, "read", path) from exc
+        try:
+            size = os.fstat(fd).st_size
+            tail = os.pread(fd, min(size, _LOG_TAIL), size - min(size, _LOG_TAIL))
+        except OSError as exc:
+            raise storage_error(exc, "read", path) from exc
+        finally:
+            os.close(fd)
+        return logged_head(last_complete_line(tail))
+
+    @property
+    def locks_head(self) -> bool:
+        return True
+
+    @property
+    def head_moves_atomically(self) -> bool:
+        return True
+
+    @contextlib.contextmanager
+    def head_lock(self, timeout: float = LOCK_TIMEOUT) -> Iterator[None]:
+        """Hold the exclusive head lock: ``flock`` on ``refs/.head.lock``. The OS drops it when
+        the holder's process dies, so a crashed writer never leaves a stale lock behind. Writers
+        hold it to move the head, gc for its whole deletion pass."""
+        lock_path = self._root / "refs" / ".head.lock"
+        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        with os_errors("open the head lock", lock_path), self._dir("refs") as refs_fd:
+            fd = os.open(".head.lock", flags, 0o644, dir_fd=refs_fd)
+        try:
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except OSError as e:
+                    if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                        raise storage_error(e, "lock", lock_path) from e
+                if time.monotonic() >= deadline:
+                    raise ConflictError(f"could not lock {lock_path} within {timeout:g} s")
+                time.sleep(_LOCK_POLL)
+            yield
+        finally:
+            os.close(fd)  # closing the descriptor releases the flock
+
+    def compare_and_swap_head(
+        self,
+        expected: str | None,
+        new: str,
+        *,
+        blocks: Iterable[str] = (),
+        data: Iterable[str] = (),
+        timeout: float = LOCK_TIMEOUT,
+    ) -> None:
+        """Point the head at ``new`` only if it still is ``expected``: of two writers appending
+        to the same head, exactly one wins and the other learns so before anything is visible.
+
+        ``blocks`` and ``data`` name the files the new head needs. They were put in place
+        before the lock was taken, so gc (which deletes only under this lock) may have taken
+        one as a leftover meanwhile: each is checked here, and a missing one refuses the move.
+        So no acknowledged write ever lacks a file. The move is then appended to the head log.
+        """
+        check_name(new, "head")
+        if expected is not None:
+            check_name(expected, "expected head")
+        with self.head_lock(timeout):
+            current = self.read_head()
+            if current != expected:
+                raise ConflictError(
+                    f"head moved: expected {expected or 'no head'}, found "
+                    f"{current or 'no head'}; another writer appended first — re-open and retry"
+                )
+            for directory, names in (("blocks", blocks), ("data", data)):
+                for name in names:
+                    relative = f"{directory}/{check_name(name)}"
+                    with os_errors("check", self._root / relative):
+                        present = self._entry_mode(relative)
+                    if present is None or not stat.S_ISREG(present):
+                        raise ConflictError(
+                            f"{self._root / relative} is missing at the head move (taken by gc, "
+                            "or never written): nothing was committed; retry the write"
+                        )
+            log_fd = self._open_head_log(current)
+            try:
+                staging = self.staging_dir
+                with os_errors("write", self._head_path):
+                    write_atomic(self._head_path, new.encode("ascii"), staging)
+                # The head has moved: a failure now must not report the write as failed. The
+                # log then misses this move until the next one repairs it (_open_head_log).
+                with contextlib.suppress(OSError):
+                    write_all(log_fd, head_log_line(expected, new, _now_ms()))
+                    os.fsync(log_fd)
+            finally:
+                os.close(log_fd)
+
+    def _open_head_log(self, current: str | None) -> int:
+        """The head log open for appending (under the head lock), made consistent first: a last
+        line a crash cut short is cut off, and if a crash fell between a head move and its log
+        line (the log's last head is not ``current``), the missing move is appended. So the log
+        never names a head that never was, and lacks at most the current one."""
+        path = self._root / HEAD_LOG
+        with os_errors("write", path), self._dir("logs", create=True) as logs_fd:
+            try:
+                fd = os.open("head", _LOG_FLAGS | os.O_CREAT | os.O_EXCL, 0o666, dir_fd=logs_fd)
+                os.fsync(logs_fd)
+            except FileExistsError:
+                try:
+                    fd = os.open("head", _LOG_FLAGS, dir_fd=logs_fd)
+                except OSError as exc:
+                    if exc.errno != errno.ELOOP:
+                        raise
+                    raise StorageError(f"{path} is a symlink: not written through") from None
+            try:
+                info = os.fstat(fd)
+                if not stat.S_ISREG(info.st_mode):
+                    raise StorageError(f"{path} is not a regular file ({file_kind(info.st_mode)})")
+                size = info.st_size
+                tail = os.pread(fd, min(size, _LOG_TAIL), size - min(size, _LOG_TAIL))
+                if tail and not tail.endswith(b"\n"):
+                    end = tail.rfind(b"\n")
+                    if end >= 0 or size <= _LOG_TAIL:  # a torn append: cut it off
+                        os.ftruncate(fd, size - len(tail) + end + 1)
+                        tail = tail[: end + 1]
+                    else:  # a line longer than any we write: end it, verify names it
+                        write_all(fd, b"\n")
+                        tail = b"\n"
+                logged = logged_head(last_complete_line(tail))
+                if current is not None and logged != current:
+                    write_all(fd, head_log_line(logged, current, _now_ms()))
+            except BaseException:
+                os.close(fd)
+                raise
+        return fd
