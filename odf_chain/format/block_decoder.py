@@ -21,7 +21,8 @@ from datetime import datetime
 from typing import Any
 
 from odf_chain.errors import FormatError
-from odf_chain.events import (
+from odf_chain.format.did import DatasetId
+from odf_chain.format.events import (
     EVENT_TYPE_IDS,
     AddData,
     AddFieldLineage,
@@ -52,7 +53,6 @@ from odf_chain.events import (
     TransformationSubtype,
     TransformationType,
 )
-from odf_chain.format.did import DatasetId
 from odf_chain.format.generated import (
     AddPushSource as fbAddPushSource,
     DataSchema as fbDataSchema,

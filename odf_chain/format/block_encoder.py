@@ -24,7 +24,8 @@ from typing import Any
 import flatbuffers
 
 from odf_chain.errors import FormatError
-from odf_chain.events import (
+from odf_chain.format.did import DatasetId
+from odf_chain.format.events import (
     EVENT_TYPE_IDS,
     AddData,
     AddFieldLineage,
@@ -49,7 +50,6 @@ from odf_chain.events import (
     SourceState,
     Transformation,
 )
-from odf_chain.format.did import DatasetId
 from odf_chain.format.generated import (
     AddData as fbAddData,
     AddFieldLineage as fbAddFieldLineage,

@@ -22,9 +22,9 @@ import struct
 import flatbuffers
 
 from odf_chain.errors import FormatError
-from odf_chain.events import MetadataBlock
 from odf_chain.format.block_decoder import EVENT_READERS, TableReader, as_hash
 from odf_chain.format.block_encoder import BlockEncoder, check_block
+from odf_chain.format.events import MetadataBlock
 from odf_chain.format.generated import Manifest as fbManifest
 from odf_chain.format.multihash import Multihash
 

@@ -22,9 +22,9 @@ from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
-from odf_chain.events import EVENT_TYPE_IDS, AddData
 from odf_chain.format import extra_json
 from odf_chain.format.codec import MANIFEST_KIND_METADATA_BLOCK, READABLE_VERSIONS
+from odf_chain.format.events import EVENT_TYPE_IDS, AddData
 from odf_chain.format.multihash import BLAKE3, SHA3_256, Multihash
 
 ADD_DATA = EVENT_TYPE_IDS[AddData]

@@ -1,0 +1,360 @@
+"""Metadata events and blocks as immutable values.
+
+Field names follow the ODF schema so that a reader of the spec finds them here unchanged.
+Events odf_chain writes have full typed fields; events it only needs to *read* from chains made
+by other ODF tools (sources, transforms, attachments) keep their nested content as plain data
+(``dict``/``tuple``, union members tagged with ``"kind"``) — enough to show and compare them.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import pyarrow as pa
+
+from odf_chain.format.arrow_schema import schema_from_bare_flatbuffer, schema_to_bare_flatbuffer
+from odf_chain.format.data_schema import data_schema_to_arrow
+from odf_chain.format.did import DatasetId
+from odf_chain.format.multihash import Multihash
+
+# ---------------------------------------------------------------------------------------------
+# Parts
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetInterval:
+    """A closed interval ``[start, end]`` of record offsets."""
+
+    start: int
+    end: int
+
+
+@dataclass(frozen=True, slots=True)
+class DataSlice:
+    logical_hash: Multihash
+    physical_hash: Multihash
+    offset_interval: OffsetInterval
+    size: int
+
+    @property
+    def num_records(self) -> int:
+        return self.offset_interval.end - self.offset_interval.start + 1
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    physical_hash: Multihash
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class SourceState:
+    source_name: str | None = None
+    kind: str | None = None
+    value: str | None = None
+
+
+class DatasetKind(enum.IntEnum):
+    ROOT = 0
+    DERIVATIVE = 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Events odf_chain writes
+
+
+@dataclass(frozen=True)
+class AddData:
+    """Data appended to a root dataset: one slice, with the offsets it covers."""
+
+    prev_checkpoint: Multihash | None = None
+    prev_offset: int | None = None
+    new_data: DataSlice | None = None
+    new_checkpoint: Checkpoint | None = None
+    new_watermark: datetime | None = None
+    new_source_state: SourceState | None = None
+    extra: Mapping[str, Any] | None = None  # ODF ExtraAttributes: a JSON object
+
+
+@dataclass(frozen=True, slots=True)
+class ExecuteTransformInput:
+    dataset_id: DatasetId | None = None
+    prev_block_hash: Multihash | None = None
+    new_block_hash: Multihash | None = None
+    prev_offset: int | None = None
+    new_offset: int | None = None
+
+
+@dataclass(frozen=True)
+class ExecuteTransform:
+    query_inputs: tuple[ExecuteTransformInput, ...] = ()
+    prev_checkpoint: Multihash | None = None
+    prev_offset: int | None = None
+    new_data: DataSlice | None = None
+    new_checkpoint: Checkpoint | None = None
+    new_watermark: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Seed:
+    """The first block of every chain: names the dataset for its whole life."""
+
+    dataset_id: DatasetId
+    dataset_kind: DatasetKind = DatasetKind.ROOT
+
+
+@dataclass(frozen=True, slots=True)
+class SetVocab:
+    """Renames the system columns; ``None`` keeps ODF's default name."""
+
+    offset_column: str | None = None
+    operation_type_column: str | None = None
+    system_time_column: str | None = None
+    event_time_column: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SetInfo:
+    description: str | None = None
+    keywords: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SetLicense:
+    short_name: str | None = None
+    name: str | None = None
+    spdx_id: str | None = None
+    website_url: str | None = None
+
+
+@dataclass(frozen=True)
+class SetDataSchema:
+    """The Arrow schema of every data slice added after this block.
+
+    ``raw_arrow_schema`` holds the bare Arrow ``Schema`` flatbuffer (ODF field id 0). ``schema``
+    is ODF's newer structured form (field id 1), kept as plain data when another tool wrote it.
+    """
+
+    raw_arrow_schema: bytes | None = None
+    schema: Mapping[str, Any] | None = None
+
+    @classmethod
+    def from_arrow(cls, schema: pa.Schema) -> SetDataSchema:
+        return cls(raw_arrow_schema=schema_to_bare_flatbuffer(schema))
+
+    @functools.cached_property
+    def arrow_schema(self) -> pa.Schema:
+        """The schema as pyarrow sees it, decoded once (the rules and the fold both need it)."""
+        return self.to_arrow()
+
+    def to_arrow(self) -> pa.Schema:
+        """The schema as pyarrow sees it."""
+        if self.raw_arrow_schema is not None:
+            return schema_from_bare_flatbuffer(self.raw_arrow_schema)
+        return data_schema_to_arrow(self.schema)
+
+
+@dataclass(frozen=True, slots=True)
+class DisablePushSource:
+    source_name: str
+
+
+@dataclass(frozen=True, slots=True)
+class DisablePollingSource:
+    pass
+
+
+# ---------------------------------------------------------------------------------------------
+# Field lineage (odf_chain's own event; not part of ODF)
+
+
+class TransformationType(enum.IntEnum):
+    """OpenLineage's split: DIRECT = the output's value comes from the input's value; INDIRECT =
+    the input only decides which rows or groups exist (filter, join key, group-by, sort)."""
+
+    DIRECT = 0
+    INDIRECT = 1
+
+
+class TransformationSubtype(enum.IntEnum):
+    IDENTITY = 0
+    TRANSFORMATION = 1
+    AGGREGATION = 2
+    JOIN = 3
+    FILTER = 4
+    GROUP_BY = 5
+    SORT = 6
+    WINDOW = 7
+    CONDITIONAL = 8
+
+
+@dataclass(frozen=True, slots=True)
+class Transformation:
+    """How inputs become outputs. ``masking``: the output hides the input (hash, redaction).
+    ``opaque``: the step could not be looked into (Python UDF, mapInPandas, RDD round trip), so
+    every input it could see is listed and the exact mapping is unknown."""
+
+    type: TransformationType = TransformationType.DIRECT
+    subtype: TransformationSubtype = TransformationSubtype.IDENTITY
+    masking: bool = False
+    opaque: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class LineageInput:
+    """What a run read, under a ``name`` that field references use.
+
+    Either another odf_chain dataset pinned at a block (``dataset_id`` and ``block_hash``; the
+    ``uri`` then says where it was found), or an external source by ``uri`` and, when known, the
+    ``content_hash`` of what was read.
+    """
+
+    name: str
+    uri: str | None = None
+    dataset_id: DatasetId | None = None
+    block_hash: Multihash | None = None
+    content_hash: Multihash | None = None
+
+    @property
+    def is_dataset(self) -> bool:
+        return self.dataset_id is not None
+
+
+@dataclass(frozen=True, slots=True)
+class InputField:
+    """A field an operation reads: ``origin`` names one of the run's inputs (``field`` is then a
+    v2 path in that input's schema) or an earlier operation of the same event (``field`` is then
+    one of that operation's outputs)."""
+
+    origin: str
+    field: str
+
+
+@dataclass(frozen=True, slots=True)
+class FieldOperation:
+    """A CDAP-style field operation.
+
+    ``outputs`` are fields this operation produces. When ``writes`` is true they are v2 paths of
+    this dataset, otherwise intermediate names that later operations read through
+    :class:`InputField`. An operation with no outputs is a drop: recorded, not lost.
+
+    Every output derives from every input, except in an IDENTITY operation with as many outputs
+    as inputs, which copies them pairwise in order (the i-th input becomes the i-th output):
+    that is how a read or a write of many fields is one operation.
+    """
+
+    name: str
+    inputs: tuple[InputField, ...] = ()
+    outputs: tuple[str, ...] = ()
+    transformation: Transformation = Transformation()
+    description: str | None = None
+    writes: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class LineageRun:
+    """The run that wrote the data following the lineage event. ``offsets``: the records it
+    wrote, so any offset can be traced back to its run (``None``: the run wrote no records)."""
+
+    job_name: str
+    run_id: str
+    started_at: datetime
+    ended_at: datetime | None = None
+    offsets: OffsetInterval | None = None
+
+
+@dataclass(frozen=True)
+class AddFieldLineage:
+    """Field-level lineage of one run, appended just before that run's AddData blocks."""
+
+    run: LineageRun
+    inputs: tuple[LineageInput, ...] = ()
+    operations: tuple[FieldOperation, ...] = ()
+
+
+# ---------------------------------------------------------------------------------------------
+# Events odf_chain reads but does not write (content kept as plain data)
+
+
+@dataclass(frozen=True)
+class SetPollingSource:
+    fetch: Mapping[str, Any] | None = None
+    prepare: tuple[Mapping[str, Any], ...] | None = None
+    read: Mapping[str, Any] | None = None
+    preprocess: Mapping[str, Any] | None = None
+    merge: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class AddPushSource:
+    source_name: str | None = None
+    read: Mapping[str, Any] | None = None
+    preprocess: Mapping[str, Any] | None = None
+    merge: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class SetTransform:
+    inputs: tuple[Mapping[str, Any], ...] | None = None
+    transform: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class SetAttachments:
+    attachments: Mapping[str, Any] | None = None
+
+
+MetadataEvent = (
+    AddData
+    | ExecuteTransform
+    | Seed
+    | SetPollingSource
+    | SetTransform
+    | SetVocab
+    | SetAttachments
+    | SetInfo
+    | SetLicense
+    | SetDataSchema
+    | AddPushSource
+    | DisablePushSource
+    | DisablePollingSource
+    | AddFieldLineage
+)
+
+# ODF's MetadataEvent union ids; part of the bytes, never to be moved.
+EVENT_TYPE_IDS: dict[type, int] = {
+    AddData: 1,
+    ExecuteTransform: 2,
+    Seed: 3,
+    SetPollingSource: 4,
+    SetTransform: 5,
+    SetVocab: 6,
+    SetAttachments: 7,
+    SetInfo: 8,
+    SetLicense: 9,
+    SetDataSchema: 10,
+    AddPushSource: 11,
+    DisablePushSource: 12,
+    DisablePollingSource: 13,
+    # odf_chain's own events: ids far from ODF's 1..13 so that a future ODF event cannot collide.
+    AddFieldLineage: 200,
+}
+
+
+@dataclass(frozen=True)
+class MetadataBlock:
+    """One link of the chain: an event, when it was written, and what came before it."""
+
+    system_time: datetime
+    prev_block_hash: Multihash | None
+    sequence_number: int
+    event: MetadataEvent = field()
+
+    @property
+    def event_name(self) -> str:
+        return type(self.event).__name__
