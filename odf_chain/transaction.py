@@ -82,6 +82,7 @@ class Transaction:
     created: list[str] = field(default_factory=list)  # slices this transaction put in data/
     _slices: int = 0
     _checked_rollback: bool = False
+    _committing: bool = False  # block files may have been written
 
     # -- beginning --------------------------------------------------------------------------------
 
@@ -253,6 +254,7 @@ class Transaction:
         """Move the head once over every prepared block, then run the post-commit hooks; the
         state after the last block."""
         before = self.prepared[0].before
+        self._committing = True
         # the head log was checked when the transaction began: a rollback since then moved the
         # head off this transaction's base, which the head move refuses as a conflict
         after = chain.commit(
@@ -271,8 +273,8 @@ class Transaction:
         """The failure policy (see the module): withdraw the slices this transaction created
         and any of its block files a failed commit left, where that is proven safe (a block
         or slice the chain now names, or that cannot be proven unreferenced, stays)."""
-        blocks = [str(p.entry.hash) for p in self.prepared]
-        if self.created or blocks:
+        blocks = [str(p.entry.hash) for p in self.prepared] if self._committing else []
+        if self.created or blocks:  # else nothing was written: not even a lock is taken
             chain.withdraw(self.storage, self.base, blocks=blocks, data=self.created)
 
     def __enter__(self) -> Transaction:
