@@ -12,7 +12,8 @@ if [ "${1:-}" = "--fast" ]; then
   # without Java makes any Spark a test would start anyway fail instead of running
   shift
   export JAVA_HOME=/nonexistent/the-fast-loop-starts-no-java
-  set -- -m "not spark and not s3 and not slow" "$@"
+  # with no Spark session to share, the tests spread over the cores (pytest-xdist)
+  set -- -m "not spark and not s3 and not slow" -n auto "$@"
 fi
 # the slowest tests are listed at the end: the suite must stay well under 15 minutes
 exec .venv/bin/python -m pytest --durations=12 "$@"
