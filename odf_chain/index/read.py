@@ -12,8 +12,12 @@ How a reader gets the head state (:func:`open_index`):
    operator rolled the head back): walk back from the head at most :data:`CATCH_UP` blocks to
    a block a snapshot names (the old head snapshot, or a periodic one whose block the walk
    reached, so it is on this chain), restore that snapshot as in 1, then fold the walked blocks
-   forward with :func:`odf_chain.chain.advance` (every rule runs), and save the repair.
-3. Otherwise: :func:`rebuild`, one full fold through the existing code, then save.
+   forward with :func:`odf_chain.chain.advance` (every rule runs).
+3. Otherwise: :func:`rebuild`, one full fold through the existing code.
+
+A reader keeps what 2 and 3 derived in memory: reads never write the index. ``save=True``
+writes it back, for the writers' post-commit hook (:mod:`odf_chain.transaction`), ``odf-chain
+index`` and gc.
 
 ``state_at(seq k)``: the nearest snapshot ``j <= k`` (restored as in 1), then blocks ``j+1..k``
 by hash from the sequence-number table, each checked against its hash, sequence number, system
