@@ -25,6 +25,7 @@ from odf_chain.events import (
     DisablePollingSource,
     DisablePushSource,
     ExecuteTransform,
+    ExecuteTransformInput,
     MetadataBlock,
     OffsetInterval,
     Seed,
@@ -32,6 +33,7 @@ from odf_chain.events import (
     SetInfo,
     SetLicense,
     SetPollingSource,
+    SetTransform,
     SetVocab,
 )
 from odf_chain.format.columns import BlockColumns
@@ -263,6 +265,13 @@ class DatasetState:
     lineage_pending: PendingLineage | None = None
     last_lineage_sequence_number: int | None = None  # the latest AddFieldLineage, if any
     transactions: TransactionVersions = NO_TRANSACTIONS  # app id -> last version recorded
+    transform: SetTransform | None = None  # a derivative dataset's transformation in force
+    last_run_inputs: tuple[ExecuteTransformInput, ...] = ()  # the last ExecuteTransform's pins
+
+    def last_pin(self, dataset_id: DatasetId) -> ExecuteTransformInput | None:
+        """What the last run recorded for input ``dataset_id`` (its block and offset), or None
+        when the last run did not read it (or there was none)."""
+        return next((i for i in self.last_run_inputs if i.dataset_id == dataset_id), None)
 
     @property
     def hash_algorithm(self) -> str | None:
@@ -338,8 +347,12 @@ def _event_changes(state: DatasetState, block: MetadataBlock, block_hash: Multih
             return {"dataset_id": event.dataset_id, "dataset_kind": event.dataset_kind}
         case SetDataSchema():
             return {"schema": event.arrow_schema, "schema_sequence_number": block.sequence_number}
-        case AddData() | ExecuteTransform():
+        case AddData():
             return _data_changes(state, event)
+        case ExecuteTransform():
+            return {**_data_changes(state, event), "last_run_inputs": event.query_inputs}
+        case SetTransform():
+            return {"transform": event}
         case AddFieldLineage():
             return _lineage_changes(event, block.sequence_number, block_hash)
         case SetVocab():

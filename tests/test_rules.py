@@ -28,6 +28,7 @@ from odf_chain.events import (
     DisablePollingSource,
     DisablePushSource,
     ExecuteTransform,
+    ExecuteTransformInput,
     FieldOperation,
     InputField,
     LineageInput,
@@ -40,6 +41,7 @@ from odf_chain.events import (
     SetInfo,
     SetLicense,
     SetPollingSource,
+    SetTransform,
     SetVocab,
 )
 from odf_chain.format.did import DatasetId
@@ -546,8 +548,125 @@ def test_add_data_in_a_derivative_dataset() -> None:
         "AddData only in a root dataset",
         "found it in a derivative one",
     )
-    c.add(ExecuteTransform(new_data=data_slice(0, 9)))
+    c.add(_transform())
+    c.add(ExecuteTransform(query_inputs=(_pin(None, mh(50), None, 4),), new_data=data_slice(0, 9)))
     assert c.state.last_offset == 9
+
+
+INPUT_A = DatasetId(bytes([7]) * 32)
+INPUT_B = DatasetId(bytes([8]) * 32)
+
+
+def _transform(*ids: DatasetId, query: str = "SELECT * FROM a") -> SetTransform:
+    ids = ids or (INPUT_A,)
+    return SetTransform(
+        inputs=tuple({"dataset_ref": i.to_did(), "alias": f"in{n}"} for n, i in enumerate(ids)),
+        transform={
+            "kind": "TransformSql",
+            "engine": "spark",
+            "version": "4.0",
+            "query": None,
+            "queries": ({"alias": None, "query": query},),
+            "temporal_tables": None,
+        },
+    )
+
+
+def _pin(prev_block, new_block, prev_offset, new_offset, dataset_id=INPUT_A):
+    return ExecuteTransformInput(dataset_id, prev_block, new_block, prev_offset, new_offset)
+
+
+def _derivative() -> Chain:
+    c = Chain()
+    c.add(Seed(dataset_id=DID, dataset_kind=DatasetKind.DERIVATIVE), block_hash=mh(1))
+    c.add(SetDataSchema.from_arrow(SCHEMA))
+    return c
+
+
+def test_execute_transform_without_a_transform() -> None:
+    c = _derivative()
+    c.reject(
+        ExecuteTransform(query_inputs=(_pin(None, mh(50), None, 4),)),
+        "transform-inputs",
+        "expected a SetTransform before the first ExecuteTransform",
+    )
+
+
+@pytest.mark.parametrize(
+    ("change", "fragment"),
+    [
+        ({"inputs": ()}, "at least one input"),
+        ({"inputs": ({"dataset_ref": "sensors", "alias": "s"},)}, "name a dataset id"),
+        ({"inputs": ({"dataset_ref": INPUT_A.to_did(), "alias": ""},)}, "to have an alias"),
+        (
+            {
+                "inputs": (
+                    {"dataset_ref": INPUT_A.to_did(), "alias": "x"},
+                    {"dataset_ref": INPUT_B.to_did(), "alias": "x"},
+                )
+            },
+            "unique aliases",
+        ),
+        (
+            {
+                "inputs": (
+                    {"dataset_ref": INPUT_A.to_did(), "alias": "x"},
+                    {"dataset_ref": INPUT_A.to_did(), "alias": "y"},
+                )
+            },
+            "each input once",
+        ),
+        ({"transform": None}, "TransformSql"),
+        ({"transform": {"kind": "TransformSql", "engine": "", "queries": ()}}, "engine"),
+        ({"transform": {"kind": "TransformSql", "engine": "spark", "queries": ()}}, "a query"),
+    ],
+)
+def test_malformed_set_transform(change, fragment) -> None:
+    c = _derivative()
+    c.reject(replace(_transform(), **change), "transform", fragment)
+
+
+def test_set_transform_in_a_root_dataset() -> None:
+    c = seeded()
+    c.reject(_transform(), "dataset-kind", "SetTransform only in a derivative dataset")
+
+
+def test_runs_carry_on_where_the_last_run_stopped() -> None:
+    c = _derivative()
+    c.add(_transform(INPUT_A, INPUT_B))
+    first = (_pin(None, mh(50), None, 4), _pin(None, mh(60), None, None, INPUT_B))
+    c.add(ExecuteTransform(query_inputs=first, new_data=data_slice(0, 9)))
+    assert c.state.last_pin(INPUT_A) == first[0]
+    # inputs in another order, or one missing
+    c.reject(
+        ExecuteTransform(query_inputs=(first[1], first[0]), prev_offset=9),
+        "transform-inputs",
+        "the SetTransform's, in its order",
+    )
+    c.reject(
+        ExecuteTransform(query_inputs=(_pin(mh(50), mh(51), 4, 8),), prev_offset=9),
+        "transform-inputs",
+    )
+    b_same = _pin(mh(60), mh(60), None, None, INPUT_B)
+    for wrong, fragment in [
+        (_pin(mh(49), mh(51), 4, 8), "expected prev_block_hash"),
+        (_pin(None, mh(51), None, 8), "expected prev_block_hash"),
+        (_pin(mh(50), mh(51), 3, 8), "expected prev_offset 4"),
+        (_pin(mh(50), mh(51), 4, 3), "expected new_offset >= prev_offset 4"),
+        (_pin(mh(50), mh(51), 4, None), "expected new_offset >= prev_offset 4"),
+        (_pin(mh(50), mh(50), 4, 6), "the same block read again"),
+        (_pin(mh(50), None, 4, 8), "expected new_block_hash"),
+    ]:
+        c.reject(
+            ExecuteTransform(query_inputs=(wrong, b_same), prev_offset=9),
+            "transform-inputs",
+            fragment,
+        )
+    c.add(ExecuteTransform(query_inputs=(_pin(mh(50), mh(51), 4, 8), b_same), prev_offset=9))
+    # a new transform without input B: B's pins no longer matter; A carries on
+    c.add(_transform(INPUT_A, query="SELECT 1 FROM a"))
+    c.add(ExecuteTransform(query_inputs=(_pin(mh(51), mh(52), 8, 9),), prev_offset=9))
+    assert c.state.transform.transform["queries"][0]["query"] == "SELECT 1 FROM a"
 
 
 def test_set_vocab_after_the_schema() -> None:
@@ -1149,6 +1268,8 @@ RULE_TESTS = {
     "lineage-outputs": test_lineage_writes_a_field_not_in_the_schema,
     "lineage-data": test_schema_between_lineage_and_its_data,
     "transaction-version": test_transaction_version_must_increase_per_app_id,
+    "transform": lambda: test_malformed_set_transform({"inputs": ()}, "at least one input"),
+    "transform-inputs": test_runs_carry_on_where_the_last_run_stopped,
 }
 
 
@@ -1174,6 +1295,8 @@ def test_every_documented_rule_is_exercised() -> None:
         "lineage-outputs",
         "lineage-data",
         "transaction-version",
+        "transform",
+        "transform-inputs",
         "no-op",
     }
     assert set(RULE_TESTS) == names

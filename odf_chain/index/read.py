@@ -53,6 +53,7 @@ from odf_chain.events import (
     SetDataSchema,
     SetInfo,
     SetLicense,
+    SetTransform,
     SetVocab,
 )
 from odf_chain.format.multihash import Multihash
@@ -108,6 +109,8 @@ _KINDS: dict[str, Callable[[object], bool]] = {
     "data": lambda e: _data(e) and e.new_data is not None,
     "checkpoint": lambda e: _data(e) and e.new_checkpoint is not None,
     "watermark": lambda e: _data(e) and e.new_watermark is not None,
+    "transform": lambda e: isinstance(e, SetTransform),
+    "run": lambda e: isinstance(e, ExecuteTransform),
 }
 
 
@@ -354,6 +357,8 @@ def restore(index: ChainIndex, snapshot: Snapshot) -> tuple[DatasetState, Pointe
         last_offset=None if data is None else data.new_data.offset_interval.end,
         last_checkpoint=None if checkpoint is None else checkpoint.new_checkpoint.physical_hash,
         watermark=None if watermark is None else watermark.new_watermark,
+        transform=events.get("transform"),
+        last_run_inputs=events["run"].query_inputs if "run" in events else (),
         **snapshot.values(),
     )
     _cross_check(index, snapshot, state)

@@ -32,6 +32,7 @@ from odf_chain.events import (
     SetDataSchema,
     SetInfo,
     SetLicense,
+    SetTransform,
     SetVocab,
 )
 from odf_chain.format.multihash import Multihash
@@ -52,7 +53,7 @@ _LIST = struct.Struct("<Q34sI")
 SEQ_RECORD_BYTES = _SEQ.size
 LIST_RECORD_BYTES = _LIST.size
 SEGMENT_BYTES = SEGMENT_ENTRIES * SEQ_RECORD_BYTES
-_MAGIC = b"odf-chain-index-snapshot 2 "  # 2: transactions say which block recorded them
+_MAGIC = b"odf-chain-index-snapshot 3 "  # 3: a derivative's transform and last run
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICRO = timedelta(microseconds=1)
 
@@ -195,6 +196,8 @@ class Pointers:
     data: Pointer | None = None  # the last block with new_data: last_offset
     checkpoint: Pointer | None = None  # the last block with new_checkpoint
     watermark: Pointer | None = None  # the last block with new_watermark
+    transform: Pointer | None = None  # the last SetTransform
+    run: Pointer | None = None  # the last ExecuteTransform: its input pins
 
     def after(self, block: MetadataBlock, block_hash: Multihash) -> Pointers:
         """The pointers once ``block`` is in the chain (which block last set what; the rules
@@ -212,8 +215,10 @@ class Pointers:
                 return replace(self, info=here)
             case SetLicense():
                 return replace(self, license=here)
+            case SetTransform():
+                return replace(self, transform=here)
             case AddData() | ExecuteTransform():
-                changes = {}
+                changes = {"run": here} if isinstance(event, ExecuteTransform) else {}
                 if event.new_data is not None:
                     changes["data"] = here
                 if event.new_checkpoint is not None:

@@ -24,7 +24,14 @@ offsets                   slices are contiguous: prev_offset = last offset, star
                           end >= start
 watermark                 once set, the watermark is carried and never decreases
 checkpoint                prev_checkpoint = the last checkpoint
-dataset-kind              AddData only in root datasets, ExecuteTransform only in derivative ones
+dataset-kind              AddData only in root datasets, ExecuteTransform and SetTransform only in
+                          derivative ones
+transform                 a SetTransform names at least one input, each by dataset id (did:odf)
+                          with a unique alias, and holds a TransformSql with an engine and a query
+transform-inputs          an ExecuteTransform comes after a SetTransform and pins exactly its
+                          inputs, in its order, each starting where the last run that read it
+                          stopped (prev block and offset = that run's new ones), offsets never
+                          going back
 vocab-before-schema       a SetVocab that renames a system column only before the first
                           SetDataSchema (the schema and every slice name the columns as they
                           were); one that restates the vocabulary in force is accepted anywhere
@@ -64,7 +71,8 @@ under ``lineage-input-dangling``; verify warns (``lineage-input-unreachable``) a
 cannot open.
 
 One module per topic, one place per rule: :mod:`.blocks` (the rules on any ODF block),
-:mod:`.lineage` (the field lineage event), :mod:`.transactions` (transaction-version) and
+:mod:`.lineage` (the field lineage event), :mod:`.transactions` (transaction-version),
+:mod:`.transforms` (a derivative dataset's transform and runs) and
 :mod:`.plain_run` (the same rules over a run of plain AddData blocks, for verify). :data:`RULES`
 below is their order; :func:`validate` runs them.
 """
@@ -103,6 +111,12 @@ from odf_chain.rules.transactions import (
     transaction_problem,
     transaction_recorded,
 )
+from odf_chain.rules.transforms import (
+    check_run_inputs,
+    check_transform,
+    transform_input_ids,
+    transform_problem,
+)
 from odf_chain.state import DatasetState
 
 __all__ = [
@@ -118,17 +132,21 @@ __all__ = [
     "check_lineage_writes",
     "check_link",
     "check_no_op",
+    "check_run_inputs",
     "check_schema",
     "check_seed",
     "check_sequence",
     "check_system_time",
     "check_transaction",
+    "check_transform",
     "check_vocab",
     "lineage_input_problems",
     "plain_run_passes",
     "transaction_argument",
     "transaction_problem",
     "transaction_recorded",
+    "transform_input_ids",
+    "transform_problem",
     "validate",
 ]
 
@@ -143,6 +161,8 @@ RULES: tuple[Rule, ...] = (
     check_schema,
     check_data,
     check_dataset_kind,
+    check_transform,
+    check_run_inputs,
     check_vocab,
     check_lineage_structure,
     check_lineage_writes,
