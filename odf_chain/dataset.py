@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
-from odf_chain import chain, replay, rules, slice_reader, slice_writer, slices
+from odf_chain import chain, derived, replay, rules, slice_reader, slice_writer, slices
 from odf_chain.chain import BlockEntry
 from odf_chain.errors import (
     NotFoundError,
@@ -23,6 +23,7 @@ from odf_chain.errors import (
     StorageError,
 )
 from odf_chain.events import (
+    DatasetKind,
     MetadataEvent,
     OffsetInterval,
     Seed,
@@ -100,15 +101,16 @@ class Dataset:
 
     @classmethod
     def lay_out(
-        cls, location: str | Path, hash: str = BLAKE3
+        cls, location: str | Path, hash: str = BLAKE3, *, kind: DatasetKind = DatasetKind.ROOT
     ) -> tuple[Dataset, chain.PreparedBlock]:
-        """The layout of a new dataset at ``location`` and its Seed, built and checked but not
-        written: a writer that creates the dataset commits the Seed with its first
-        transaction, so a write that fails creates no dataset (:meth:`abandon_layout` then
-        removes the empty folders). Until that commit the location is not a dataset."""
+        """The layout of a new dataset at ``location`` and its Seed (of ``kind``), built and
+        checked but not written: a writer that creates the dataset commits the Seed with its
+        first transaction, so a write that fails creates no dataset (:meth:`abandon_layout`
+        then removes the empty folders). Until that commit the location is not a dataset."""
         check_algorithm(hash)
         dataset = cls(create_storage(location))
-        return dataset, chain.prepare(EMPTY, Seed(dataset_id=DatasetId.generate()), algorithm=hash)
+        seed = Seed(dataset_id=DatasetId.generate(), dataset_kind=kind)
+        return dataset, chain.prepare(EMPTY, seed, algorithm=hash)
 
     def abandon_layout(self) -> None:
         """Remove the empty folders :meth:`lay_out` made, when no head was ever written there;
@@ -182,15 +184,21 @@ class Dataset:
         length), nothing taken from the index)."""
         return replay.state_at(self.storage, ref, verified=verified)
 
-    def _slices_at(self, at: replay.Ref) -> tuple[pa.Schema, list[slice_reader.NamedSlice]]:
+    def _slices_at(
+        self, at: replay.Ref
+    ) -> tuple[pa.Schema, list[slice_reader.NamedSlice], DatasetState]:
         state, found = replay.slice_blocks_at(self.storage, at)
         if state.schema is None:
             raise NotFoundError(f"{self.location} has no schema at block {state.sequence_number}")
         self.storage.check_layout()
-        return state.schema, slice_reader.named_slices(self.storage, found)
+        return state.schema, slice_reader.named_slices(self.storage, found), state
 
     def to_pyarrow_dataset(
-        self, at: replay.Ref = "head", *, check: slice_reader.SliceCheck = "hash"
+        self,
+        at: replay.Ref = "head",
+        *,
+        check: slice_reader.SliceCheck = "hash",
+        changelog: bool = False,
     ) -> pads.Dataset:
         """The data as of block ``at`` as a ``pyarrow.dataset.Dataset``: exactly the slices the
         chain names up to it, read with the schema in force there (a slice from before an
@@ -210,11 +218,21 @@ class Dataset:
         The dataset returned is lazy: pyarrow reads the files again when it is scanned, so a
         file replaced *after* this call returns is read as it then is, and an error while
         decoding it is pyarrow's own. :meth:`to_table` has neither gap: it decodes the very
-        bytes it checked."""
+        bytes it checked.
+
+        A derivative dataset's slices are a changelog (rows appended and retracted run by run:
+        :mod:`odf_chain.derived`), which a lazy dataset cannot fold: it is refused unless
+        ``changelog=True`` asks for the ledger as it is stored; :meth:`to_table` folds it."""
         import pyarrow.dataset as pads
 
         slice_reader.check_argument(check)
-        schema, pieces = self._slices_at(at)
+        schema, pieces, state = self._slices_at(at)
+        if state.dataset_kind == DatasetKind.DERIVATIVE and not changelog:
+            raise OdfChainError(
+                f"{self.location} is a derivative dataset: its slices are a changelog that a "
+                "pyarrow dataset cannot fold; use to_table() for its rows, or "
+                "changelog=True for the ledger"
+            )
         slice_reader.check_files(self.storage, pieces, check)
         return pads.dataset(
             [piece.path for piece in pieces],
@@ -230,6 +248,7 @@ class Dataset:
         columns: Sequence[str] | None = None,
         filter: pc.Expression | None = None,
         check: slice_reader.SliceCheck = "hash",
+        changelog: bool = False,
     ) -> pa.Table:
         """The data as of block ``at`` (see :meth:`to_pyarrow_dataset`) as one table, in chain
         order, with only ``columns`` and the rows ``filter`` keeps (a ``pyarrow.compute``
@@ -244,12 +263,24 @@ class Dataset:
         caught), ``None`` nothing (a trusted pipeline). Whatever the check, a slice that fails
         it or does not decode is an :class:`IntegrityError`, one that cannot be read a
         :class:`StorageError`, each naming the slice's file and the block (sequence number and
-        hash) that added it."""
+        hash) that added it.
+
+        A derivative dataset's rows are its changelog folded (:func:`odf_chain.derived.fold`:
+        each retraction cancels the row it names), so the table is the query's answer over the
+        inputs as block ``at`` pins them; the surviving rows keep their system columns.
+        ``columns`` and ``filter`` then apply after the fold. ``changelog=True`` gives the
+        ledger as stored instead (with its ``op`` column)."""
         slice_reader.check_argument(check)
-        schema, pieces = self._slices_at(at)
-        return slice_reader.read_table(
-            self.storage, pieces, schema, columns=columns, filter=filter, check=check
-        )
+        schema, pieces, state = self._slices_at(at)
+        if state.dataset_kind != DatasetKind.DERIVATIVE or changelog:
+            return slice_reader.read_table(
+                self.storage, pieces, schema, columns=columns, filter=filter, check=check
+            )
+        ledger = slice_reader.read_table(self.storage, pieces, schema, check=check)
+        live = derived.fold(ledger, state.vocab)
+        if filter is not None:
+            live = live.filter(filter)
+        return live if columns is None else live.select(list(columns))
 
     def lineage(
         self, at: replay.Ref = "head", *, follow_inputs: bool = True, verified: bool = False
@@ -269,11 +300,27 @@ class Dataset:
         check_data: bool = True,
         receipts: Iterable[Receipt | str | Path] = (),
         deep: bool = False,
+        reproduce: bool = False,
+        recursive: bool = False,
+        spark=None,
     ) -> VerifyReport:
         """Check blocks, rules and data; with ``receipts`` (Receipt objects or receipt files),
         also that the chain still holds each receipt's block (see :mod:`odf_chain.receipt`);
-        ``deep`` also reads every row of every slice (see :mod:`odf_chain.verify`)."""
-        return verify(self.storage, check_data=check_data, receipts=receipts, deep=deep)
+        ``deep`` also reads every row of every slice (see :mod:`odf_chain.verify`).
+        ``reproduce`` re-runs every derive run with Spark (``spark``, or the active session) and
+        compares (:mod:`odf_chain.spark.reproduce`); ``recursive`` reproduces derivative
+        inputs too."""
+        report = verify(self.storage, check_data=check_data, receipts=receipts, deep=deep)
+        if reproduce:
+            from pyspark.sql import SparkSession
+
+            from odf_chain.spark.reproduce import reproduce as rerun
+
+            session = spark or SparkSession.getActiveSession()
+            if session is None:
+                raise OdfChainError("verify(reproduce=True) needs a SparkSession (none active)")
+            rerun(self, report, spark=session, recursive=recursive)
+        return report
 
     def receipt(self, *, key_file: str | Path | None = None) -> Receipt:
         """A receipt of the head, to keep outside the writer's reach and verify with later;

@@ -126,6 +126,7 @@ class SliceSpec:
     row_group_rows: int = ROW_GROUP_ROWS
     dictionary_page_bytes: int = DICTIONARY_PAGE_BYTES
     target_slice_bytes: int | None = None  # None: one slice, however large
+    changelog: bool = False  # the input carries its own ``op`` column (a derivative's run)
 
     def __post_init__(self) -> None:
         if self.row_group_rows < 1:
@@ -198,6 +199,10 @@ class _Plan:
             vocab.operation_type_column: "op",
             vocab.system_time_column: "time",
         }
+        if spec.changelog:  # retractions and appends: the rows say which they are
+            if vocab.operation_type_column not in index:
+                raise SchemaError(f"a changelog needs its {vocab.operation_type_column!r} column")
+            del built[vocab.operation_type_column]
         self.steps: list[tuple[str, Any]] = []
         for field in spec.schema:
             if field.name in built:

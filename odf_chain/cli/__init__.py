@@ -19,6 +19,7 @@ import argparse
 from collections.abc import Sequence
 
 from odf_chain.cli import (
+    derive,
     export,
     fields,
     gc,
@@ -62,7 +63,7 @@ __all__ = [
     "main",
 ]
 
-COMMANDS = (init, log, index, schema, fields, ingest, gc, export, lineage, receipt, verify)
+COMMANDS = (init, log, index, schema, fields, ingest, derive, gc, export, lineage, receipt, verify)
 """The commands in the order ``odf-chain --help`` lists them."""
 
 
@@ -92,4 +93,6 @@ def chain_verify_main(argv: Sequence[str] | None = None) -> int:
     )
     verify.add_arguments(parser)
     tolerant_stdout()
-    return _run(verify.run, parse(parser, argv))
+    args = parse(parser, argv)
+    args.start_spark = _spark_session  # for --reproduce (see main)
+    return _run(verify.run, args)

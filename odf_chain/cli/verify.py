@@ -34,19 +34,42 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="also read every row: recompute each slice's logical hash, check its offset, op "
         "and system_time columns against its block",
     )
+    parser.add_argument(
+        "--reproduce",
+        action="store_true",
+        help="re-run every derive run (Spark) on the input rows it pinned and compare the "
+        "answer with the dataset's rows at its block",
+    )
+    parser.add_argument(
+        "--recursive",
+        action="store_true",
+        help="with --reproduce: reproduce derivative inputs too, upstream first",
+    )
+    parser.add_argument("--master", default="local[*]", help="Spark master for --reproduce")
+    parser.set_defaults(start_spark=None)
 
 
 def run(args: argparse.Namespace) -> int:
     if args.deep and args.no_data:
         raise UsageError("--deep reads every row of the data: it cannot go with --no-data")
+    if args.recursive and not args.reproduce:
+        raise UsageError("--recursive goes with --reproduce")
     report = verify_path(
         args.dir, check_data=not args.no_data, receipts=args.receipt or (), deep=args.deep
     )
+    if args.reproduce:
+        from odf_chain.dataset import Dataset
+        from odf_chain.spark.reproduce import reproduce
+
+        session = args.start_spark(args.master)
+        reproduce(Dataset.open(args.dir), report, spark=session, recursive=args.recursive)
     if args.json:
         print_json(report.to_dict())
     else:
         for problem in report.problems:
             print(problem.line())
+        for run in report.runs:
+            print(run.line())
         verdict = "OK" if report.ok else "FAILED"
         rows = f"{count(report.rows_checked, 'row')} checked, " if report.deep else ""
         print(

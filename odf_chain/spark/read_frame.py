@@ -8,6 +8,7 @@ import pyarrow.fs as pafs
 
 from odf_chain.dataset import Dataset
 from odf_chain.errors import NotFoundError
+from odf_chain.events import DatasetKind
 from odf_chain.replay import slices_at
 from odf_chain.spark.arrow_tasks import read_in_tasks
 from odf_chain.spark.input_paths import escape_glob
@@ -15,13 +16,17 @@ from odf_chain.spark.workers import use_this_python
 
 
 def read(spark, dataset: str | Path | Dataset, at: str | int = "head"):
-    """The dataset's data as of block ``at``: exactly the slices the chain names up to it."""
+    """The dataset's data as of block ``at``: exactly the slices the chain names up to it; a
+    derivative dataset's changelog folded (as :meth:`Dataset.to_table` folds it, on the
+    driver)."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
     if not isinstance(dataset, Dataset):
         dataset = Dataset.open(dataset)
     storage = dataset.storage
     state, found = slices_at(storage, at)
+    if state.dataset_kind == DatasetKind.DERIVATIVE:
+        return spark.createDataFrame(dataset.to_table(at=at))
     names = [str(s.physical_hash) for s in found]
     # Spark follows symlinks and waits on FIFOs: what it is given is checked as verify reads
     # it (real directories, regular files of the dataset), each slice opened and closed once.

@@ -42,7 +42,7 @@ from odf_chain.verify.fold import refold
 from odf_chain.verify.head_log import check_head_log, read_head_log
 from odf_chain.verify.leftovers import check_leftovers
 from odf_chain.verify.receipts import check_receipt_blocks
-from odf_chain.verify.report import Problem, Severity, VerifyReport
+from odf_chain.verify.report import Problem, RunVerdict, Severity, VerifyReport
 from odf_chain.verify.upstream import check_lineage_inputs
 from odf_chain.verify.walk import walk_chain
 
@@ -50,6 +50,7 @@ __all__ = [
     "DATA_THREADS",
     "OPERATION_CODES",
     "Problem",
+    "RunVerdict",
     "Severity",
     "VerifyReport",
     "verify",

@@ -15,7 +15,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from odf_chain.chain import BlockEntry
-from odf_chain.events import DataSlice
+from odf_chain.derived import RunRecord, answer_digest, slice_digest_columns
+from odf_chain.events import DataSlice, ExecuteTransform
 from odf_chain.slices import LogicalHasher, read_batches
 from odf_chain.state import DatasetState
 from odf_chain.verify.report import VerifyReport
@@ -173,5 +174,27 @@ def check_rows(
             "error",
             "data-logical-hash",
             f"the rows hash to {actual}, the block records {data.logical_hash}",
+            **where,
+        )
+    _check_run_digest(parquet, event, vocab, report, where)
+
+
+def _check_run_digest(parquet: pq.ParquetFile, event, vocab, report: VerifyReport, where) -> None:
+    """A derive run's slice against the order-independent digest its block records
+    (:mod:`odf_chain.derived`): the rows as a multiset, whatever order they were written in."""
+    record = RunRecord.of(event) if isinstance(event, ExecuteTransform) else None
+    if record is None or record.slice_digest is None:
+        return
+    try:
+        table = parquet.read()
+    except (pa.ArrowException, OSError) as exc:
+        report.add("error", "data-format", f"cannot read the rows: {exc}", **where)
+        return
+    found = answer_digest(table, slice_digest_columns(table.schema, vocab))
+    if found != record.slice_digest:
+        report.add(
+            "error",
+            "data-digest",
+            f"the rows digest to {found}, the run recorded {record.slice_digest}",
             **where,
         )

@@ -33,6 +33,24 @@ class Problem:
         return f"{self.severity.upper()} {location}: [{self.rule}] {self.message}"
 
 
+@dataclass(frozen=True, slots=True)
+class RunVerdict:
+    """What re-running one derive run found: ``reproduced``, ``not reproducible`` (the run
+    recorded why a re-run may differ) or ``mismatch``; the detail says how."""
+
+    sequence_number: int
+    block_hash: str
+    verdict: str
+    detail: str
+    dataset: str = ""
+
+    def line(self) -> str:
+        where = f"{self.dataset} " if self.dataset else ""
+        return (
+            f"{where}block {self.sequence_number} {self.block_hash}: {self.verdict} ({self.detail})"
+        )
+
+
 @dataclass
 class VerifyReport:
     dataset: str
@@ -46,6 +64,8 @@ class VerifyReport:
     receipts_held: int = 0  # receipts whose block the chain holds, without any problem
     receipts_signed: int = 0  # receipts whose signature checked out
     problems: list[Problem] = field(default_factory=list)
+    reproduce: bool = False  # derive runs were re-run (chain-verify --reproduce)
+    runs: list[RunVerdict] = field(default_factory=list)
     # unreferenced blocks that descend from the head, each with the data slices it names: what
     # gc keeps as possible evidence (not in to_dict: the warning says it)
     descendants: dict[str, tuple[str, ...]] = field(default_factory=dict)
@@ -80,6 +100,8 @@ class VerifyReport:
             "warnings": len(self.warnings),
             "problems": [asdict(p) for p in self.problems],
         }
+        if self.reproduce:
+            doc["runs"] = [asdict(r) for r in self.runs]
         if self.receipts_checked:  # only when receipts were given
             doc["receipts"] = {
                 "checked": self.receipts_checked,

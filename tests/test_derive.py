@@ -1,0 +1,304 @@
+"""Derivative datasets written by Spark (odf_chain.spark.derive): the chain they make, and their
+answer after inputs grow, against DuckDB's answer to the same SQL over the inputs' rows."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+from dataclasses import replace
+from datetime import UTC, datetime
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from odf_chain import Dataset, chain
+from odf_chain.derived import DERIVE_KEY, RunRecord, answer_digest, slice_digest_columns
+from odf_chain.errors import NotFoundError, OdfChainError, RuleViolation
+from odf_chain.events import DatasetKind, ExecuteTransform, Seed, SetDataSchema, SetTransform
+from odf_chain.format.multihash import Multihash
+from odf_chain.slices import parquet_logical_hash
+from odf_chain.spark import derive
+from tests.helpers import multihash_name
+
+SQL = """
+SELECT r.station, s.region, CAST(r.event_time AS DATE) AS day,
+       COUNT(*) AS n, SUM(r.temp) AS total, AVG(r.temp) AS mean,
+       CASE WHEN MAX(r.temp) > 30 THEN 'hot' ELSE 'mild' END AS kind
+FROM sensors r JOIN stations s ON r.station = s.station
+GROUP BY r.station, s.region, CAST(r.event_time AS DATE)
+"""
+DUCK_SQL = SQL.replace(
+    "CAST(r.event_time AS DATE)", "CAST(r.event_time AT TIME ZONE 'UTC' AS DATE)"
+)
+
+
+def _readings(rows: list[tuple[str, int, int, float]]) -> pa.Table:
+    return pa.table(
+        {
+            "station": [r[0] for r in rows],
+            "event_time": pa.array(
+                [datetime(2026, 1, r[1], r[2], tzinfo=UTC) for r in rows], pa.timestamp("ms", "UTC")
+            ),
+            # quarter degrees: exact in binary, so sums do not depend on the order of addition
+            "temp": [r[3] for r in rows],
+        }
+    )
+
+
+STATIONS = pa.table({"station": ["a", "b", "c"], "region": ["north", "south", "north"]})
+FIRST = [("a", 1, 1, 20.25), ("a", 1, 5, 22.5), ("b", 1, 3, 31.0), ("c", 2, 8, 10.75)]
+MORE = [("a", 1, 9, 35.5), ("b", 2, 4, 12.0), ("d", 2, 1, 1.0)]  # a new reading for day 1 of a
+
+
+def _duck(sensors: Dataset, stations: Dataset) -> set[tuple]:
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    con.register("sensors", sensors.to_table())
+    con.register("stations", stations.to_table())
+    return {tuple(r) for r in con.execute(DUCK_SQL).fetchall()}
+
+
+def _rows(table: pa.Table, columns: list[str]) -> list[tuple]:
+    return [tuple(r[c] for c in columns) for r in table.select(columns).to_pylist()]
+
+
+@pytest.fixture
+def inputs(tmp_path):
+    sensors = Dataset.create(tmp_path / "sensors")
+    sensors.write(_readings(FIRST))
+    stations = Dataset.create(tmp_path / "stations")
+    stations.write(STATIONS)
+    return sensors, stations
+
+
+def test_derive_then_grow_then_derive_equals_duckdb(spark, inputs, tmp_path):
+    sensors, stations = inputs
+    out = tmp_path / "daily"
+    first = derive(SQL, {"sensors": sensors, "stations": stations}, out, create=True, spark=spark)
+    assert first.appended == 3 and first.retracted == 0 and first.reproducible
+    daily = Dataset.open(out)
+    columns = ["station", "region", "day", "n", "total", "mean", "kind"]
+    assert sorted(_rows(daily.to_table(), columns)) == sorted(_duck(sensors, stations))
+
+    sensors.write(_readings(MORE))
+    second = derive(SQL, {"sensors": sensors, "stations": stations}, out, spark=spark)
+    # day 1 of a changed (retracted and appended again), b gained day 2; d has no station
+    assert (second.retracted, second.appended) == (1, 2)
+    answer = daily.to_table()
+    assert sorted(_rows(answer, columns)) == sorted(_duck(sensors, stations))
+    assert len(answer) == 4
+    # the answer as of the first run is still there, at the first run's block
+    first_run = first.blocks[-1].block.sequence_number
+    assert len(daily.to_table(at=first_run)) == 3
+
+    blocks = daily.blocks()
+    events = [type(e.block.event) for e in blocks]
+    assert events[:3] == [Seed, SetTransform, SetDataSchema]
+    assert events.count(ExecuteTransform) == 2
+    assert blocks[0].block.event.dataset_kind == DatasetKind.DERIVATIVE
+    transform = blocks[1].block.event
+    assert [i["alias"] for i in transform.inputs] == ["sensors", "stations"]
+    assert transform.inputs[0]["dataset_ref"] == sensors.state.dataset_id.to_did()
+    assert transform.transform["engine"] == "spark"
+    assert transform.transform["version"] == spark.version
+    assert transform.transform["queries"][0]["query"] == SQL
+
+    runs = [e.block.event for e in blocks if isinstance(e.block.event, ExecuteTransform)]
+    sensor_pins = [r.query_inputs[0] for r in runs]
+    heads = [e.hash for e in sensors.blocks() if e.block.event.__class__.__name__ == "AddData"]
+    assert sensor_pins[0].prev_block_hash is None and sensor_pins[0].prev_offset is None
+    assert sensor_pins[0].new_block_hash == heads[0] and sensor_pins[0].new_offset == 3
+    assert sensor_pins[1].prev_block_hash == heads[0] and sensor_pins[1].prev_offset == 3
+    assert sensor_pins[1].new_block_hash == heads[1] and sensor_pins[1].new_offset == 6
+    station_pins = [r.query_inputs[1] for r in runs]
+    assert station_pins[1].prev_block_hash == station_pins[1].new_block_hash
+    record = RunRecord.of(runs[1])
+    assert record is not None and (record.retracted, record.appended) == (1, 2)
+    assert record.answer_rows == 4 and DERIVE_KEY in runs[1].extra
+    assert record.input_uris["sensors"] == sensors.location
+
+    ledger = daily.to_table(changelog=True)
+    assert sorted(ledger.column("op").to_pylist()) == [0] * 5 + [1]
+    assert daily.verify().ok
+
+
+def test_nothing_new_appends_nothing(spark, inputs, tmp_path):
+    sensors, stations = inputs
+    out = tmp_path / "daily"
+    derive(SQL, {"sensors": sensors, "stations": stations}, out, create=True, spark=spark)
+    before = Dataset.open(out).state.head
+    again = derive(SQL, {"sensors": sensors, "stations": stations}, out, spark=spark)
+    assert again.blocks == [] and "nothing appended" in again.message
+    assert Dataset.open(out).refresh().head == before
+
+
+def test_new_input_block_with_the_same_answer_records_a_run_without_data(spark, inputs, tmp_path):
+    sensors, stations = inputs
+    out = tmp_path / "daily"
+    derive(SQL, {"sensors": sensors, "stations": stations}, out, create=True, spark=spark)
+    stations.write(pa.table({"station": ["z"], "region": ["east"]}))  # joins nothing
+    run = derive(SQL, {"sensors": sensors, "stations": stations}, out, spark=spark)
+    assert len(run.blocks) == 1 and run.appended == run.retracted == 0
+    event = run.blocks[0].block.event
+    assert isinstance(event, ExecuteTransform) and event.new_data is None
+    assert event.query_inputs[1].new_offset == 3 and event.query_inputs[1].prev_offset == 2
+
+
+def test_a_changed_query_is_a_new_set_transform_and_replaces_the_answer(spark, inputs, tmp_path):
+    sensors, stations = inputs
+    out = tmp_path / "daily"
+    derive(SQL, {"sensors": sensors, "stations": stations}, out, create=True, spark=spark)
+    simpler = "SELECT station, COUNT(*) AS n FROM sensors GROUP BY station"
+    run = derive(simpler, {"sensors": sensors, "stations": stations}, out, spark=spark)
+    kinds = [type(b.block.event).__name__ for b in run.blocks]
+    assert kinds[0] == "SetTransform" and kinds[-1] == "ExecuteTransform"
+    table = Dataset.open(out).to_table()
+    assert sorted(_rows(table, ["station", "n"])) == [("a", 2), ("b", 1), ("c", 1)]
+    # the old answer's other columns stay in the schema (no field is ever removed), as nulls
+    assert table.column("region").null_count == 3
+
+
+def test_refusals(spark, inputs, tmp_path):
+    sensors, stations = inputs
+    with pytest.raises(NotFoundError, match="create"):
+        derive(SQL, {"sensors": sensors, "stations": stations}, tmp_path / "none", spark=spark)
+    assert not (tmp_path / "none").exists()
+    with pytest.raises(OdfChainError, match="root dataset"):
+        derive("SELECT * FROM s", {"s": stations}, sensors, spark=spark)
+    with pytest.raises(OdfChainError, match="not a SQL identifier"):
+        derive("SELECT 1", {"bad-name": stations}, tmp_path / "x", create=True, spark=spark)
+    with pytest.raises(Exception, match=r"(?i)table or view.*cannot be found|UNRESOLVED"):
+        derive("SELECT * FROM nowhere", {"s": stations}, tmp_path / "y", create=True, spark=spark)
+    assert not (tmp_path / "y").exists()
+    with pytest.raises(OdfChainError, match="derivative"):
+        Dataset.create(tmp_path / "z")  # a root dataset reads as before ...
+        derive("SELECT station FROM s", {"s": stations}, tmp_path / "d", create=True, spark=spark)
+        Dataset.open(tmp_path / "d").to_pyarrow_dataset()  # ... a derivative's ledger does not
+    _ = RuleViolation
+
+
+# -- chain-verify --reproduce ---------------------------------------------------------------
+
+
+def _two_runs(spark, inputs, tmp_path, sql: str = SQL):
+    sensors, stations = inputs
+    out = tmp_path / "daily"
+    derive(sql, {"sensors": sensors, "stations": stations}, out, create=True, spark=spark)
+    sensors.write(_readings(MORE))
+    derive(sql, {"sensors": sensors, "stations": stations}, out, spark=spark)
+    return Dataset.open(out)
+
+
+@contextlib.contextmanager
+def _conf(spark, **settings):
+    saved = {k: spark.conf.get(k, None) for k in settings}
+    for k, v in settings.items():
+        spark.conf.set(k, v)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            spark.conf.unset(k) if v is None else spark.conf.set(k, v)
+
+
+def test_every_run_reproduces_whatever_the_parallelism(spark, inputs, tmp_path):
+    daily = _two_runs(spark, inputs, tmp_path)
+    for settings in (
+        {},
+        {"spark.sql.shuffle.partitions": "7", "spark.sql.adaptive.enabled": "false"},
+        {"spark.sql.shuffle.partitions": "1", "spark.sql.adaptive.enabled": "true"},
+    ):
+        with _conf(spark, **settings):
+            report = daily.verify(reproduce=True, spark=spark)
+        assert report.ok, [p.line() for p in report.problems]
+        assert [r.verdict for r in report.runs] == ["reproduced", "reproduced"], settings
+
+
+def test_a_repartitioned_input_reproduces(spark, inputs, tmp_path):
+    sensors, stations = inputs
+    # the input written in many small slices: Spark reads it in another partitioning
+    rows = FIRST + MORE
+    for row in rows:
+        sensors.write(_readings([row]))
+    out = tmp_path / "daily"
+    derive(SQL, {"sensors": sensors, "stations": stations}, out, create=True, spark=spark)
+    report = Dataset.open(out).verify(reproduce=True, spark=spark)
+    assert [r.verdict for r in report.runs] == ["reproduced"] and report.ok
+
+
+def test_rand_is_not_reproducible_and_says_so(spark, inputs, tmp_path):
+    sensors, _ = inputs
+    out = tmp_path / "noisy"
+    sql = "SELECT station, temp + rand() AS t FROM sensors"
+    result = derive(sql, {"sensors": sensors}, out, create=True, spark=spark)
+    assert result.nondeterministic == ("rand()",) and not result.reproducible
+    report = Dataset.open(out).verify(reproduce=True, spark=spark)
+    assert report.ok  # a warning, not an error
+    assert [r.verdict for r in report.runs] == ["not reproducible"]
+    assert [p.rule for p in report.warnings] == ["not-reproducible"]
+    assert "rand()" in report.warnings[0].message
+
+
+def _forge(dataset: Dataset) -> int:
+    """What a forger with write access does to change a derived number so that plain verify
+    (and --deep) still pass: take the last run back, rewrite its slice with another value,
+    and append the run again with every hash and digest recomputed (and the head log and the
+    index, which would tell, removed). Returns the forged block's sequence number."""
+    blocks = dataset.blocks()
+    last = blocks[-1]
+    event = last.block.event
+    original = pq.read_table(dataset.path / "data" / str(event.new_data.physical_hash))
+    op = original.column("op").to_pylist()
+    total = [
+        v + 1.0 if o == 0 else v
+        for v, o in zip(original.column("total").to_pylist(), op, strict=True)
+    ]
+    table = original.set_column(original.schema.get_field_index("total"), "total", pa.array(total))
+    staged = dataset.path / "forged.parquet"
+    pq.write_table(table, staged)
+    data = staged.read_bytes()
+    name = multihash_name(data)
+    shutil.move(staged, dataset.path / "data" / name)
+    with pq.ParquetFile(dataset.path / "data" / name) as parquet:
+        logical = parquet_logical_hash(parquet, "blake3")
+    record = dict(event.extra[DERIVE_KEY])
+    vocab = dataset.state.vocab
+    record["slice"] = {
+        **record["slice"],
+        "digest": answer_digest(table, slice_digest_columns(table.schema, vocab)),
+    }
+    forged = replace(
+        event,
+        new_data=replace(
+            event.new_data,
+            physical_hash=Multihash.from_multibase(name),
+            logical_hash=logical,
+            size=len(data),
+        ),
+        extra={DERIVE_KEY: record},
+    )
+    storage = dataset.storage
+    storage.compare_and_swap_head(str(last.hash), str(blocks[-2].hash))
+    (dataset.path / "logs" / "head").unlink()
+    shutil.rmtree(dataset.path / "info", ignore_errors=True)
+    (dataset.path / "blocks" / str(last.hash)).unlink()
+    (dataset.path / "data" / str(event.new_data.physical_hash)).unlink()
+    state = Dataset.open(dataset.path).refresh()  # a reader that never saw the real head
+    _, entry = chain.append(storage, state, forged, system_time=last.block.system_time)
+    return entry.block.sequence_number
+
+
+def test_a_forged_output_slice_is_caught_by_reproduce(spark, inputs, tmp_path):
+    daily = _two_runs(spark, inputs, tmp_path)
+    forged = _forge(daily)
+    daily = Dataset.open(daily.path)
+    plain = daily.verify(deep=True)
+    assert plain.ok, [p.line() for p in plain.problems]
+    report = daily.verify(reproduce=True, spark=spark)
+    assert not report.ok
+    errors = [p for p in report.errors if p.rule == "reproduce-mismatch"]
+    assert errors and errors[0].sequence_number == forged
+    assert errors[0].path is not None and errors[0].path.startswith("data/")
+    assert "offsets" in errors[0].message
