@@ -211,10 +211,37 @@ ADD_FIELD_LINEAGE = st.builds(
     inputs=st.lists(LINEAGE_INPUTS, max_size=3).map(tuple),
     operations=st.lists(FIELD_OPERATIONS, max_size=4).map(tuple),
 )
+
+
+def seq(strategy: st.SearchStrategy, max_size: int = 3) -> st.SearchStrategy:
+    """A list or a tuple (SetTransform takes either and keeps tuples)."""
+    items = st.lists(strategy, max_size=max_size)
+    return items | items.map(tuple)
+
+
+# SetTransform's parts as plain data; optional keys are sometimes left out.
+SET_TRANSFORM = st.builds(
+    SetTransform,
+    inputs=seq(st.fixed_dictionaries({"dataset_ref": TEXT}, optional={"alias": opt(TEXT)})),
+    transform=st.fixed_dictionaries(
+        {"kind": st.just("TransformSql"), "engine": TEXT},
+        optional={
+            "version": opt(TEXT),
+            "query": opt(TEXT),
+            "queries": opt(
+                seq(st.fixed_dictionaries({"query": TEXT}, optional={"alias": opt(TEXT)}))
+            ),
+            "temporal_tables": opt(
+                seq(st.fixed_dictionaries({"name": TEXT, "primary_key": seq(TEXT)}), max_size=2)
+            ),
+        },
+    ),
+)
 EVENTS = st.one_of(
     ADD_DATA,
     ADD_FIELD_LINEAGE,
     EXECUTE_TRANSFORM,
+    SET_TRANSFORM,
     st.builds(Seed, dataset_id=DATASET_IDS, dataset_kind=st.sampled_from(DatasetKind)),
     st.builds(SetVocab, opt(TEXT), opt(TEXT), opt(TEXT), opt(TEXT)),
     st.builds(
@@ -373,6 +400,7 @@ def test_header_readable_by_generated_bindings(block):
         AddData: 1,
         ExecuteTransform: 2,
         Seed: 3,
+        SetTransform: 5,
         SetVocab: 6,
         SetInfo: 8,
         SetLicense: 9,
@@ -512,8 +540,14 @@ def test_different_blocks_give_different_bytes(first, second):
         (AddData(prev_offset=None), AddData(prev_offset=0)),
         (SetVocab(offset_column=None), SetVocab(offset_column="")),
         (SetDataSchema(raw_arrow_schema=b""), SetDataSchema(raw_arrow_schema=b"\x00")),
+        (
+            SetTransform(inputs=(), transform={"kind": "TransformSql", "engine": "e"}),
+            SetTransform(
+                inputs=(), transform={"kind": "TransformSql", "engine": "e", "queries": ()}
+            ),
+        ),
     ],
-    ids=["keywords", "extra", "prev_offset", "vocab", "raw_schema"],
+    ids=["keywords", "extra", "prev_offset", "vocab", "raw_schema", "queries"],
 )
 def test_absent_and_empty_are_distinct(left, right):
     a = encode_block(MetadataBlock(_utc(2020, 1, 1), None, 1, left))
@@ -537,7 +571,8 @@ def test_small_changes_change_bytes():
 
 
 # ---------------------------------------------------------------------------------------------
-# Read-only events (written by other ODF tools)
+# Events kept as plain data, built here with flatc's object API (SetTransform is written too;
+# the others are only read)
 
 
 def _set_polling_source_t() -> SetPollingSourceT:
@@ -704,7 +739,7 @@ _SET_ATTACHMENTS_EXPECTED = SetAttachments(
     }
 )
 
-READ_ONLY_CASES = {
+PLAIN_DATA_CASES = {
     "SetPollingSource": (4, _set_polling_source_t, _SET_POLLING_SOURCE_EXPECTED),
     "SetTransform": (5, _set_transform_t, _SET_TRANSFORM_EXPECTED),
     "SetAttachments": (7, _set_attachments_t, _SET_ATTACHMENTS_EXPECTED),
@@ -712,15 +747,15 @@ READ_ONLY_CASES = {
 }
 
 
-def _read_only_block_bytes(name: str) -> bytes:
-    type_id, make, _ = READ_ONLY_CASES[name]
+def _plain_data_block_bytes(name: str) -> bytes:
+    type_id, make, _ = PLAIN_DATA_CASES[name]
     return _hand_manifest(_hand_content(type_id, _packer(make())))
 
 
-@pytest.mark.parametrize("name", sorted(READ_ONLY_CASES))
-def test_read_only_event_decodes(name):
-    _, _, expected = READ_ONLY_CASES[name]
-    block = decode_block(_read_only_block_bytes(name))
+@pytest.mark.parametrize("name", sorted(PLAIN_DATA_CASES))
+def test_plain_data_event_decodes(name):
+    _, _, expected = PLAIN_DATA_CASES[name]
+    block = decode_block(_plain_data_block_bytes(name))
     assert type(block.event) is type(expected)
     assert block.event == expected
     assert block.event_name == name
@@ -730,9 +765,12 @@ def test_read_only_event_decodes(name):
     assert block.sequence_number == 7
 
 
-@pytest.mark.parametrize("name", sorted(READ_ONLY_CASES))
+READ_ONLY = sorted(set(PLAIN_DATA_CASES) - {"SetTransform"})
+
+
+@pytest.mark.parametrize("name", READ_ONLY)
 def test_read_only_event_cannot_be_encoded(name):
-    decoded = decode_block(_read_only_block_bytes(name))
+    decoded = decode_block(_plain_data_block_bytes(name))
     with pytest.raises(FormatError):
         encode_block(decoded)
     with pytest.raises(FormatError):
@@ -748,6 +786,200 @@ def test_add_push_source_append_merge_without_optional_parts():
     assert block.event == AddPushSource(
         source_name="s", read=None, preprocess=None, merge={"kind": "MergeStrategyAppend"}
     )
+
+
+# -- SetTransform: written as flatc's object API packs it -------------------------------------
+
+
+def _set_transform_variant(change: Callable[[SetTransformT], None]) -> bytes:
+    event = _set_transform_t()
+    change(event)
+    return _hand_manifest(_hand_content(5, event.Pack))
+
+
+def _no_aliases(event: SetTransformT) -> None:
+    for i in event.inputs:
+        i.alias = None
+    event.transform.queries[0].alias = None
+
+
+def _empty_vectors(event: SetTransformT) -> None:
+    event.inputs = []
+    event.transform.queries = []
+    event.transform.temporalTables[0].primaryKey = []
+
+
+def _kamu_like(event: SetTransformT) -> None:
+    # kamu's own SetTransform test shape: a query, no steps, no temporal tables.
+    event.transform.version = "3.5.0"
+    event.transform.queries = None
+    event.transform.temporalTables = None
+
+
+SET_TRANSFORM_VARIANTS = {
+    "full": lambda e: None,
+    "no_aliases": _no_aliases,
+    "empty_vectors": _empty_vectors,
+    "kamu_like": _kamu_like,
+}
+
+
+@pytest.mark.parametrize("name", sorted(SET_TRANSFORM_VARIANTS))
+def test_set_transform_built_by_bindings_re_encodes_to_the_same_bytes(name):
+    data = _set_transform_variant(SET_TRANSFORM_VARIANTS[name])
+    block = decode_block(data)
+    assert encode_block(block) == data
+    assert decode_block(encode_block(block)) == block
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    block=st.builds(
+        MetadataBlock,
+        system_time=TIMES,
+        prev_block_hash=opt(HASHES),
+        sequence_number=UINT64,
+        event=SET_TRANSFORM,
+    )
+)
+def test_set_transform_bytes_follow_flatc_builder_order(block):
+    data = encode_block(block)
+    assert _repacked_by_flatc_object_api(data) == read_manifest(data)[1]
+    assert decode_block(data) == block
+    assert encode_block(decode_block(data)) == data
+
+
+def test_set_transform_built_by_hand_equals_its_decoded_form():
+    """Left-out optional fields and lists are filled in and made tuples when the event is made,
+    so what an append folds equals what a replay decodes."""
+    by_hand = SetTransform(
+        inputs=[{"dataset_ref": "orders"}],
+        transform={
+            "kind": "TransformSql",
+            "engine": "spark",
+            "queries": [{"query": "select 1"}],
+            "temporal_tables": [{"name": "t", "primary_key": ["k"]}],
+        },
+    )
+    assert by_hand == SetTransform(
+        inputs=({"dataset_ref": "orders", "alias": None},),
+        transform={
+            "kind": "TransformSql",
+            "engine": "spark",
+            "version": None,
+            "query": None,
+            "queries": ({"alias": None, "query": "select 1"},),
+            "temporal_tables": ({"name": "t", "primary_key": ("k",)},),
+        },
+    )
+    block = MetadataBlock(_utc(2020, 1, 1), None, 1, by_hand)
+    assert decode_block(encode_block(block)) == block
+
+
+def test_set_transform_does_not_share_the_callers_dicts():
+    given_input = {"dataset_ref": "orders"}
+    event = SetTransform(inputs=(given_input,), transform={"kind": "TransformSql", "engine": "x"})
+    assert given_input == {"dataset_ref": "orders"}
+    assert event.inputs[0] is not given_input
+
+
+def _set_transform_with(**changes: Any) -> SetTransform:
+    """_SET_TRANSFORM_EXPECTED with ``inputs`` or ``transform`` keys replaced (None deletes)."""
+    transform = dict(_SET_TRANSFORM_EXPECTED.transform)
+    inputs = [dict(i) for i in _SET_TRANSFORM_EXPECTED.inputs]
+    for key, value in changes.items():
+        if key == "inputs":
+            inputs = value
+        elif key.startswith("input0_"):
+            inputs[0][key.removeprefix("input0_")] = value
+        else:
+            transform[key] = value
+    return SetTransform(inputs=inputs, transform=transform)
+
+
+@pytest.mark.parametrize(
+    ("event", "named"),
+    [
+        (
+            SetTransform(transform=_SET_TRANSFORM_EXPECTED.transform),
+            "SetTransform.inputs: expected a tuple, got nothing",
+        ),
+        (SetTransform(inputs=()), "SetTransform.transform: required"),
+        (_set_transform_with(inputs="orders"), "SetTransform.inputs: expected a tuple, got str"),
+        (
+            _set_transform_with(inputs=["orders"]),
+            "SetTransform.inputs[0]: expected a mapping, got str",
+        ),
+        (
+            _set_transform_with(input0_dataset_ref=None),
+            "SetTransform.inputs[0].dataset_ref: required",
+        ),
+        (
+            _set_transform_with(input0_alias=3),
+            "SetTransform.inputs[0].alias: expected text, got int",
+        ),
+        (_set_transform_with(input0_aliass="x"), "SetTransform.inputs[0]: unknown field 'aliass'"),
+        (
+            _set_transform_with(input0_alias="\ud800"),
+            "SetTransform.inputs[0].alias: text is not encodable",
+        ),
+        (
+            SetTransform(inputs=(), transform="select 1"),
+            "SetTransform.transform.kind: expected 'TransformSql'",
+        ),
+        (
+            _set_transform_with(kind="TransformPython"),
+            "SetTransform.transform.kind: expected 'TransformSql'",
+        ),
+        (
+            SetTransform(inputs=(), transform={"engine": "spark"}),
+            "SetTransform.transform.kind: expected 'TransformSql'",
+        ),
+        (_set_transform_with(engine=None), "SetTransform.transform.engine: required"),
+        (_set_transform_with(querry="x"), "SetTransform.transform: unknown field 'querry'"),
+        (
+            _set_transform_with(query=b"select"),
+            "SetTransform.transform.query: expected text, got bytes",
+        ),
+        (
+            _set_transform_with(queries={"query": "x"}),
+            "SetTransform.transform.queries: expected a tuple, got dict",
+        ),
+        (
+            _set_transform_with(queries=[{"alias": "a"}]),
+            "SetTransform.transform.queries[0].query: required",
+        ),
+        (
+            _set_transform_with(temporal_tables=[{"name": "t"}]),
+            "SetTransform.transform.temporal_tables[0].primary_key: "
+            "expected a tuple of text, got nothing",
+        ),
+        (
+            _set_transform_with(temporal_tables=[{"name": "t", "primary_key": "k"}]),
+            "SetTransform.transform.temporal_tables[0].primary_key: "
+            "expected a tuple of text, got str",
+        ),
+        (
+            _set_transform_with(temporal_tables=[{"name": "t", "primary_key": ("k", 1)}]),
+            "SetTransform.transform.temporal_tables[0].primary_key[1]: expected text, got int",
+        ),
+        (
+            _set_transform_with(temporal_tables=[{"primary_key": ("k",)}]),
+            "SetTransform.transform.temporal_tables[0].name: required",
+        ),
+    ],
+    ids=lambda v: v if isinstance(v, str) else "",
+)
+def test_set_transform_bad_values_are_refused_naming_the_field(event, named):
+    with pytest.raises(FormatError, match=re.escape(named)):
+        encode_block(MetadataBlock(_utc(2020, 1, 1), None, 1, event))
+
+
+def test_set_transform_bad_value_control():
+    event = _set_transform_with()
+    assert event == _SET_TRANSFORM_EXPECTED
+    block = MetadataBlock(_utc(2020, 1, 1), None, 1, event)
+    assert decode_block(encode_block(block)) == block
 
 
 def _data_schema_packer(depth: int = 1) -> Callable[[flatbuffers.Builder], int]:
@@ -848,8 +1080,8 @@ def _valid_blocks() -> dict[str, bytes]:
         ),
     }
     blocks["add_field_lineage"] = encode_block(LINEAGE_BLOCK)
-    for name in READ_ONLY_CASES:
-        blocks[name] = _read_only_block_bytes(name)
+    for name in PLAIN_DATA_CASES:
+        blocks[name] = _plain_data_block_bytes(name)
     blocks["structured_schema"] = _hand_manifest(_hand_content(10, _data_schema_packer(3)))
     return blocks
 
