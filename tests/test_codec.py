@@ -25,6 +25,7 @@ import odf_chain.format.generated.AddFieldLineage as fbAddFieldLineage
 import odf_chain.format.generated.DataField as fbDataField
 import odf_chain.format.generated.DataSchema as fbDataSchema
 import odf_chain.format.generated.DataTypeOption as fbDataTypeOption
+import odf_chain.format.generated.ExecuteTransform as fbExecuteTransform
 import odf_chain.format.generated.ExtraAttributes as fbExtra
 import odf_chain.format.generated.Manifest as fbManifest
 import odf_chain.format.generated.MetadataBlock as fbMetadataBlock
@@ -173,6 +174,7 @@ EXECUTE_TRANSFORM = st.builds(
     new_data=opt(SLICES),
     new_checkpoint=opt(CHECKPOINTS),
     new_watermark=opt(TIMES),
+    extra=opt(JSON_OBJECTS),
 )
 TRANSFORMATIONS = st.builds(
     Transformation,
@@ -385,6 +387,16 @@ def test_round_trip(block):
     assert read_manifest(data)[0] == 3
 
 
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(block=BLOCKS)
+def test_bytes_follow_flatc_builder_order(block):
+    """Every event odf_chain writes is laid out as flatc's object API packs it (the order kamu's
+    serializer follows too: tests/test_vectors.py), new fields such as ExecuteTransform.extra
+    included."""
+    data = encode_block(block)
+    assert _repacked_by_flatc_object_api(data) == read_manifest(data)[1]
+
+
 @settings(max_examples=150, deadline=None)
 @given(block=BLOCKS)
 def test_header_readable_by_generated_bindings(block):
@@ -537,6 +549,7 @@ def test_different_blocks_give_different_bytes(first, second):
     [
         (SetInfo(keywords=None), SetInfo(keywords=())),
         (AddData(extra=None), AddData(extra={})),
+        (ExecuteTransform(extra=None), ExecuteTransform(extra={})),
         (AddData(prev_offset=None), AddData(prev_offset=0)),
         (SetVocab(offset_column=None), SetVocab(offset_column="")),
         (SetDataSchema(raw_arrow_schema=b""), SetDataSchema(raw_arrow_schema=b"\x00")),
@@ -547,7 +560,7 @@ def test_different_blocks_give_different_bytes(first, second):
             ),
         ),
     ],
-    ids=["keywords", "extra", "prev_offset", "vocab", "raw_schema", "queries"],
+    ids=["keywords", "extra", "transform_extra", "prev_offset", "vocab", "raw_schema", "queries"],
 )
 def test_absent_and_empty_are_distinct(left, right):
     a = encode_block(MetadataBlock(_utc(2020, 1, 1), None, 1, left))
@@ -1260,14 +1273,78 @@ def _add_data_with_extra(text: str) -> bytes:
     return _hand_manifest(_hand_content(1, pack))
 
 
-def test_extra_control():
-    assert decode_block(_add_data_with_extra('{"a":[1]}')).event.extra == {"a": [1]}
+def _execute_transform_with_extra(text: str) -> bytes:
+    def pack(b: flatbuffers.Builder) -> int:
+        entries = b.CreateString(text)
+        fbExtra.Start(b)
+        fbExtra.AddEntries(b, entries)
+        extra = fbExtra.End(b)
+        fbExecuteTransform.StartQueryInputsVector(b, 0)
+        inputs = b.EndVector()
+        fbExecuteTransform.Start(b)
+        fbExecuteTransform.AddQueryInputs(b, inputs)
+        fbExecuteTransform.AddExtra(b, extra)
+        return fbExecuteTransform.End(b)
+
+    return _hand_manifest(_hand_content(2, pack))
 
 
+WITH_EXTRA = {"AddData": _add_data_with_extra, "ExecuteTransform": _execute_transform_with_extra}
+
+
+@pytest.mark.parametrize("event", sorted(WITH_EXTRA))
+def test_extra_control(event):
+    assert decode_block(WITH_EXTRA[event]('{"a":[1]}')).event.extra == {"a": [1]}
+
+
+@pytest.mark.parametrize("event", sorted(WITH_EXTRA))
 @pytest.mark.parametrize("text", ["", "{", "[1, 2]", '"s"', "1", "null", "{'a': 1}"])
-def test_extra_must_be_a_json_object(text):
+def test_extra_must_be_a_json_object(event, text):
     with pytest.raises(FormatError):
-        decode_block(_add_data_with_extra(text))
+        decode_block(WITH_EXTRA[event](text))
+
+
+@pytest.mark.parametrize(
+    "event",
+    [AddData(extra={"a": float("nan")}), ExecuteTransform(extra={"a": object()})],
+    ids=["AddData", "ExecuteTransform"],
+)
+def test_unencodable_extra_is_refused_naming_the_event(event):
+    name = type(event).__name__
+    with pytest.raises(FormatError, match=rf"^{name}\.extra must be a JSON object"):
+        encode_block(MetadataBlock(_utc(2020, 1, 1), None, 1, event))
+
+
+def test_execute_transform_extra_is_written_as_add_data_writes_it():
+    """The same ExtraAttributes table, JSON text and all, as the last field (id 6) of both."""
+    extra = {"odf-chain.dev/run": {"id": "r1", "rows": 3}, "a/b": [1.5, None]}
+    content = {
+        event: _content_via_bindings(
+            encode_block(MetadataBlock(_utc(2020, 1, 1), None, 1, cls(extra=extra)))
+        )
+        for event, cls in (("AddData", AddData), ("ExecuteTransform", ExecuteTransform))
+    }
+    texts = []
+    for event, data in content.items():
+        table = fbMetadataBlock.MetadataBlock.GetRootAs(data, 0).Event()
+        module = fbAddData.AddData if event == "AddData" else fbExecuteTransform.ExecuteTransform
+        reader = module()
+        reader.Init(table.Bytes, table.Pos)
+        assert _field_present(reader, 6)
+        texts.append(reader.Extra().Entries())
+    assert texts[0] == texts[1] == b'{"a/b":[1.5,null],"odf-chain.dev/run":{"id":"r1","rows":3}}'
+
+
+def test_execute_transform_without_extra_has_no_field_6():
+    # Absent extra leaves ODF's layout as it was (kamu's vector in test_vectors.py shows the
+    # bytes); the vtable ends before the new field.
+    event = ExecuteTransform(new_watermark=_utc(2020, 1, 1))
+    data = _content_via_bindings(encode_block(MetadataBlock(_utc(2020, 1, 1), None, 1, event)))
+    table = fbMetadataBlock.MetadataBlock.GetRootAs(data, 0).Event()
+    reader = fbExecuteTransform.ExecuteTransform()
+    reader.Init(table.Bytes, table.Pos)
+    assert not _field_present(reader, 6)
+    assert reader.Extra() is None
 
 
 def test_deeply_nested_extra_json_is_a_format_error():

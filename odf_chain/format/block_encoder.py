@@ -227,6 +227,7 @@ class BlockEncoder:
         prev_checkpoint = self.bytes_(e.prev_checkpoint)
         new_data = self.data_slice(e.new_data)
         new_checkpoint = self.checkpoint(e.new_checkpoint)
+        extra = self.extra(e.extra, "ExecuteTransform.extra")
         b = self.b
         fbExecuteTransform.Start(b)
         fbExecuteTransform.AddQueryInputs(b, inputs)
@@ -236,6 +237,7 @@ class BlockEncoder:
         self.add(fbExecuteTransform.AddNewCheckpoint, b, new_checkpoint)
         if e.new_watermark is not None:
             fbExecuteTransform.AddNewWatermark(b, self.timestamp(e.new_watermark))
+        self.add(fbExecuteTransform.AddExtra, b, extra)
         return fbExecuteTransform.End(b)
 
     def seed(self, e: Seed) -> int:

@@ -94,12 +94,19 @@ class ExecuteTransformInput:
 
 @dataclass(frozen=True)
 class ExecuteTransform:
+    """A derivative dataset's transaction: the input slices it read, the slice it wrote.
+
+    ``extra`` is odf_chain's addition, not ODF's (see ``schemas/odf_chain.fbs``): ExtraAttributes
+    as on AddData. Left out, the block is ODF's byte for byte; present, ODF readers skip it.
+    """
+
     query_inputs: tuple[ExecuteTransformInput, ...] = ()
     prev_checkpoint: Multihash | None = None
     prev_offset: int | None = None
     new_data: DataSlice | None = None
     new_checkpoint: Checkpoint | None = None
     new_watermark: datetime | None = None
+    extra: Mapping[str, Any] | None = None  # ExtraAttributes: a JSON object
 
 
 # SetTransform's parts as plain data: a table is a dict of its schema fields, a union member
