@@ -25,6 +25,7 @@ import odf_chain.format.generated.AddFieldLineage as fbAddFieldLineage
 import odf_chain.format.generated.DataField as fbDataField
 import odf_chain.format.generated.DataSchema as fbDataSchema
 import odf_chain.format.generated.DataTypeOption as fbDataTypeOption
+import odf_chain.format.generated.ExecuteTransform as fbExecuteTransform
 import odf_chain.format.generated.ExtraAttributes as fbExtra
 import odf_chain.format.generated.Manifest as fbManifest
 import odf_chain.format.generated.MetadataBlock as fbMetadataBlock
@@ -173,6 +174,7 @@ EXECUTE_TRANSFORM = st.builds(
     new_data=opt(SLICES),
     new_checkpoint=opt(CHECKPOINTS),
     new_watermark=opt(TIMES),
+    extra=opt(JSON_OBJECTS),
 )
 TRANSFORMATIONS = st.builds(
     Transformation,
@@ -211,10 +213,37 @@ ADD_FIELD_LINEAGE = st.builds(
     inputs=st.lists(LINEAGE_INPUTS, max_size=3).map(tuple),
     operations=st.lists(FIELD_OPERATIONS, max_size=4).map(tuple),
 )
+
+
+def seq(strategy: st.SearchStrategy, max_size: int = 3) -> st.SearchStrategy:
+    """A list or a tuple (SetTransform takes either and keeps tuples)."""
+    items = st.lists(strategy, max_size=max_size)
+    return items | items.map(tuple)
+
+
+# SetTransform's parts as plain data; optional keys are sometimes left out.
+SET_TRANSFORM = st.builds(
+    SetTransform,
+    inputs=seq(st.fixed_dictionaries({"dataset_ref": TEXT}, optional={"alias": opt(TEXT)})),
+    transform=st.fixed_dictionaries(
+        {"kind": st.just("TransformSql"), "engine": TEXT},
+        optional={
+            "version": opt(TEXT),
+            "query": opt(TEXT),
+            "queries": opt(
+                seq(st.fixed_dictionaries({"query": TEXT}, optional={"alias": opt(TEXT)}))
+            ),
+            "temporal_tables": opt(
+                seq(st.fixed_dictionaries({"name": TEXT, "primary_key": seq(TEXT)}), max_size=2)
+            ),
+        },
+    ),
+)
 EVENTS = st.one_of(
     ADD_DATA,
     ADD_FIELD_LINEAGE,
     EXECUTE_TRANSFORM,
+    SET_TRANSFORM,
     st.builds(Seed, dataset_id=DATASET_IDS, dataset_kind=st.sampled_from(DatasetKind)),
     st.builds(SetVocab, opt(TEXT), opt(TEXT), opt(TEXT), opt(TEXT)),
     st.builds(
@@ -358,6 +387,16 @@ def test_round_trip(block):
     assert read_manifest(data)[0] == 3
 
 
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(block=BLOCKS)
+def test_bytes_follow_flatc_builder_order(block):
+    """Every event odf_chain writes is laid out as flatc's object API packs it (the order kamu's
+    serializer follows too: tests/test_vectors.py), new fields such as ExecuteTransform.extra
+    included."""
+    data = encode_block(block)
+    assert _repacked_by_flatc_object_api(data) == read_manifest(data)[1]
+
+
 @settings(max_examples=150, deadline=None)
 @given(block=BLOCKS)
 def test_header_readable_by_generated_bindings(block):
@@ -373,6 +412,7 @@ def test_header_readable_by_generated_bindings(block):
         AddData: 1,
         ExecuteTransform: 2,
         Seed: 3,
+        SetTransform: 5,
         SetVocab: 6,
         SetInfo: 8,
         SetLicense: 9,
@@ -509,11 +549,18 @@ def test_different_blocks_give_different_bytes(first, second):
     [
         (SetInfo(keywords=None), SetInfo(keywords=())),
         (AddData(extra=None), AddData(extra={})),
+        (ExecuteTransform(extra=None), ExecuteTransform(extra={})),
         (AddData(prev_offset=None), AddData(prev_offset=0)),
         (SetVocab(offset_column=None), SetVocab(offset_column="")),
         (SetDataSchema(raw_arrow_schema=b""), SetDataSchema(raw_arrow_schema=b"\x00")),
+        (
+            SetTransform(inputs=(), transform={"kind": "TransformSql", "engine": "e"}),
+            SetTransform(
+                inputs=(), transform={"kind": "TransformSql", "engine": "e", "queries": ()}
+            ),
+        ),
     ],
-    ids=["keywords", "extra", "prev_offset", "vocab", "raw_schema"],
+    ids=["keywords", "extra", "transform_extra", "prev_offset", "vocab", "raw_schema", "queries"],
 )
 def test_absent_and_empty_are_distinct(left, right):
     a = encode_block(MetadataBlock(_utc(2020, 1, 1), None, 1, left))
@@ -537,7 +584,8 @@ def test_small_changes_change_bytes():
 
 
 # ---------------------------------------------------------------------------------------------
-# Read-only events (written by other ODF tools)
+# Events kept as plain data, built here with flatc's object API (SetTransform is written too;
+# the others are only read)
 
 
 def _set_polling_source_t() -> SetPollingSourceT:
@@ -704,7 +752,7 @@ _SET_ATTACHMENTS_EXPECTED = SetAttachments(
     }
 )
 
-READ_ONLY_CASES = {
+PLAIN_DATA_CASES = {
     "SetPollingSource": (4, _set_polling_source_t, _SET_POLLING_SOURCE_EXPECTED),
     "SetTransform": (5, _set_transform_t, _SET_TRANSFORM_EXPECTED),
     "SetAttachments": (7, _set_attachments_t, _SET_ATTACHMENTS_EXPECTED),
@@ -712,15 +760,15 @@ READ_ONLY_CASES = {
 }
 
 
-def _read_only_block_bytes(name: str) -> bytes:
-    type_id, make, _ = READ_ONLY_CASES[name]
+def _plain_data_block_bytes(name: str) -> bytes:
+    type_id, make, _ = PLAIN_DATA_CASES[name]
     return _hand_manifest(_hand_content(type_id, _packer(make())))
 
 
-@pytest.mark.parametrize("name", sorted(READ_ONLY_CASES))
-def test_read_only_event_decodes(name):
-    _, _, expected = READ_ONLY_CASES[name]
-    block = decode_block(_read_only_block_bytes(name))
+@pytest.mark.parametrize("name", sorted(PLAIN_DATA_CASES))
+def test_plain_data_event_decodes(name):
+    _, _, expected = PLAIN_DATA_CASES[name]
+    block = decode_block(_plain_data_block_bytes(name))
     assert type(block.event) is type(expected)
     assert block.event == expected
     assert block.event_name == name
@@ -730,9 +778,12 @@ def test_read_only_event_decodes(name):
     assert block.sequence_number == 7
 
 
-@pytest.mark.parametrize("name", sorted(READ_ONLY_CASES))
+READ_ONLY = sorted(set(PLAIN_DATA_CASES) - {"SetTransform"})
+
+
+@pytest.mark.parametrize("name", READ_ONLY)
 def test_read_only_event_cannot_be_encoded(name):
-    decoded = decode_block(_read_only_block_bytes(name))
+    decoded = decode_block(_plain_data_block_bytes(name))
     with pytest.raises(FormatError):
         encode_block(decoded)
     with pytest.raises(FormatError):
@@ -748,6 +799,200 @@ def test_add_push_source_append_merge_without_optional_parts():
     assert block.event == AddPushSource(
         source_name="s", read=None, preprocess=None, merge={"kind": "MergeStrategyAppend"}
     )
+
+
+# -- SetTransform: written as flatc's object API packs it -------------------------------------
+
+
+def _set_transform_variant(change: Callable[[SetTransformT], None]) -> bytes:
+    event = _set_transform_t()
+    change(event)
+    return _hand_manifest(_hand_content(5, event.Pack))
+
+
+def _no_aliases(event: SetTransformT) -> None:
+    for i in event.inputs:
+        i.alias = None
+    event.transform.queries[0].alias = None
+
+
+def _empty_vectors(event: SetTransformT) -> None:
+    event.inputs = []
+    event.transform.queries = []
+    event.transform.temporalTables[0].primaryKey = []
+
+
+def _kamu_like(event: SetTransformT) -> None:
+    # kamu's own SetTransform test shape: a query, no steps, no temporal tables.
+    event.transform.version = "3.5.0"
+    event.transform.queries = None
+    event.transform.temporalTables = None
+
+
+SET_TRANSFORM_VARIANTS = {
+    "full": lambda e: None,
+    "no_aliases": _no_aliases,
+    "empty_vectors": _empty_vectors,
+    "kamu_like": _kamu_like,
+}
+
+
+@pytest.mark.parametrize("name", sorted(SET_TRANSFORM_VARIANTS))
+def test_set_transform_built_by_bindings_re_encodes_to_the_same_bytes(name):
+    data = _set_transform_variant(SET_TRANSFORM_VARIANTS[name])
+    block = decode_block(data)
+    assert encode_block(block) == data
+    assert decode_block(encode_block(block)) == block
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    block=st.builds(
+        MetadataBlock,
+        system_time=TIMES,
+        prev_block_hash=opt(HASHES),
+        sequence_number=UINT64,
+        event=SET_TRANSFORM,
+    )
+)
+def test_set_transform_bytes_follow_flatc_builder_order(block):
+    data = encode_block(block)
+    assert _repacked_by_flatc_object_api(data) == read_manifest(data)[1]
+    assert decode_block(data) == block
+    assert encode_block(decode_block(data)) == data
+
+
+def test_set_transform_built_by_hand_equals_its_decoded_form():
+    """Left-out optional fields and lists are filled in and made tuples when the event is made,
+    so what an append folds equals what a replay decodes."""
+    by_hand = SetTransform(
+        inputs=[{"dataset_ref": "orders"}],
+        transform={
+            "kind": "TransformSql",
+            "engine": "spark",
+            "queries": [{"query": "select 1"}],
+            "temporal_tables": [{"name": "t", "primary_key": ["k"]}],
+        },
+    )
+    assert by_hand == SetTransform(
+        inputs=({"dataset_ref": "orders", "alias": None},),
+        transform={
+            "kind": "TransformSql",
+            "engine": "spark",
+            "version": None,
+            "query": None,
+            "queries": ({"alias": None, "query": "select 1"},),
+            "temporal_tables": ({"name": "t", "primary_key": ("k",)},),
+        },
+    )
+    block = MetadataBlock(_utc(2020, 1, 1), None, 1, by_hand)
+    assert decode_block(encode_block(block)) == block
+
+
+def test_set_transform_does_not_share_the_callers_dicts():
+    given_input = {"dataset_ref": "orders"}
+    event = SetTransform(inputs=(given_input,), transform={"kind": "TransformSql", "engine": "x"})
+    assert given_input == {"dataset_ref": "orders"}
+    assert event.inputs[0] is not given_input
+
+
+def _set_transform_with(**changes: Any) -> SetTransform:
+    """_SET_TRANSFORM_EXPECTED with ``inputs`` or ``transform`` keys replaced (None deletes)."""
+    transform = dict(_SET_TRANSFORM_EXPECTED.transform)
+    inputs = [dict(i) for i in _SET_TRANSFORM_EXPECTED.inputs]
+    for key, value in changes.items():
+        if key == "inputs":
+            inputs = value
+        elif key.startswith("input0_"):
+            inputs[0][key.removeprefix("input0_")] = value
+        else:
+            transform[key] = value
+    return SetTransform(inputs=inputs, transform=transform)
+
+
+@pytest.mark.parametrize(
+    ("event", "named"),
+    [
+        (
+            SetTransform(transform=_SET_TRANSFORM_EXPECTED.transform),
+            "SetTransform.inputs: expected a tuple, got nothing",
+        ),
+        (SetTransform(inputs=()), "SetTransform.transform: required"),
+        (_set_transform_with(inputs="orders"), "SetTransform.inputs: expected a tuple, got str"),
+        (
+            _set_transform_with(inputs=["orders"]),
+            "SetTransform.inputs[0]: expected a mapping, got str",
+        ),
+        (
+            _set_transform_with(input0_dataset_ref=None),
+            "SetTransform.inputs[0].dataset_ref: required",
+        ),
+        (
+            _set_transform_with(input0_alias=3),
+            "SetTransform.inputs[0].alias: expected text, got int",
+        ),
+        (_set_transform_with(input0_aliass="x"), "SetTransform.inputs[0]: unknown field 'aliass'"),
+        (
+            _set_transform_with(input0_alias="\ud800"),
+            "SetTransform.inputs[0].alias: text is not encodable",
+        ),
+        (
+            SetTransform(inputs=(), transform="select 1"),
+            "SetTransform.transform.kind: expected 'TransformSql'",
+        ),
+        (
+            _set_transform_with(kind="TransformPython"),
+            "SetTransform.transform.kind: expected 'TransformSql'",
+        ),
+        (
+            SetTransform(inputs=(), transform={"engine": "spark"}),
+            "SetTransform.transform.kind: expected 'TransformSql'",
+        ),
+        (_set_transform_with(engine=None), "SetTransform.transform.engine: required"),
+        (_set_transform_with(querry="x"), "SetTransform.transform: unknown field 'querry'"),
+        (
+            _set_transform_with(query=b"select"),
+            "SetTransform.transform.query: expected text, got bytes",
+        ),
+        (
+            _set_transform_with(queries={"query": "x"}),
+            "SetTransform.transform.queries: expected a tuple, got dict",
+        ),
+        (
+            _set_transform_with(queries=[{"alias": "a"}]),
+            "SetTransform.transform.queries[0].query: required",
+        ),
+        (
+            _set_transform_with(temporal_tables=[{"name": "t"}]),
+            "SetTransform.transform.temporal_tables[0].primary_key: "
+            "expected a tuple of text, got nothing",
+        ),
+        (
+            _set_transform_with(temporal_tables=[{"name": "t", "primary_key": "k"}]),
+            "SetTransform.transform.temporal_tables[0].primary_key: "
+            "expected a tuple of text, got str",
+        ),
+        (
+            _set_transform_with(temporal_tables=[{"name": "t", "primary_key": ("k", 1)}]),
+            "SetTransform.transform.temporal_tables[0].primary_key[1]: expected text, got int",
+        ),
+        (
+            _set_transform_with(temporal_tables=[{"primary_key": ("k",)}]),
+            "SetTransform.transform.temporal_tables[0].name: required",
+        ),
+    ],
+    ids=lambda v: v if isinstance(v, str) else "",
+)
+def test_set_transform_bad_values_are_refused_naming_the_field(event, named):
+    with pytest.raises(FormatError, match=re.escape(named)):
+        encode_block(MetadataBlock(_utc(2020, 1, 1), None, 1, event))
+
+
+def test_set_transform_bad_value_control():
+    event = _set_transform_with()
+    assert event == _SET_TRANSFORM_EXPECTED
+    block = MetadataBlock(_utc(2020, 1, 1), None, 1, event)
+    assert decode_block(encode_block(block)) == block
 
 
 def _data_schema_packer(depth: int = 1) -> Callable[[flatbuffers.Builder], int]:
@@ -848,8 +1093,8 @@ def _valid_blocks() -> dict[str, bytes]:
         ),
     }
     blocks["add_field_lineage"] = encode_block(LINEAGE_BLOCK)
-    for name in READ_ONLY_CASES:
-        blocks[name] = _read_only_block_bytes(name)
+    for name in PLAIN_DATA_CASES:
+        blocks[name] = _plain_data_block_bytes(name)
     blocks["structured_schema"] = _hand_manifest(_hand_content(10, _data_schema_packer(3)))
     return blocks
 
@@ -1028,14 +1273,78 @@ def _add_data_with_extra(text: str) -> bytes:
     return _hand_manifest(_hand_content(1, pack))
 
 
-def test_extra_control():
-    assert decode_block(_add_data_with_extra('{"a":[1]}')).event.extra == {"a": [1]}
+def _execute_transform_with_extra(text: str) -> bytes:
+    def pack(b: flatbuffers.Builder) -> int:
+        entries = b.CreateString(text)
+        fbExtra.Start(b)
+        fbExtra.AddEntries(b, entries)
+        extra = fbExtra.End(b)
+        fbExecuteTransform.StartQueryInputsVector(b, 0)
+        inputs = b.EndVector()
+        fbExecuteTransform.Start(b)
+        fbExecuteTransform.AddQueryInputs(b, inputs)
+        fbExecuteTransform.AddExtra(b, extra)
+        return fbExecuteTransform.End(b)
+
+    return _hand_manifest(_hand_content(2, pack))
 
 
+WITH_EXTRA = {"AddData": _add_data_with_extra, "ExecuteTransform": _execute_transform_with_extra}
+
+
+@pytest.mark.parametrize("event", sorted(WITH_EXTRA))
+def test_extra_control(event):
+    assert decode_block(WITH_EXTRA[event]('{"a":[1]}')).event.extra == {"a": [1]}
+
+
+@pytest.mark.parametrize("event", sorted(WITH_EXTRA))
 @pytest.mark.parametrize("text", ["", "{", "[1, 2]", '"s"', "1", "null", "{'a': 1}"])
-def test_extra_must_be_a_json_object(text):
+def test_extra_must_be_a_json_object(event, text):
     with pytest.raises(FormatError):
-        decode_block(_add_data_with_extra(text))
+        decode_block(WITH_EXTRA[event](text))
+
+
+@pytest.mark.parametrize(
+    "event",
+    [AddData(extra={"a": float("nan")}), ExecuteTransform(extra={"a": object()})],
+    ids=["AddData", "ExecuteTransform"],
+)
+def test_unencodable_extra_is_refused_naming_the_event(event):
+    name = type(event).__name__
+    with pytest.raises(FormatError, match=rf"^{name}\.extra must be a JSON object"):
+        encode_block(MetadataBlock(_utc(2020, 1, 1), None, 1, event))
+
+
+def test_execute_transform_extra_is_written_as_add_data_writes_it():
+    """The same ExtraAttributes table, JSON text and all, as the last field (id 6) of both."""
+    extra = {"odf-chain.dev/run": {"id": "r1", "rows": 3}, "a/b": [1.5, None]}
+    content = {
+        event: _content_via_bindings(
+            encode_block(MetadataBlock(_utc(2020, 1, 1), None, 1, cls(extra=extra)))
+        )
+        for event, cls in (("AddData", AddData), ("ExecuteTransform", ExecuteTransform))
+    }
+    texts = []
+    for event, data in content.items():
+        table = fbMetadataBlock.MetadataBlock.GetRootAs(data, 0).Event()
+        module = fbAddData.AddData if event == "AddData" else fbExecuteTransform.ExecuteTransform
+        reader = module()
+        reader.Init(table.Bytes, table.Pos)
+        assert _field_present(reader, 6)
+        texts.append(reader.Extra().Entries())
+    assert texts[0] == texts[1] == b'{"a/b":[1.5,null],"odf-chain.dev/run":{"id":"r1","rows":3}}'
+
+
+def test_execute_transform_without_extra_has_no_field_6():
+    # Absent extra leaves ODF's layout as it was (kamu's vector in test_vectors.py shows the
+    # bytes); the vtable ends before the new field.
+    event = ExecuteTransform(new_watermark=_utc(2020, 1, 1))
+    data = _content_via_bindings(encode_block(MetadataBlock(_utc(2020, 1, 1), None, 1, event)))
+    table = fbMetadataBlock.MetadataBlock.GetRootAs(data, 0).Event()
+    reader = fbExecuteTransform.ExecuteTransform()
+    reader.Init(table.Bytes, table.Pos)
+    assert not _field_present(reader, 6)
+    assert reader.Extra() is None
 
 
 def test_deeply_nested_extra_json_is_a_format_error():

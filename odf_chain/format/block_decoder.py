@@ -265,6 +265,7 @@ def _read_execute_transform(r: TableReader) -> ExecuteTransform:
         new_data=_read_data_slice(r.table(3)),
         new_checkpoint=_read_checkpoint(r.table(4)),
         new_watermark=r.timestamp(5),
+        extra=_read_extra(r.table(6)),
     )
 
 

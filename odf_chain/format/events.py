@@ -1,9 +1,11 @@
 """Metadata events and blocks as immutable values.
 
 Field names follow the ODF schema so that a reader of the spec finds them here unchanged.
-Events odf_chain writes have full typed fields; events it only needs to *read* from chains made
-by other ODF tools (sources, transforms, attachments) keep their nested content as plain data
-(``dict``/``tuple``, union members tagged with ``"kind"``) — enough to show and compare them.
+Events odf_chain writes have full typed fields, except SetTransform; events it only needs to
+*read* from chains made by other ODF tools (sources, attachments) keep their nested content as
+plain data (``dict``/``tuple``, union members tagged with ``"kind"``) — enough to show and
+compare them. SetTransform is written too but keeps that plain form, which readers of it
+already use.
 """
 
 from __future__ import annotations
@@ -92,12 +94,81 @@ class ExecuteTransformInput:
 
 @dataclass(frozen=True)
 class ExecuteTransform:
+    """A derivative dataset's transaction: the input slices it read, the slice it wrote.
+
+    ``extra`` is odf_chain's addition, not ODF's (see ``schemas/odf_chain.fbs``): ExtraAttributes
+    as on AddData. Left out, the block is ODF's byte for byte; present, ODF readers skip it.
+    """
+
     query_inputs: tuple[ExecuteTransformInput, ...] = ()
     prev_checkpoint: Multihash | None = None
     prev_offset: int | None = None
     new_data: DataSlice | None = None
     new_checkpoint: Checkpoint | None = None
     new_watermark: datetime | None = None
+    extra: Mapping[str, Any] | None = None  # ExtraAttributes: a JSON object
+
+
+# SetTransform's parts as plain data: a table is a dict of its schema fields, a union member
+# carries its table's name under "kind". Field names in schema order (the encoder's order too).
+TRANSFORM_INPUT_FIELDS = ("dataset_ref", "alias")
+TRANSFORM_SQL_FIELDS = ("engine", "version", "query", "queries", "temporal_tables")
+SQL_QUERY_STEP_FIELDS = ("alias", "query")
+TEMPORAL_TABLE_FIELDS = ("name", "primary_key")
+
+
+@dataclass(frozen=True)
+class SetTransform:
+    """A derivative dataset's inputs and query, kept as plain data (ODF's layout, snake_case)::
+
+        SetTransform(
+            inputs=({"dataset_ref": "did:odf:fed01...", "alias": "orders"},),
+            transform={"kind": "TransformSql", "engine": "spark", "query": "SELECT ..."},
+        )
+
+    ``transform`` may also hold ``version``, ``queries`` (``{"alias", "query"}`` steps) and
+    ``temporal_tables`` (``{"name", "primary_key"}``). Optional fields left out are filled in as
+    ``None`` and lists become tuples, so that a value built by hand equals the one decoded from
+    its bytes: an append folds the value it was given, a replay the value it reads back.
+    Anything else (a missing required field, an unknown key) is refused when encoded.
+    """
+
+    inputs: tuple[Mapping[str, Any], ...] | None = None
+    transform: Mapping[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "inputs", _tables(self.inputs, TRANSFORM_INPUT_FIELDS))
+        transform = self.transform
+        if isinstance(transform, Mapping) and transform.get("kind") == "TransformSql":
+            transform = _table(transform, TRANSFORM_SQL_FIELDS)
+            transform["queries"] = _tables(transform["queries"], SQL_QUERY_STEP_FIELDS)
+            tables = _tables(transform["temporal_tables"], TEMPORAL_TABLE_FIELDS)
+            if isinstance(tables, tuple):
+                for table in tables:
+                    if isinstance(table, dict):
+                        table["primary_key"] = _tuple(table["primary_key"])
+            transform["temporal_tables"] = tables
+        object.__setattr__(self, "transform", transform)
+
+
+def _tuple(value: Any) -> Any:
+    return tuple(value) if isinstance(value, list) else value
+
+
+def _tables(values: Any, fields: tuple[str, ...]) -> Any:
+    values = _tuple(values)
+    return tuple(_table(v, fields) for v in values) if isinstance(values, tuple) else values
+
+
+def _table(value: Any, fields: tuple[str, ...]) -> Any:
+    """A copy of a plain-data table with every field present (``None`` when left out); a value
+    that is not a mapping is left as it is, for the encoder to refuse by name."""
+    if not isinstance(value, Mapping):
+        return value
+    out = dict(value)
+    for name in fields:
+        out.setdefault(name, None)
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -296,12 +367,6 @@ class AddPushSource:
     read: Mapping[str, Any] | None = None
     preprocess: Mapping[str, Any] | None = None
     merge: Mapping[str, Any] | None = None
-
-
-@dataclass(frozen=True)
-class SetTransform:
-    inputs: tuple[Mapping[str, Any], ...] | None = None
-    transform: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)

@@ -116,8 +116,19 @@ class ExecuteTransform(object):
             return obj
         return None
 
+    # ExecuteTransform
+    def Extra(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
+        if o != 0:
+            x = self._tab.Indirect(o + self._tab.Pos)
+            from odf_chain.format.generated.ExtraAttributes import ExtraAttributes
+            obj = ExtraAttributes()
+            obj.Init(self._tab.Bytes, x)
+            return obj
+        return None
+
 def ExecuteTransformStart(builder):
-    builder.StartObject(6)
+    builder.StartObject(7)
 
 def Start(builder):
     ExecuteTransformStart(builder)
@@ -170,6 +181,12 @@ def ExecuteTransformAddNewWatermark(builder, newWatermark):
 def AddNewWatermark(builder, newWatermark):
     ExecuteTransformAddNewWatermark(builder, newWatermark)
 
+def ExecuteTransformAddExtra(builder, extra):
+    builder.PrependUOffsetTRelativeSlot(6, flatbuffers.number_types.UOffsetTFlags.py_type(extra), 0)
+
+def AddExtra(builder, extra):
+    ExecuteTransformAddExtra(builder, extra)
+
 def ExecuteTransformEnd(builder):
     return builder.EndObject()
 
@@ -179,6 +196,7 @@ def End(builder):
 import odf_chain.format.generated.Checkpoint
 import odf_chain.format.generated.DataSlice
 import odf_chain.format.generated.ExecuteTransformInput
+import odf_chain.format.generated.ExtraAttributes
 import odf_chain.format.generated.Timestamp
 try:
     from typing import List, Optional
@@ -196,6 +214,7 @@ class ExecuteTransformT(object):
         newData = None,
         newCheckpoint = None,
         newWatermark = None,
+        extra = None,
     ):
         self.queryInputs = queryInputs  # type: Optional[List[odf_chain.format.generated.ExecuteTransformInput.ExecuteTransformInputT]]
         self.prevCheckpoint = prevCheckpoint  # type: Optional[List[int]]
@@ -203,6 +222,7 @@ class ExecuteTransformT(object):
         self.newData = newData  # type: Optional[odf_chain.format.generated.DataSlice.DataSliceT]
         self.newCheckpoint = newCheckpoint  # type: Optional[odf_chain.format.generated.Checkpoint.CheckpointT]
         self.newWatermark = newWatermark  # type: Optional[odf_chain.format.generated.Timestamp.TimestampT]
+        self.extra = extra  # type: Optional[odf_chain.format.generated.ExtraAttributes.ExtraAttributesT]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -247,6 +267,8 @@ class ExecuteTransformT(object):
             self.newCheckpoint = odf_chain.format.generated.Checkpoint.CheckpointT.InitFromObj(executeTransform.NewCheckpoint())
         if executeTransform.NewWatermark() is not None:
             self.newWatermark = odf_chain.format.generated.Timestamp.TimestampT.InitFromObj(executeTransform.NewWatermark())
+        if executeTransform.Extra() is not None:
+            self.extra = odf_chain.format.generated.ExtraAttributes.ExtraAttributesT.InitFromObj(executeTransform.Extra())
 
     # ExecuteTransformT
     def Pack(self, builder):
@@ -270,6 +292,8 @@ class ExecuteTransformT(object):
             newData = self.newData.Pack(builder)
         if self.newCheckpoint is not None:
             newCheckpoint = self.newCheckpoint.Pack(builder)
+        if self.extra is not None:
+            extra = self.extra.Pack(builder)
         ExecuteTransformStart(builder)
         if self.queryInputs is not None:
             ExecuteTransformAddQueryInputs(builder, queryInputs)
@@ -283,5 +307,7 @@ class ExecuteTransformT(object):
         if self.newWatermark is not None:
             newWatermark = self.newWatermark.Pack(builder)
             ExecuteTransformAddNewWatermark(builder, newWatermark)
+        if self.extra is not None:
+            ExecuteTransformAddExtra(builder, extra)
         executeTransform = ExecuteTransformEnd(builder)
         return executeTransform
