@@ -302,3 +302,32 @@ def test_a_forged_output_slice_is_caught_by_reproduce(spark, inputs, tmp_path):
     assert errors and errors[0].sequence_number == forged
     assert errors[0].path is not None and errors[0].path.startswith("data/")
     assert "offsets" in errors[0].message
+
+
+# -- the commands -----------------------------------------------------------------------------
+
+
+def test_derive_and_reproduce_commands(spark, inputs, tmp_path):
+    from tests.cli_run import run_main
+
+    sensors, stations = inputs
+    out = tmp_path / "daily"
+    given = ["--input", f"sensors={sensors.path}", "--input", f"stations={stations.path}"]
+    missing = run_main(["derive", out, "--sql", SQL, *given])
+    assert missing.returncode == 2 and "--create" in missing.stderr and not out.exists()
+    bad = run_main(["derive", out, "--sql", SQL, "--input", "sensors", "--create"])
+    assert bad.returncode == 2 and "ALIAS=DIR" in bad.stderr
+    made = run_main(["derive", out, "--sql", SQL, *given, "--create"], spark=spark)
+    assert made.returncode == 0, made.stderr
+    assert "3 row(s) appended, 0 retracted" in made.stdout and "ExecuteTransform" in made.stdout
+    again = run_main(["derive", out, "--sql", SQL, *given], spark=spark)
+    assert again.returncode == 0 and "nothing appended" in again.stdout
+    checked = run_main([out, "--reproduce"], entry="chain-verify", spark=spark)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert (
+        ": reproduced (3 row(s)" in checked.stdout
+        and checked.stdout.rstrip().endswith(str(Dataset.open(out).state.head)) is False
+    )
+    assert "Traceback" not in checked.stderr
+    lonely = run_main([out, "--recursive"], entry="chain-verify")
+    assert lonely.returncode == 2 and "--reproduce" in lonely.stderr

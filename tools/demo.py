@@ -26,6 +26,7 @@ from pathlib import Path
 
 import fastavro
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 ROWS_PER_FILE = 50_000
@@ -104,6 +105,15 @@ def generate(inputs: Path) -> None:
         f"{name},{REGIONS[i % len(REGIONS)]},{10 * i}\n" for i, name in enumerate(STATIONS)
     )
     (inputs / "stations.csv").write_text(stations)
+    # a late batch: more readings for days the derived statistics already cover
+    late = pa.Table.from_pylist(readings(rng, start, 5_000))
+    late = late.set_column(
+        late.schema.get_field_index("event_time"),
+        "event_time",
+        late.column("event_time").cast(pa.timestamp("ms", tz="UTC")),
+    )
+    (inputs / "late").mkdir()
+    pq.write_table(late, inputs / "late" / "readings-late.parquet")
     (inputs / "bad.csv").write_text(
         "station,temperature_c,event_time\nstation-01,warm,2026-11-07T00:00:00Z\n"
     )
@@ -204,6 +214,90 @@ def derive(sensors: Path, stations_csv: Path, daily_stats: Path) -> None:
         spark.stop()
 
 
+DERIVE_SQL = """\
+SELECT s.region, CAST(r.event_time AS DATE) AS day,
+       AVG(r.temperature_c) AS avg_temperature_c, MAX(r.temperature_c) AS max_temperature_c,
+       COUNT(*) AS readings,
+       CASE WHEN MAX(r.temperature_c) > 30 THEN 'hot' ELSE 'mild' END AS kind
+FROM sensors r JOIN stations s ON r.station = s.station
+GROUP BY s.region, CAST(r.event_time AS DATE)"""
+
+
+def forge_last_run(dataset: Path) -> None:
+    """What a forger with write access does to a derived number so that plain verify passes:
+    the last run taken back, its slice rewritten with other values, the run appended again
+    with every hash recomputed; the head log and the index, which would tell, removed."""
+    from dataclasses import replace
+
+    from odf_chain import Dataset, chain
+    from odf_chain.format.multihash import Multihash
+    from odf_chain.slices import parquet_logical_hash
+
+    ds = Dataset.open(dataset)
+    blocks = ds.blocks()
+    last = blocks[-1]
+    event = last.block.event
+    old = dataset / "data" / str(event.new_data.physical_hash)
+    table = pq.read_table(old)
+    index = table.schema.get_field_index("avg_temperature_c")
+    table = table.set_column(index, "avg_temperature_c", pc.add(table.column(index), 0.5))
+    staged = dataset / "forged.parquet"
+    pq.write_table(table, staged)
+    name = str(Multihash.digest("blake3", staged.read_bytes()))
+    size = staged.stat().st_size
+    staged.rename(dataset / "data" / name)
+    with pq.ParquetFile(dataset / "data" / name) as parquet:
+        logical = parquet_logical_hash(parquet, "blake3")
+    new_data = replace(
+        event.new_data, physical_hash=Multihash.from_multibase(name), logical_hash=logical,
+        size=size,
+    )  # fmt: skip
+    # (the run's recorded slice digest is left as it was: --deep would catch that one too)
+    ds.storage.compare_and_swap_head(str(last.hash), str(blocks[-2].hash))
+    (dataset / "logs" / "head").unlink()
+    shutil.rmtree(dataset / "info", ignore_errors=True)
+    (dataset / "blocks" / str(last.hash)).unlink()
+    old.unlink()
+    state = Dataset.open(dataset).refresh()
+    forged = replace(event, new_data=new_data)
+    chain.append(ds.storage, state, forged, system_time=last.block.system_time)
+    print(f"rewrote the last run's slice (avg_temperature_c + 0.5) as data/{name[:16]}…")
+
+
+def verified_numbers(target: Path, sensors: Path, inputs: Path) -> None:
+    """A derivative dataset made by `odf-chain derive`, corrected when late data lands, and
+    proved by re-running it; then a forged number caught."""
+    stations = target / "stations"
+    banner("Stations as a dataset of their own (ingested like the readings)")
+    run("odf-chain", "ingest", str(stations), str(inputs / "stations.csv"), "--format", "csv",
+        "--create")  # fmt: skip
+    verified = target / "daily-stats-verified"
+    derive_args = [
+        "odf-chain", "derive", str(verified), "--sql", DERIVE_SQL,
+        "--input", f"sensors={sensors}", "--input", f"stations={stations}",
+    ]  # fmt: skip
+    banner("odf-chain derive: the daily statistics as an ODF derivative dataset")
+    print(DERIVE_SQL)
+    run(*derive_args, "--create")
+    banner("Late readings for days already covered arrive; derive again: those days corrected")
+    run("odf-chain", "ingest", str(sensors), str(inputs / "late"), "--format", "parquet",
+        "--event-time", "event_time", "--evolve")  # fmt: skip
+    run(*derive_args)
+    run("odf-chain", "log", str(verified))
+    banner("chain-verify --reproduce: every run re-run on exactly the input rows it pinned")
+    run("chain-verify", str(verified), "--reproduce")
+    banner("Forge a derived number in a copy (every hash recomputed): plain verify passes ...")
+    forged = target / "daily-stats-forged"
+    shutil.copytree(verified, forged)
+    forge_last_run(forged)
+    run("chain-verify", str(forged))
+    banner("... --reproduce does not")
+    code = run("chain-verify", str(forged), "--reproduce", check=False)
+    if code == 0:
+        raise SystemExit("demo: a forged derived number went unnoticed")
+    print(f"chain-verify --reproduce exited {code}: the numbers are not what the inputs give")
+
+
 def main(argv: list[str]) -> int:
     target = Path(argv[1] if len(argv) > 1 else "demo-output").resolve()
     if target.exists():
@@ -285,6 +379,8 @@ def main(argv: list[str]) -> int:
     exported = target / "daily-stats.datahub.json"
     run("odf-chain", "export", "datahub", str(daily), "-o", str(exported))
     run("chain-verify", str(daily))
+
+    verified_numbers(target, dataset, inputs)
 
     banner("Tamper with one bit of one slice in a copy, and verify again")
     tampered = target / "sensors-tampered"

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from odf_chain.cli.common import EXIT_OK, UsageError
 from odf_chain.dataset import Dataset
+from odf_chain.errors import NotFoundError
 from odf_chain.format.multihash import BLAKE3, SHA3_256
 
 EPILOG = """example:
@@ -74,8 +75,21 @@ def run(args: argparse.Namespace) -> int:
     if not sql.strip():
         raise UsageError("the query is empty")
     inputs = _inputs(args.input)
+    if not args.create:
+        try:
+            Dataset.open(args.dir)
+        except NotFoundError as missing:
+            raise NotFoundError(f"{missing}; pass --create to create it") from None
     session = args.start_spark(args.master)
-    result = derive(sql, inputs, args.dir, create=args.create, spark=session, hash=args.hash)
+    try:
+        result = derive(
+            sql, inputs, args.dir, create=args.create, spark=session.spark, hash=args.hash
+        )
+    except BaseException as exc:
+        if session.stop(failed=True) and isinstance(exc, Exception):
+            exc.add_note(session.hint())
+        raise
+    session.stop(failed=False)
     print(f"{args.dir}: {result.message}")
     for entry in result.blocks:
         print(f"  block {entry.block.sequence_number} {entry.hash} {entry.block.event_name}")

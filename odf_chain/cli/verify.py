@@ -62,7 +62,13 @@ def run(args: argparse.Namespace) -> int:
         from odf_chain.spark.reproduce import reproduce
 
         session = args.start_spark(args.master)
-        reproduce(Dataset.open(args.dir), report, spark=session, recursive=args.recursive)
+        try:
+            reproduce(Dataset.open(args.dir), report, spark=session.spark, recursive=args.recursive)
+        except BaseException as exc:
+            if session.stop(failed=True) and isinstance(exc, Exception):
+                exc.add_note(session.hint())
+            raise
+        session.stop(failed=False)
     if args.json:
         print_json(report.to_dict())
     else:
