@@ -28,7 +28,11 @@ _OPS = (APPEND, RETRACT, CORRECT_FROM, CORRECT_TO)
 def _groups(keys: np.ndarray) -> np.ndarray:
     """A small integer per distinct key (equal keys, equal ids)."""
     flat = np.ascontiguousarray(keys).view("S32").ravel()
-    return np.unique(flat, return_inverse=True)[1].ravel()
+    order = np.argsort(flat)  # np.unique's inverse costs half as much again
+    ordered = flat[order]
+    ids = np.empty(len(flat), dtype=np.int64)
+    ids[order] = np.cumsum(np.r_[True, ordered[1:] != ordered[:-1]]) - 1
+    return ids
 
 
 def _offset_at(table: pa.Table, offset_column: str, row: int) -> object:

@@ -39,7 +39,8 @@ incremental update (which a full re-run does not need).
 
 Canonical types name the logical type: offset widths (string/large_string/string_view, list
 kinds), decimal storage widths, encodings, list item names and nullability flags are not part of
-it, as Spark and Parquet readers vary them for the same values.
+it, as Spark and Parquet readers vary them for the same values. A time zone is kept as written
+(``UTC`` and ``+00:00`` differ), as Arrow keeps it.
 
 Speed: 1,000,000 rows x 5 columns (int64, float64, string, timestamp[ms, UTC], nullable int64)
 in about 1.3 s on a 2-core machine (encoding 0.4 s, one BLAKE3 call per row 0.8 s, sort 0.1 s);
@@ -170,7 +171,11 @@ def canonical_type(t: pa.DataType) -> str:
 def _schema_block(table: pa.Table, columns: Sequence[str]) -> bytes:
     out = bytearray(_u64(len(columns)))
     for name in columns:
-        for text in (name, canonical_type(table.schema.field(name).type)):
+        try:
+            ctype = canonical_type(table.schema.field(name).type)
+        except SchemaError as exc:
+            raise SchemaError(f"column {name!r}: {exc}") from None
+        for text in (name, ctype):
             raw = text.encode()
             out += _u64(len(raw)) + raw
     return bytes(out)
@@ -203,7 +208,7 @@ def _raw(arr: pa.Array, width: int) -> np.ndarray:
     if buf is None or n == 0:
         return np.zeros((n, width), dtype=np.uint8)
     raw = np.frombuffer(buf, dtype=np.uint8, count=(arr.offset + n) * width)
-    return raw[:n * width].reshape(n, width)
+    return raw[arr.offset * width :].reshape(n, width)
 
 
 def _fixed(valid: np.ndarray, values: np.ndarray) -> pa.Array:
