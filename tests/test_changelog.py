@@ -113,6 +113,7 @@ def test_diff_matches_the_first_occurrences() -> None:
     assert diff(new, old, ["v"]) == ([0, 4], [3])
     assert diff(old, old, ["v"]) == ([], [])
     assert diff(old.slice(0, 0), old, ["v"]) == ([], [0, 1, 2, 3])
+    assert diff(old.slice(0, 0), old.slice(0, 0), ["v"]) == ([], [])
 
 
 def test_diff_compares_only_the_columns_named() -> None:
