@@ -21,6 +21,7 @@ from odf_chain.format.multihash import Multihash
 from odf_chain.slices import parquet_logical_hash
 from odf_chain.spark import derive
 from tests.helpers import multihash_name
+from tests.test_official_bindings import _content, odf  # noqa: F401 (odf: a fixture)
 
 SQL = """
 SELECT r.station, s.region, CAST(r.event_time AS DATE) AS day,
@@ -331,3 +332,34 @@ def test_derive_and_reproduce_commands(spark, inputs, tmp_path):
     assert "Traceback" not in checked.stderr
     lonely = run_main([out, "--recursive"], entry="chain-verify")
     assert lonely.returncode == 2 and "--reproduce" in lonely.stderr
+
+
+# -- read by ODF's own bindings -----------------------------------------------------------------
+
+
+def test_bindings_from_the_official_odf_schema_decode_every_block(spark, inputs, tmp_path, odf):  # noqa: F811, E501
+    daily = _two_runs(spark, inputs, tmp_path)
+    kinds = odf("MetadataEvent").MetadataEvent
+    names = {v: k for k, v in vars(kinds).items() if not k.startswith("_")}
+    seen = []
+    for entry in daily.blocks():
+        data = (daily.path / "blocks" / str(entry.hash)).read_bytes()
+        block = odf("MetadataBlock").MetadataBlockT.InitFromPackedBuf(_content(odf, data), 0)
+        assert block.sequenceNumber == entry.block.sequence_number
+        assert names[block.eventType] == entry.block.event_name
+        seen.append(names[block.eventType])
+        ours = entry.block.event
+        if isinstance(ours, ExecuteTransform):
+            pins = block.event.queryInputs
+            assert [bytes(p.datasetId) for p in pins] == [
+                bytes(i.dataset_id) for i in ours.query_inputs
+            ]
+            assert [(p.prevOffset, p.newOffset) for p in pins] == [
+                (i.prev_offset, i.new_offset) for i in ours.query_inputs
+            ]
+            assert [bytes(p.newBlockHash) for p in pins] == [
+                bytes(i.new_block_hash) for i in ours.query_inputs
+            ]
+        if isinstance(ours, SetTransform):
+            assert block.event.transform.queries[0].query.decode() == SQL
+    assert seen.count("ExecuteTransform") == 2 and seen[:2] == ["Seed", "SetTransform"]
