@@ -337,7 +337,7 @@ def test_derive_and_reproduce_commands(spark, inputs, tmp_path):
 # -- read by ODF's own bindings -----------------------------------------------------------------
 
 
-def test_bindings_from_the_official_odf_schema_decode_every_block(spark, inputs, tmp_path, odf):  # noqa: F811, E501
+def test_bindings_from_the_official_odf_schema_decode_every_block(spark, inputs, tmp_path, odf):  # noqa: F811
     daily = _two_runs(spark, inputs, tmp_path)
     kinds = odf("MetadataEvent").MetadataEvent
     names = {v: k for k, v in vars(kinds).items() if not k.startswith("_")}
