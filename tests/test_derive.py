@@ -242,7 +242,7 @@ def test_rand_is_not_reproducible_and_says_so(spark, inputs, tmp_path):
     assert "rand()" in report.warnings[0].message
 
 
-def _forge(dataset: Dataset) -> int:
+def _forge(dataset: Dataset, *, retractions_too: bool = False) -> int:
     """What a forger with write access does to change a derived number so that plain verify
     (and --deep) still pass: take the last run back, rewrite its slice with another value,
     and append the run again with every hash and digest recomputed (and the head log and the
@@ -253,7 +253,7 @@ def _forge(dataset: Dataset) -> int:
     original = pq.read_table(dataset.path / "data" / str(event.new_data.physical_hash))
     op = original.column("op").to_pylist()
     total = [
-        v + 1.0 if o == 0 else v
+        v + 1.0 if o == 0 or retractions_too else v
         for v, o in zip(original.column("total").to_pylist(), op, strict=True)
     ]
     table = original.set_column(original.schema.get_field_index("total"), "total", pa.array(total))
@@ -363,3 +363,15 @@ def test_bindings_from_the_official_odf_schema_decode_every_block(spark, inputs,
         if isinstance(ours, SetTransform):
             assert block.event.transform.queries[0].query.decode() == SQL
     assert seen.count("ExecuteTransform") == 2 and seen[:2] == ["Seed", "SetTransform"]
+
+
+def test_a_retraction_of_nothing_is_a_mismatch_not_a_crash(spark, inputs, tmp_path):
+    daily = _two_runs(spark, inputs, tmp_path)
+    _forge(daily, retractions_too=True)
+    daily = Dataset.open(daily.path)
+    report = daily.verify(reproduce=True, spark=spark)
+    (error,) = [p for p in report.errors if p.rule == "reproduce-mismatch"]
+    assert "cannot be read back" in error.message and "retracts a row that is not live" in (
+        error.message
+    )
+    assert [r.verdict for r in report.runs] == ["reproduced", "mismatch"]

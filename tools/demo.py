@@ -240,7 +240,9 @@ def forge_last_run(dataset: Path) -> None:
     old = dataset / "data" / str(event.new_data.physical_hash)
     table = pq.read_table(old)
     index = table.schema.get_field_index("avg_temperature_c")
-    table = table.set_column(index, "avg_temperature_c", pc.add(table.column(index), 0.5))
+    appended = pc.equal(table.column("op"), 0)  # the rows the run added (not its retractions)
+    nudged = pc.if_else(appended, pc.add(table.column(index), 0.5), table.column(index))
+    table = table.set_column(index, "avg_temperature_c", nudged)
     staged = dataset / "forged.parquet"
     pq.write_table(table, staged)
     name = str(Multihash.digest("blake3", staged.read_bytes()))

@@ -78,8 +78,13 @@ def reproduce(
         if event.new_data is not None:
             assert schema is not None  # rule schema-before-data
             (piece,) = slice_reader.named_slices(dataset.storage, [(entry, event.new_data)])
-            rows = slice_reader.read_table(dataset.storage, [piece], schema, check="hash")
-            folded.add(rows, vocab)
+            try:
+                rows = slice_reader.read_table(dataset.storage, [piece], schema, check="hash")
+                folded.add(rows, vocab)
+            except OdfChainError as exc:  # a damaged slice, or a retraction of nothing
+                detail = f"the dataset's rows at this block cannot be read back: {exc}"
+                _mismatch(report, dataset, entry, detail, _where(entry))
+                return  # what later runs hold depends on this one: nothing to compare them to
         if transform is None:  # rule transform-inputs: the fold reports it
             continue
         _reproduce_run(dataset, entry, transform, schema, folded, report, spark, recursive, seen)
