@@ -46,7 +46,7 @@ from odf_chain.format.multihash import Multihash
 from odf_chain.index import read as index_read
 from odf_chain.lineage.graph import FieldGraph, FieldRef
 from odf_chain.schema.evolution import SchemaDiff, diff_schemas
-from odf_chain.state import EMPTY, SOURCE_KEY, DatasetState, recorded_transaction
+from odf_chain.state import EMPTY, SOURCE_KEY, DatasetState, lineage_of, recorded_transaction
 from odf_chain.storage import Storage
 
 Ref = str | int | datetime | Multihash
@@ -459,8 +459,8 @@ def lineage_at(
         dataset, lineage_blocks = pending.pop()
         pins: dict[str, tuple[LineageInput, int]] = {}
         for entry in lineage_blocks:
-            event = entry.block.event
-            assert isinstance(event, AddFieldLineage)
+            event = lineage_of(entry.block.event)
+            assert event is not None  # the lineage list names lineage blocks only
             graph.add_event(dataset, event, (entry.block.sequence_number, str(entry.hash)))
             for pinned in event.inputs:
                 if pinned.dataset_id is None or pinned.block_hash is None:

@@ -51,6 +51,10 @@ DEFAULT_EVENT_TIME_COLUMN = "event_time"
 SOURCE_KEY = "odf-chain.dev/source"
 """What a write read: ``{"format", "inputs": [{"uri", "size", "hash"}]}`` for an ingest of files
 (the hash a BLAKE3 multihash of the file's bytes), or whatever the caller's ``source=`` said."""
+LINEAGE_KEY = "odf-chain.dev/field-lineage"
+"""Field lineage carried in an ExecuteTransform's extra attributes (the JSON of an
+AddFieldLineage, :mod:`odf_chain.format.lineage_json`), so a derivative chain holds only
+events ODF readers know; its run wrote exactly that block's slice."""
 TRANSACTION_KEY = "odf-chain.dev/transaction"
 """``{"app_id": str, "version": int}`` on the first AddData of a write given ``transaction=``
 (a write is one head move, so its first AddData is in the chain exactly when all of it is)."""
@@ -221,6 +225,43 @@ def _well_formed(value: Any) -> tuple[str, int] | None:
 # -- lineage bookkeeping ------------------------------------------------------------------------
 
 
+def carries_lineage(event: object) -> bool:
+    """Whether ``event`` is field lineage: an AddFieldLineage, or an ExecuteTransform whose
+    extra attributes carry one (:data:`LINEAGE_KEY`)."""
+    if isinstance(event, AddFieldLineage):
+        return True
+    return (
+        isinstance(event, ExecuteTransform)
+        and isinstance(event.extra, Mapping)
+        and LINEAGE_KEY in event.extra
+    )
+
+
+def embedded_lineage(event: ExecuteTransform) -> AddFieldLineage:
+    """The AddFieldLineage an ExecuteTransform carries; FormatError when it is malformed (rule
+    ``lineage-structure`` reports that)."""
+    from odf_chain.format.lineage_json import lineage_from_json
+
+    assert event.extra is not None
+    return lineage_from_json(event.extra[LINEAGE_KEY], f"extra attribute {LINEAGE_KEY!r}")
+
+
+def lineage_of(event: object) -> AddFieldLineage | None:
+    """The field lineage ``event`` is or carries; None when it has none, or when what it
+    carries is malformed (the rules refuse such a block; a fold over one verify reports goes
+    on without it)."""
+    if isinstance(event, AddFieldLineage):
+        return event
+    if not carries_lineage(event):
+        return None
+    from odf_chain.errors import FormatError
+
+    try:
+        return embedded_lineage(event)  # type: ignore[arg-type]
+    except FormatError:
+        return None
+
+
 @dataclass(frozen=True, slots=True)
 class PendingLineage:
     """Offsets an AddFieldLineage promised (its run wrote them) that no slice has covered yet.
@@ -350,7 +391,10 @@ def _event_changes(state: DatasetState, block: MetadataBlock, block_hash: Multih
         case AddData():
             return _data_changes(state, event)
         case ExecuteTransform():
-            return {**_data_changes(state, event), "last_run_inputs": event.query_inputs}
+            changes = {**_data_changes(state, event), "last_run_inputs": event.query_inputs}
+            if carries_lineage(event):  # its run wrote this very block's slice: none pending
+                changes["last_lineage_sequence_number"] = block.sequence_number
+            return changes
         case SetTransform():
             return {"transform": event}
         case AddFieldLineage():

@@ -20,6 +20,7 @@ from odf_chain.events import DatasetKind, ExecuteTransform, Seed, SetDataSchema,
 from odf_chain.format.multihash import Multihash
 from odf_chain.slices import parquet_logical_hash
 from odf_chain.spark import derive
+from odf_chain.state import LINEAGE_KEY
 from tests.helpers import multihash_name
 from tests.test_official_bindings import _content, odf  # noqa: F401 (odf: a fixture)
 
@@ -375,3 +376,26 @@ def test_a_retraction_of_nothing_is_a_mismatch_not_a_crash(spark, inputs, tmp_pa
         error.message
     )
     assert [r.verdict for r in report.runs] == ["reproduced", "mismatch"]
+
+
+# -- field lineage and pinned provenance --------------------------------------------------------
+
+
+def test_field_lineage_is_captured_and_carried_where_odf_readers_skip_it(spark, inputs, tmp_path):
+    sensors, stations = inputs
+    daily = _two_runs(spark, inputs, tmp_path)
+    runs = [e for e in daily.blocks() if isinstance(e.block.event, ExecuteTransform)]
+    assert all(LINEAGE_KEY in r.block.event.extra for r in runs)
+    assert not any(e.block.event_name == "AddFieldLineage" for e in daily.blocks())
+    replayed = daily.lineage()
+    assert replayed.unreachable == []
+    src, where = sensors.state.dataset_id.to_did(), stations.state.dataset_id.to_did()
+    up = {r.field for r in replayed.graph.upstream(replayed.field("mean"), depth=None)}
+    assert replayed.field("temp", src) in up
+    up = {r.field for r in replayed.graph.upstream(replayed.field("region"), depth=None)}
+    assert replayed.field("region", where) in up
+    # the run that wrote an offset is the ExecuteTransform whose slice holds it
+    second = runs[1].block.event.new_data.offset_interval
+    run = replayed.graph.run_for_offset(replayed.dataset, second.start)
+    assert run is not None and run.offsets == second
+    assert daily.verify().ok

@@ -29,7 +29,7 @@ from odf_chain.events import (
 )
 from odf_chain.format.multihash import Multihash
 from odf_chain.lineage import input_key
-from odf_chain.state import EMPTY, DatasetState
+from odf_chain.state import EMPTY, DatasetState, lineage_of
 from odf_chain.storage import open_storage
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -109,11 +109,15 @@ def _view(location: str, entries: list[BlockEntry], upto: int) -> ChainView:
     for entry in part:
         state = advance(state, entry.block, entry.hash)
         event = entry.block.event
+        carried = lineage_of(event)
         if isinstance(event, AddFieldLineage):
             data: list[BlockEntry] = []
             runs.append((entry, event, state.schema, data))
             if event.run.offsets is not None:
                 waiting.append((event.run.offsets, data))
+            continue
+        if carried is not None:  # a derive run: its lineage and its data in one block
+            runs.append((entry, carried, state.schema, [entry] if _new_data(event) else []))
             continue
         slice_ = _new_data(event)
         if slice_ is None or not waiting:

@@ -22,7 +22,7 @@ from dataclasses import fields
 import numpy as np
 
 from odf_chain.errors import OdfChainError
-from odf_chain.events import AddFieldLineage, SetDataSchema
+from odf_chain.events import SetDataSchema
 from odf_chain.index.records import (
     HEAD_SNAPSHOT,
     INDEX_DIR,
@@ -40,7 +40,7 @@ from odf_chain.index.records import (
     decode_list,
     raw_seq,
 )
-from odf_chain.state import DatasetState, apply
+from odf_chain.state import DatasetState, apply, carries_lineage
 from odf_chain.storage import Storage
 from odf_chain.walked import WalkedChain
 
@@ -123,9 +123,7 @@ def report_index(
         if isinstance(e.block.event, SetDataSchema)
     ]
     lineage = [
-        Pointer(e.block.sequence_number, e.hash)
-        for e in decoded
-        if isinstance(e.block.event, AddFieldLineage)
+        Pointer(e.block.sequence_number, e.hash) for e in decoded if carries_lineage(e.block.event)
     ]
     for name, snapshot in snapshots.items():
         seq = snapshot.sequence_number

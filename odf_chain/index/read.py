@@ -77,7 +77,7 @@ from odf_chain.index.records import (
     segment_name,
     time_us,
 )
-from odf_chain.state import EMPTY, DatasetState, Vocabulary
+from odf_chain.state import EMPTY, DatasetState, Vocabulary, carries_lineage
 from odf_chain.storage import Storage
 
 CATCH_UP = 2 * SNAPSHOT_INTERVAL
@@ -277,7 +277,8 @@ class ChainIndex:
         """The blocks list ``name`` (schemas or lineage) names up to block ``upto``, loaded and
         checked (kind, sequence number, the table's hash there)."""
         pointers = self._list(name)
-        kind = SetDataSchema if name == SCHEMA_LIST else AddFieldLineage
+        is_kind = _is_schema if name == SCHEMA_LIST else carries_lineage
+        kind = "SetDataSchema" if name == SCHEMA_LIST else "lineage event"
         out: list[BlockEntry] = []
         for pointer in pointers:
             if pointer.sequence_number > upto:
@@ -285,8 +286,8 @@ class ChainIndex:
             if self.entry(pointer.sequence_number).block_hash != pointer.block_hash:
                 raise IndexDamage(f"{name}: block {pointer.sequence_number} is not the table's")
             loaded = self._load(pointer.block_hash)
-            if loaded.block.sequence_number != pointer.sequence_number or not isinstance(
-                loaded.block.event, kind
+            if loaded.block.sequence_number != pointer.sequence_number or not is_kind(
+                loaded.block.event
             ):
                 raise IndexDamage(f"{name}: block {pointer.sequence_number} is not a {kind}")
             out.append(loaded)
@@ -320,6 +321,10 @@ class _LazyTimes:
 
     def __getitem__(self, seq: int) -> int:
         return self._index.entry(seq).time_us
+
+
+def _is_schema(event: object) -> bool:
+    return isinstance(event, SetDataSchema)
 
 
 def restore(index: ChainIndex, snapshot: Snapshot) -> tuple[DatasetState, Pointers]:
@@ -486,7 +491,7 @@ class _Derived:
         self.entries.append(update.seq_entry(entry))
         if isinstance(block.event, SetDataSchema):
             self.schemas.append(Pointer(seq, entry.hash))
-        elif isinstance(block.event, AddFieldLineage):
+        if carries_lineage(block.event):
             self.lineage.append(Pointer(seq, entry.hash))
         if seq % SNAPSHOT_INTERVAL == 0:
             self.states[seq] = self.state

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from odf_chain.errors import OdfChainError
-from odf_chain.events import AddFieldLineage, SetDataSchema
+from odf_chain.events import SetDataSchema
 from odf_chain.index.records import (
     HEAD_SNAPSHOT,
     INDEX_DIR,
@@ -40,7 +40,7 @@ from odf_chain.index.records import (
     segment_offset,
     time_us,
 )
-from odf_chain.state import DatasetState
+from odf_chain.state import DatasetState, carries_lineage
 from odf_chain.storage import DerivedStore, Storage
 
 if TYPE_CHECKING:
@@ -99,7 +99,7 @@ def _record_commit(
         here = Pointer(entry.block.sequence_number, entry.hash)
         if isinstance(entry.block.event, SetDataSchema):
             schemas.append(here)
-        elif isinstance(entry.block.event, AddFieldLineage):
+        if carries_lineage(entry.block.event):
             lineage.append(here)
         if entry.block.sequence_number % SNAPSHOT_INTERVAL == 0:
             write_snapshot(storage, snapshot_name(entry.block.sequence_number), after, pointers)

@@ -11,7 +11,6 @@ from __future__ import annotations
 from odf_chain.errors import FormatError, RuleViolation, SchemaEvolutionError
 from odf_chain.events import (
     AddData,
-    AddFieldLineage,
     DatasetKind,
     ExecuteTransform,
     MetadataBlock,
@@ -21,7 +20,7 @@ from odf_chain.events import (
 )
 from odf_chain.format.multihash import Multihash
 from odf_chain.schema.evolution import check_evolution
-from odf_chain.state import DatasetState, Vocabulary
+from odf_chain.state import DatasetState, Vocabulary, lineage_of
 
 
 def _hash_text(value: Multihash | None) -> str:
@@ -88,9 +87,10 @@ def check_hash_algorithm(state: DatasetState, block: MetadataBlock, block_hash: 
                     "hash-algorithm",
                     f"expected {algorithm} for new_data.{label}, found {value.algorithm}",
                 )
-    if isinstance(event, AddFieldLineage) and state.dataset_id is not None:
+    lineage = lineage_of(event)
+    if lineage is not None and state.dataset_id is not None:
         # A block of another dataset carries that dataset's algorithm; one of ours, ours.
-        for put in event.inputs:
+        for put in lineage.inputs:
             pinned = put.block_hash
             own = put.dataset_id == state.dataset_id and pinned is not None
             if own and pinned.algorithm != algorithm:

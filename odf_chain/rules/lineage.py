@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 
 import pyarrow as pa
 
-from odf_chain.errors import OdfChainError, RuleViolation
+from odf_chain.errors import FormatError, OdfChainError, RuleViolation
 from odf_chain.events import (
     AddData,
     AddFieldLineage,
@@ -22,7 +22,7 @@ from odf_chain.events import (
     MetadataBlock,
 )
 from odf_chain.format.multihash import Multihash
-from odf_chain.state import DatasetState, schema_path_set
+from odf_chain.state import DatasetState, carries_lineage, embedded_lineage, schema_path_set
 
 _SHOWN = 10  # problems spelled out in one message; the rest are counted
 
@@ -139,11 +139,26 @@ def _operation_cycle(
     return None
 
 
+def _lineage(block: MetadataBlock) -> AddFieldLineage | None:
+    """The lineage a block is or carries (an ExecuteTransform's, in its extra attributes: see
+    :data:`odf_chain.state.LINEAGE_KEY`); carried lineage that does not decode breaks rule
+    ``lineage-structure``."""
+    event = block.event
+    if isinstance(event, AddFieldLineage):
+        return event
+    if not carries_lineage(event):
+        return None
+    try:
+        return embedded_lineage(event)  # type: ignore[arg-type]
+    except FormatError as exc:
+        raise RuleViolation("lineage-structure", str(exc)) from None
+
+
 def check_lineage_structure(
     state: DatasetState, block: MetadataBlock, block_hash: Multihash
 ) -> None:
-    event = block.event
-    if not isinstance(event, AddFieldLineage):
+    event = _lineage(block)
+    if event is None:
         return
     problems = _input_problems(event.inputs)
     input_names = {i.name for i in event.inputs}
@@ -161,8 +176,8 @@ def check_lineage_writes(state: DatasetState, block: MetadataBlock, block_hash: 
     """CDAP's FieldLineageInfo refuses operations without a WRITE: lineage that reaches no field
     of the dataset says nothing about it. Here a write is an operation with ``writes`` set and
     at least one output."""
-    event = block.event
-    if not isinstance(event, AddFieldLineage) or not event.operations:
+    event = _lineage(block)
+    if event is None or not event.operations:
         return  # an event without operations is a no-op (rule no-op)
     if any(op.writes and op.outputs for op in event.operations):
         return
@@ -181,8 +196,8 @@ def check_lineage_writes(state: DatasetState, block: MetadataBlock, block_hash: 
 
 
 def check_lineage_outputs(state: DatasetState, block: MetadataBlock, block_hash: Multihash) -> None:
-    event = block.event
-    if not isinstance(event, AddFieldLineage):
+    event = _lineage(block)
+    if event is None:
         return
     written = [(op.name, path) for op in event.operations if op.writes for path in op.outputs]
     if not written:
@@ -239,6 +254,18 @@ def check_lineage_data(state: DatasetState, block: MetadataBlock, block_hash: Mu
             "lineage-data",
             f"expected data slices covering {promised}, before any other event; found {found}",
         )
+    if isinstance(event, ExecuteTransform) and carries_lineage(event):
+        carried = _lineage(block)
+        assert carried is not None
+        wrote = carried.run.offsets
+        held = None if event.new_data is None else event.new_data.offset_interval
+        if wrote != held:
+            shown = "none" if held is None else f"{held.start}..{held.end}"
+            raise RuleViolation(
+                "lineage-data",
+                f"expected the lineage's run to have written this block's slice (offsets "
+                f"{shown}), found {'none' if wrote is None else f'{wrote.start}..{wrote.end}'}",
+            )
     if isinstance(event, AddFieldLineage) and event.run.offsets is not None:
         offsets = event.run.offsets
         if offsets.start != state.next_offset or offsets.end < offsets.start:
@@ -280,9 +307,9 @@ def lineage_input_problems(
 
 def check_no_op(state: DatasetState, block: MetadataBlock, block_hash: Multihash) -> None:
     """Only odf_chain's own lineage event: ODF's events that change nothing are accepted (see
-    :mod:`odf_chain.rules`)."""
-    event = block.event
-    if isinstance(event, AddFieldLineage) and not event.operations:
+    :mod:`odf_chain.rules`); lineage an ExecuteTransform carries counts as that event."""
+    event = _lineage(block)
+    if event is not None and not event.operations:
         raise RuleViolation(
             "no-op",
             f"AddFieldLineage for run {event.run.run_id!r} of job {event.run.job_name!r} has "

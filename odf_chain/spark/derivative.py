@@ -12,22 +12,35 @@ force to the new one.
 from __future__ import annotations
 
 import re
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import BinaryIO
 
 import pyarrow as pa
 
-from odf_chain import derived, slice_writer
+from odf_chain import chain, derived, slice_writer
 from odf_chain.chain import BlockEntry, PreparedBlock
 from odf_chain.dataset import Dataset
 from odf_chain.errors import NotFoundError, OdfChainError, StorageError
-from odf_chain.events import DatasetKind, DataSlice, ExecuteTransform, ExecuteTransformInput
+from odf_chain.events import (
+    AddFieldLineage,
+    DatasetKind,
+    DataSlice,
+    ExecuteTransform,
+    ExecuteTransformInput,
+    LineageRun,
+    OffsetInterval,
+)
+from odf_chain.format.lineage_json import lineage_to_json
 from odf_chain.format.multihash import BLAKE3
+from odf_chain.replay import settle_lineage
 from odf_chain.schema.widening import adopt_schema, refuse_narrowing
 from odf_chain.slices import os_reason
 from odf_chain.spark import transform_run
+from odf_chain.state import LINEAGE_KEY
 from odf_chain.transaction import Transaction
 
 _ALIAS = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -101,6 +114,7 @@ def derive(
     create: bool = False,
     spark=None,
     hash: str = BLAKE3,
+    job_name: str = "odf-chain derive",
 ) -> DeriveResult:
     """Run ``sql`` over ``inputs`` (alias -> dataset; each a temporary view under its alias,
     as of its head) and bring the derivative dataset ``output`` up to date with its answer.
@@ -114,7 +128,11 @@ def derive(
     The run's ``ExecuteTransform`` records why a re-run could answer differently
     (``result.nondeterministic``: ``rand()``, clocks, UDFs, row-order-dependent aggregates, ...),
     read from the analyzed plan before anything is written; ``chain-verify --reproduce``
-    re-runs every other run and compares."""
+    re-runs every other run and compares.
+
+    The field lineage of the run is captured from the query's analyzed plan (as
+    :func:`odf_chain.spark.write` captures it) and carried in the ExecuteTransform's extra
+    attributes (:data:`odf_chain.state.LINEAGE_KEY`), for the run ``job_name``."""
     from pyspark.sql import SparkSession
 
     spark = spark or SparkSession.getActiveSession()
@@ -123,7 +141,7 @@ def derive(
     opened = _inputs(inputs)
     out, seed = _open_output(output, create=create, hash=hash)
     try:
-        return _derive(spark, sql, opened, out, seed)
+        return _derive(spark, sql, opened, out, seed, job_name)
     except BaseException:
         if seed is not None:
             out.abandon_layout()
@@ -131,8 +149,14 @@ def derive(
 
 
 def _derive(
-    spark, sql: str, opened: list[tuple[str, Dataset]], out: Dataset, seed: PreparedBlock | None
+    spark,
+    sql: str,
+    opened: list[tuple[str, Dataset]],
+    out: Dataset,
+    seed: PreparedBlock | None,
+    job_name: str,
 ) -> DeriveResult:
+    started_at = chain.now()
     if seed is None:
         state = out.refresh()
         if state.dataset_kind != DatasetKind.DERIVATIVE:
@@ -168,7 +192,8 @@ def _derive(
     if state.num_slices:
         live = out.to_table(at=str(state.head))
     changes = derived.changes(live, answer, state.vocab, tx.system_time)
-    block = _write_run(tx, out, pinned, pins, answer, changes, reasons, spark.version, conf)
+    run = _Run(df, job_name, started_at, reasons, spark.version, conf)
+    block = _write_run(tx, out, pinned, pins, answer, changes, run)
     with tx:
         if block is not None:
             tx.commit_data(*block)
@@ -189,6 +214,41 @@ def _derive(
     )
 
 
+@dataclass(frozen=True)
+class _Run:
+    """What a run knows besides its data: the query's DataFrame, for its plan."""
+
+    df: object
+    job_name: str
+    started_at: datetime
+    reasons: tuple[str, ...]
+    version: str
+    conf: Mapping[str, str | None]
+
+
+def _lineage(run: _Run, tx: Transaction, offsets: OffsetInterval | None) -> AddFieldLineage | None:
+    """The run's field lineage from the query's analyzed plan, settled on the schema in force
+    (plain names as v2 paths, input fields checked); None when the plan gives none."""
+    from odf_chain.spark.plan_lineage import lineage_from_plan
+
+    schema = tx.state.schema
+    if schema is None:
+        return None
+    parts = lineage_from_plan(run.df, schema, system_columns=set(tx.state.vocab.system_columns))
+    if parts is None or not parts[1]:
+        return None
+    inputs, operations = parts
+    record = LineageRun(
+        job_name=run.job_name,
+        run_id=str(uuid.uuid4()),
+        started_at=run.started_at,
+        ended_at=chain.now(tx.system_time),
+        offsets=offsets,
+    )
+    event = AddFieldLineage(run=record, inputs=tuple(inputs), operations=tuple(operations))
+    return settle_lineage(event, schema)
+
+
 def _write_run(
     tx: Transaction,
     out: Dataset,
@@ -196,9 +256,7 @@ def _write_run(
     pins: tuple[ExecuteTransformInput, ...],
     answer: pa.Table,
     changes: derived.Changes,
-    reasons: tuple[str, ...],
-    version: str,
-    conf: Mapping[str, str | None],
+    run: _Run,
 ) -> tuple[str, str, int] | None:
     """Prepare the run's blocks (SetDataSchema if needed, the ExecuteTransform) and write its
     slice to staging; return (staged path, name, size) of the slice, or None without one."""
@@ -238,8 +296,8 @@ def _write_run(
     in_force = tx.state.schema
     compared = answer if in_force is None else derived.comparable(answer, in_force)
     record = derived.RunRecord(
-        engine_version=version,
-        conf=conf,
+        engine_version=run.version,
+        conf=run.conf,
         input_uris={p.alias: p.dataset.location for p in pinned},
         columns=tuple(answer.column_names),
         answer_rows=answer.num_rows,
@@ -247,8 +305,12 @@ def _write_run(
         slice_digest=slice_digest,
         retracted=changes.retracted,
         appended=changes.appended,
-        nondeterministic=reasons,
+        nondeterministic=run.reasons,
     )
+    extra = record.as_extra()
+    lineage = _lineage(run, tx, None if facts is None else facts.offsets)
+    if lineage is not None:
+        extra[LINEAGE_KEY] = lineage_to_json(lineage)
     event = ExecuteTransform(
         query_inputs=pins,
         prev_checkpoint=state.last_checkpoint,
@@ -256,7 +318,7 @@ def _write_run(
         new_data=None
         if facts is None
         else DataSlice(facts.logical_hash, facts.physical_hash, facts.offsets, facts.size),
-        extra=record.as_extra(),
+        extra=extra,
     )
     try:
         tx.add(event)

@@ -10,10 +10,10 @@ import pyarrow as pa
 
 from odf_chain.chain import BlockEntry, advance
 from odf_chain.errors import OdfChainError
-from odf_chain.events import AddFieldLineage, Seed
+from odf_chain.events import Seed
 from odf_chain.replay import load_chain
 from odf_chain.rules import lineage_input_problems
-from odf_chain.state import EMPTY
+from odf_chain.state import EMPTY, lineage_of
 from odf_chain.storage import open_storage
 from odf_chain.verify.report import VerifyReport
 from odf_chain.walked import WalkedChain
@@ -57,8 +57,8 @@ def check_lineage_inputs(chain: WalkedChain, report: VerifyReport) -> None:
     a dangling reference, and input fields its schema there lacks are wrong: both errors."""
     upstream = _Upstream()
     for _, entry in chain.decoded():  # a lineage event is never a plain block
-        event = entry.block.event
-        if not isinstance(event, AddFieldLineage):
+        event = lineage_of(entry.block.event)
+        if event is None:
             continue
         where = {
             "sequence_number": entry.block.sequence_number,
