@@ -231,3 +231,38 @@ def comparable(table: pa.Table, schema: pa.Schema) -> pa.Table:
         fields.append(f if declared is None else f.with_type(declared.type))
     target = pa.schema(fields)
     return table if target.equals(table.schema) else table.cast(target)
+
+
+def consumed(transform: SetTransform | None, event: ExecuteTransform) -> list[dict[str, Any]]:
+    """What a run read, input by input, as plain data: alias, dataset id, where it was read,
+    the block interval (prev, new] and offsets. A run recomputes over every input row up to
+    ``new_offset``; ``prev_offset`` + 1 .. ``new_offset`` are the rows new since the last
+    run of that input (ODF's interval)."""
+    aliases = {} if transform is None else {i: a for a, i in transform_inputs(transform)}
+    record = RunRecord.of(event)
+    uris = {} if record is None else record.input_uris
+    out = []
+
+    def text(value: object) -> str | None:
+        return None if value is None else str(value)
+
+    for pin in event.query_inputs:
+        alias = aliases.get(pin.dataset_id)
+        new_rows = None
+        if pin.new_offset is not None:
+            first = 0 if pin.prev_offset is None else pin.prev_offset + 1
+            new_rows = None if first > pin.new_offset else [first, pin.new_offset]
+        out.append(
+            {
+                "alias": alias,
+                "dataset_id": text(pin.dataset_id),
+                "location": None if alias is None else uris.get(alias),
+                "prev_block_hash": text(pin.prev_block_hash),
+                "new_block_hash": text(pin.new_block_hash),
+                "prev_offset": pin.prev_offset,
+                "new_offset": pin.new_offset,
+                "read_offsets": None if pin.new_offset is None else [0, pin.new_offset],
+                "new_offsets": new_rows,
+            }
+        )
+    return out

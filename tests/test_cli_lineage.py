@@ -588,7 +588,7 @@ def test_an_unreachable_input_is_a_warning(tmp_path: Path) -> None:
         (["spend", "total", "--upstream", "--depth", "-1"], "--depth takes a number of steps"),
         (["spend", "total", "--upstream", "--depth", "two"], "not 'two'"),
         (["spend", "total", "--upstream", "--downstream"], "choose one"),
-        (["spend", "total", "--offset", "1"], "give one or the other"),
+        (["spend", "total", "--upstream", "--offset", "1"], "no --upstream or --downstream"),
         (["spend", "--offset", "1", "--format", "svg"], "--offset has no picture"),
         (["spend", "--json", "--format", "dot"], "--json and --format dot"),
     ],

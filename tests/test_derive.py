@@ -399,3 +399,37 @@ def test_field_lineage_is_captured_and_carried_where_odf_readers_skip_it(spark, 
     run = replayed.graph.run_for_offset(replayed.dataset, second.start)
     assert run is not None and run.offsets == second
     assert daily.verify().ok
+
+
+def test_lineage_offset_names_the_input_blocks_and_offsets_the_run_read(spark, inputs, tmp_path):
+    import json
+
+    from tests.cli_run import run_main
+
+    sensors, stations = inputs
+    daily = _two_runs(spark, inputs, tmp_path)
+    runs = [e for e in daily.blocks() if isinstance(e.block.event, ExecuteTransform)]
+    second = runs[1].block.event
+    offset = second.new_data.offset_interval.end
+    answer = run_main(["lineage", daily.path, "mean", "--offset", offset, "--json"])
+    assert answer.returncode == 0, answer.stderr
+    doc = json.loads(answer.stdout)
+    assert doc["run"]["block"]["sequence_number"] == runs[1].block.sequence_number
+    came_from = {(f["dataset"], f["name"]) for f in doc["from"]}
+    assert (sensors.state.dataset_id.to_did(), "temp") in came_from  # and join/group keys
+    assert {d for d, _ in came_from} <= {
+        sensors.state.dataset_id.to_did(),
+        stations.state.dataset_id.to_did(),
+    }
+    read = {c["alias"]: c for c in doc["consumed"]}
+    assert read["sensors"]["dataset_id"] == sensors.state.dataset_id.to_did()
+    assert read["sensors"]["new_block_hash"] == str(second.query_inputs[0].new_block_hash)
+    assert read["sensors"]["prev_block_hash"] == str(second.query_inputs[0].prev_block_hash)
+    assert (read["sensors"]["read_offsets"], read["sensors"]["new_offsets"]) == ([0, 6], [4, 6])
+    assert read["stations"]["new_offsets"] is None  # nothing new in stations for that run
+    assert read["sensors"]["location"] == sensors.location
+    text = run_main(["lineage", daily.path, "--offset", offset])
+    assert text.returncode == 0, text.stderr
+    assert "read     sensors" in text.stdout and "offsets 0..6 (new since its last run: 4..6)" in (
+        text.stdout
+    )

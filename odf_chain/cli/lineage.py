@@ -100,8 +100,8 @@ def _check_usage(args: argparse.Namespace, output: str) -> None:
     if args.depth is not None and not direction:
         raise UsageError("--depth needs --upstream or --downstream")
     if args.offset is not None:
-        if args.field is not None:
-            raise UsageError("--offset asks about a record, not a FIELD: give one or the other")
+        if direction:
+            raise UsageError("--offset asks about a record: no --upstream or --downstream")
         if output in ("dot", "svg"):
             raise UsageError(f"--offset has no picture: use text or json, not {output}")
 
@@ -137,7 +137,8 @@ def run(args: argparse.Namespace) -> int:
         return _picture(args, output, view, field, direction, depth)
 
     if args.offset is not None:
-        doc = lineage_view.offset_json(view, args.offset)
+        doc = lineage_view.offset_json(view, args.offset, field=field)
+        lineage_view.add_consumed(doc, dataset)
         text = lineage_view.offset_text
     elif field is None:
         doc = lineage_view.graph_json(view)

@@ -482,9 +482,9 @@ def _edge_order(view: LineageView, edge: FieldEdge) -> tuple:
     )
 
 
-def offset_json(view: LineageView, offset: int) -> Doc:
+def offset_json(view: LineageView, offset: int, field: FieldRef | None = None) -> Doc:
     """The run that wrote record ``offset`` of this dataset; NotFoundError when no lineage
-    event covers it."""
+    event covers it. With ``field``, also the fields it came from in that run."""
     event = view.graph.event_for_offset(view.dataset, offset)
     if event is None:
         raise NotFoundError(
@@ -494,7 +494,31 @@ def offset_json(view: LineageView, offset: int) -> Doc:
     doc = _header(view, {"mode": "offset", "field": None, "depth": None})
     doc["offset"] = offset
     doc["run"] = run_json(view, event)
+    if field is not None:
+        doc["field"] = field_json(view, field)
+        doc["from"] = [
+            field_json(view, edge.source)
+            for edge in view.graph.edges_into(field)
+            if edge.event == event
+        ]
     return doc
+
+
+def add_consumed(doc: Doc, dataset) -> None:
+    """For a run a derive wrote (an ExecuteTransform), what it read: each input's dataset,
+    block interval and offsets (:func:`odf_chain.derived.consumed`)."""
+    from odf_chain.chain import load_block
+    from odf_chain.derived import consumed
+    from odf_chain.events import ExecuteTransform
+    from odf_chain.format.multihash import Multihash
+
+    block = doc["run"]["block"]
+    if block is None:
+        return
+    entry = load_block(dataset.storage, Multihash.from_multibase(block["hash"]))
+    if isinstance(entry.block.event, ExecuteTransform):
+        transform = dataset.state_at(str(entry.hash)).transform
+        doc["consumed"] = consumed(transform, entry.block.event)
 
 
 def warnings(view: LineageView) -> list[str]:

@@ -252,5 +252,24 @@ def offset_text(doc: Doc) -> str:
         "  lineage  "
         + ("no block" if block is None else f"block {block['sequence_number']} {block['hash']}"),
     ]
+    if "field" in doc:
+        sources = ", ".join(f"{f['dataset_name']}.{f['path']}" for f in doc["from"]) or "nothing"
+        lines.append(f"  {doc['field']['path']} came from {sources}")
+    for given in doc.get("consumed", ()):
+        lines.append(
+            f"  read     {given['alias']} ({given['dataset_id']}"
+            + (f" at {given['location']}" if given["location"] else "")
+            + ")"
+        )
+        lines.append(
+            f"           blocks {given['prev_block_hash'] or '(start)'} .. "
+            f"{given['new_block_hash']}"
+        )
+        read, new = given["read_offsets"], given["new_offsets"]
+        lines.append(
+            "           offsets "
+            + ("none" if read is None else f"{read[0]}..{read[1]}")
+            + (" (new since its last run: " + (f"{new[0]}..{new[1]}" if new else "none") + ")")
+        )
     lines.extend(warning_lines(doc))
     return "\n".join(lines) + "\n"
