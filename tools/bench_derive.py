@@ -8,8 +8,9 @@ A ``sensors`` dataset grows by ``--rows / --runs`` generated readings before eac
 station of 500, a temperature, an event time over 30 days, late readings for days already
 covered), next to a ``stations`` dataset of 500 rows; after each growth, one ``derive`` of the
 daily statistics per region and day (a join, a GROUP BY with avg/max/count and a CASE) brings
-the derived dataset up to date (after one untimed warm-up run of each). Then ``verify(reproduce=True)`` re-runs every run on the input
-rows it pinned, and plain ``verify()`` gives the part of that which is not the re-run.
+the derived dataset up to date (after one untimed warm-up run of each). Then
+``verify(reproduce=True)`` re-runs every run on the input rows it pinned, and plain
+``verify()`` gives the part of that which is not the re-run.
 
 Reported: the sum of the derive times (the original runs), the re-run time (reproduce minus
 plain verify), and their ratio; the bound is re-run <= 1.3x the original runs. ``--repeat``
