@@ -433,3 +433,23 @@ def test_lineage_offset_names_the_input_blocks_and_offsets_the_run_read(spark, i
     assert "read     sensors" in text.stdout and "offsets 0..6 (new since its last run: 4..6)" in (
         text.stdout
     )
+
+
+def test_recursive_reproduces_a_derivative_input_first(spark, inputs, tmp_path):
+    daily = _two_runs(spark, inputs, tmp_path)
+    regions = tmp_path / "regions"
+    sql = "SELECT region, SUM(n) AS n FROM daily GROUP BY region"
+    derive(sql, {"daily": daily}, regions, create=True, spark=spark)
+    assert sorted(_rows(Dataset.open(regions).to_table(), ["region", "n"])) == [
+        ("north", 4),
+        ("south", 2),
+    ]
+    alone = Dataset.open(regions).verify(reproduce=True, spark=spark)
+    assert [r.dataset for r in alone.runs] == [str(regions)]
+    both = Dataset.open(regions).verify(reproduce=True, recursive=True, spark=spark)
+    assert both.ok, [p.line() for p in both.problems]
+    assert [(r.dataset, r.verdict) for r in both.runs] == [
+        (daily.location, "reproduced"),
+        (daily.location, "reproduced"),
+        (str(regions), "reproduced"),
+    ]
