@@ -453,3 +453,18 @@ def test_recursive_reproduces_a_derivative_input_first(spark, inputs, tmp_path):
         (daily.location, "reproduced"),
         (str(regions), "reproduced"),
     ]
+
+
+def test_log_says_what_a_transform_and_a_run_are(spark, inputs, tmp_path):
+    from tests.cli_run import run_main
+
+    daily = _two_runs(spark, inputs, tmp_path)
+    shown = run_main(["log", daily.path, "--full"])
+    assert shown.returncode == 0, shown.stderr
+    lines = {line.split()[3]: line for line in shown.stdout.splitlines()[1:]}
+    assert (
+        f"spark {spark.version} over sensors, stations: SELECT r.station" in lines["SetTransform"]
+    )
+    runs = [line for line in shown.stdout.splitlines() if "ExecuteTransform" in line]
+    assert "2 inputs read to offsets 6, 2" in runs[0]  # newest first
+    assert "2 inputs read to offsets 3, 2" in runs[1]

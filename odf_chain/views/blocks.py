@@ -13,6 +13,7 @@ from typing import Any
 import pyarrow as pa
 
 from odf_chain.chain import BlockEntry
+from odf_chain.derived import RunRecord
 from odf_chain.errors import FormatError
 from odf_chain.events import (
     AddData,
@@ -22,6 +23,7 @@ from odf_chain.events import (
     SetDataSchema,
     SetInfo,
     SetLicense,
+    SetTransform,
     SetVocab,
 )
 from odf_chain.format.did import DatasetId
@@ -113,7 +115,18 @@ def summarize_event(event: Any) -> str:
                 parts.append(f"watermark {log_time(event.new_watermark)}")
             if isinstance(event, AddData) and event.new_source_state is not None:
                 parts.append(f"source {event.new_source_state.source_name}")
+            if isinstance(event, ExecuteTransform):
+                parts.append(_run_summary(event))
             return "; ".join(parts) or "no data"
+        case SetTransform():
+            sql = event.transform or {}
+            aliases = ", ".join(str(i.get("alias")) for i in event.inputs or ())
+            steps = sql.get("queries") or ()
+            query = " ".join(str(steps[-1].get("query") if steps else sql.get("query")).split())
+            return (
+                f"{sql.get('engine')} {sql.get('version') or ''}".strip()
+                + f" over {aliases or 'no inputs'}: {query}"
+            )
         case SetVocab():
             names = {k: v for k, v in dataclasses.asdict(event).items() if v is not None}
             return ", ".join(f"{k}={v}" for k, v in names.items())
@@ -136,6 +149,14 @@ def summarize_event(event: Any) -> str:
             )
         case _:
             return ""
+
+
+def _run_summary(event: ExecuteTransform) -> str:
+    """What a run read: each input's offsets, and whether it can be re-run."""
+    ends = ", ".join(str(i.new_offset) for i in event.query_inputs)
+    record = RunRecord.of(event)
+    verdict = "" if record is None or record.reproducible else " (not reproducible)"
+    return f"{_count(len(event.query_inputs), 'input')} read to offsets {ends}{verdict}"
 
 
 LOG_WIDTH = 100
