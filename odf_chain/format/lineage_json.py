@@ -35,6 +35,7 @@ default transformation's parts and ``writes: true`` are defaults, so left out.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -397,5 +398,12 @@ def _kind(value: object) -> str:
 
 
 def _show(value: object, limit: int = 60) -> str:
-    text = repr(value)
+    """``value`` as JSON spells it (``true``, ``null``), cut short: the document is JSON.
+    A container is only named: it may be large, or nested deeper than printing can go."""
+    if isinstance(value, dict | list):
+        return _kind(value)
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):  # not JSON at all (a caller's own object, a NaN)
+        text = repr(value)
     return text if len(text) <= limit else text[: limit - 1] + "…"
