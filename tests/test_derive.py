@@ -304,6 +304,13 @@ def test_a_forged_output_slice_is_caught_by_reproduce(spark, inputs, tmp_path):
     assert errors and errors[0].sequence_number == forged
     assert errors[0].path is not None and errors[0].path.startswith("data/")
     assert "offsets" in errors[0].message
+    from tests.cli_run import run_main
+
+    plain_cli = run_main([daily.path], entry="chain-verify")
+    assert plain_cli.returncode == 0, plain_cli.stdout
+    cli = run_main([daily.path, "--reproduce"], entry="chain-verify", spark=spark)
+    assert cli.returncode == 1, cli.stdout + cli.stderr
+    assert f"ERROR block {forged} " in cli.stdout and "[reproduce-mismatch]" in cli.stdout
 
 
 # -- the commands -----------------------------------------------------------------------------
