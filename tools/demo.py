@@ -1,17 +1,20 @@
 #!/usr/bin/env python3
 """The odf_chain demo: real PySpark ingests into a local dataset, then replay, field paths,
-reading back, a second job deriving a dataset from the first (field lineage captured from its
-plan, answered by `odf-chain lineage`, exported for DataHub), verification and tamper
-detection, a skipped re-ingest, and a receipt catching a rolled-back head.
+reading back, a derived dataset made by `odf-chain derive` from the readings and a stations
+dataset (field lineage captured from its plan, answered by `odf-chain lineage`, exported for
+DataHub), corrected when late readings land, proved by `chain-verify --reproduce`, a forged
+derived number caught; verification and tamper detection, a skipped re-ingest, and a receipt
+catching a rolled-back head.
 
     bash tools/demo.sh            # sets up .venv, then runs this
     python tools/demo.py [DIR]    # default DIR: ./demo-output
 
 Generates its own data (no downloads): 200,000 sensor readings in four Avro files, then
 100,000 more in two Parquet files that add a nullable column (refused until `--evolve` asks for
-it, as is a CSV whose header misspells a column), and a small CSV of stations and their regions
-for the derived job. Every step runs through the same
-`odf-chain` / `chain-verify` commands a user would type, with local Spark (`--master local[*]`).
+it, as is a CSV whose header misspells a column), a small CSV of stations and their regions for
+the derived dataset, and 5,000 late readings for days it already covers. Every step runs
+through the same `odf-chain` / `chain-verify` commands a user would type, with local Spark
+(`--master local[*]`).
 """
 
 from __future__ import annotations
@@ -178,42 +181,6 @@ def read_back(dataset: Path, at: int) -> None:
         spark.stop()
 
 
-DERIVE_JOB = """\
-readings = read(spark, sensors)                        # the slices the chain names, at head
-stations = spark.read.csv(stations_csv, header=True, inferSchema=True)
-daily = (
-    readings.join(stations, "station")
-    .groupBy("region", F.to_date("event_time").alias("day"))
-    .agg(
-        F.round(F.avg("temperature_c"), 2).alias("avg_temperature_c"),
-        F.max("temperature_c").alias("max_temperature_c"),
-        F.avg("elevation_m").alias("avg_elevation_m"),
-        F.count("*").alias("readings"),
-    )
-    .coalesce(1)                                       # a small result: one slice
-)
-write(daily, daily_stats, create=True, job_name="daily-region-stats")  # lineage from the plan
-"""
-
-
-def derive(sensors: Path, stations_csv: Path, daily_stats: Path) -> None:
-    """The second job: a dataset derived from the first with a join and an aggregation, its
-    field lineage captured from the Spark plan."""
-    from pyspark.sql import functions as F
-
-    from odf_chain.spark import read, write
-
-    spark = spark_session("daily-region-stats")
-    try:
-        print(DERIVE_JOB, end="")
-        scope = {"spark": spark, "F": F, "read": read, "write": write}
-        scope |= {"sensors": str(sensors), "stations_csv": str(stations_csv)}
-        scope |= {"daily_stats": str(daily_stats)}
-        exec(DERIVE_JOB, scope)  # the job shown above, as shown
-    finally:
-        spark.stop()
-
-
 DERIVE_SQL = """\
 SELECT s.region, CAST(r.event_time AS DATE) AS day,
        AVG(r.temperature_c) AS avg_temperature_c, MAX(r.temperature_c) AS max_temperature_c,
@@ -267,36 +234,52 @@ def forge_last_run(dataset: Path) -> None:
 
 
 def verified_numbers(target: Path, sensors: Path, inputs: Path) -> None:
-    """A derivative dataset made by `odf-chain derive`, corrected when late data lands, and
-    proved by re-running it; then a forged number caught."""
+    """A derivative dataset made by `odf-chain derive`: its field lineage, its export, a
+    correction when late readings land, a proof by re-running it; then a forged number caught."""
     stations = target / "stations"
     banner("Stations as a dataset of their own (ingested like the readings)")
     run("odf-chain", "ingest", str(stations), str(inputs / "stations.csv"), "--format", "csv",
         "--create")  # fmt: skip
-    verified = target / "daily-stats-verified"
+    daily = target / "daily-stats"
     derive_args = [
-        "odf-chain", "derive", str(verified), "--sql", DERIVE_SQL,
+        "odf-chain", "derive", str(daily), "--sql", DERIVE_SQL,
         "--input", f"sensors={sensors}", "--input", f"stations={stations}",
     ]  # fmt: skip
-    banner("odf-chain derive: the daily statistics as an ODF derivative dataset")
+    banner("odf-chain derive: daily statistics per region (a join, an aggregation, a CASE)")
     print(DERIVE_SQL)
     run(*derive_args, "--create")
+    run("odf-chain", "log", str(daily))
+
+    banner("Where does avg_temperature_c come from? Back to the source files")
+    run("odf-chain", "lineage", str(daily), "avg_temperature_c", "--upstream", "--depth", "all")
+    banner("The whole field graph of the derived dataset")
+    run("odf-chain", "lineage", str(daily))
+    banner("Export to DataHub (MCP JSON with schemaMetadata and fine-grained lineage)")
+    exported = target / "daily-stats.datahub.json"
+    run("odf-chain", "export", "datahub", str(daily), "-o", str(exported))
+
     banner("Late readings for days already covered arrive; derive again: those days corrected")
     run("odf-chain", "ingest", str(sensors), str(inputs / "late"), "--format", "parquet",
         "--event-time", "event_time", "--evolve")  # fmt: skip
     run(*derive_args)
-    run("odf-chain", "log", str(verified))
+    run("odf-chain", "log", str(daily), "-n", "1")
+    banner("Which run wrote the last record, and exactly which input rows did it read?")
+    from odf_chain import Dataset
+
+    last = Dataset.open(daily).state.last_offset
+    run("odf-chain", "lineage", str(daily), "avg_temperature_c", "--offset", str(last))
+
     banner("chain-verify --reproduce: every run re-run on exactly the input rows it pinned")
-    run("chain-verify", str(verified), "--reproduce")
+    run("chain-verify", str(daily), "--reproduce")
     banner("Forge a derived number in a copy (every hash recomputed): plain verify passes ...")
     forged = target / "daily-stats-forged"
-    shutil.copytree(verified, forged)
+    shutil.copytree(daily, forged)
     forge_last_run(forged)
     run("chain-verify", str(forged))
     banner("... --reproduce does not")
     code = run("chain-verify", str(forged), "--reproduce", check=False)
-    if code == 0:
-        raise SystemExit("demo: a forged derived number went unnoticed")
+    if code != 1:
+        raise SystemExit(f"demo: a forged derived number gave exit {code}, expected 1")
     print(f"chain-verify --reproduce exited {code}: the numbers are not what the inputs give")
 
 
@@ -367,20 +350,6 @@ def main(argv: list[str]) -> int:
     receipt = target / "sensors-receipt.json"
     run("odf-chain", "receipt", str(dataset), "-o", str(receipt))
     print(receipt.read_text(), end="")
-
-    daily = target / "daily-stats"
-    banner("A second job derives daily statistics per region (a join and an aggregation)")
-    derive(dataset, inputs / "stations.csv", daily)
-    run("odf-chain", "log", str(daily))
-
-    banner("Where does avg_temperature_c come from? Back to the source files")
-    run("odf-chain", "lineage", str(daily), "avg_temperature_c", "--upstream", "--depth", "all")
-    banner("The whole field graph of the derived dataset")
-    run("odf-chain", "lineage", str(daily))
-    banner("Export to DataHub (MCP JSON with schemaMetadata and fine-grained lineage)")
-    exported = target / "daily-stats.datahub.json"
-    run("odf-chain", "export", "datahub", str(daily), "-o", str(exported))
-    run("chain-verify", str(daily))
 
     verified_numbers(target, dataset, inputs)
 
