@@ -243,7 +243,7 @@ def test_rand_is_not_reproducible_and_says_so(spark, inputs, tmp_path):
     assert "rand()" in report.warnings[0].message
 
 
-def _forge(dataset: Dataset, *, retractions_too: bool = False) -> int:
+def _forge(dataset: Dataset, *, retractions_too: bool = False, redigest: bool = True) -> int:
     """What a forger with write access does to change a derived number so that plain verify
     (and --deep) still pass: take the last run back, rewrite its slice with another value,
     and append the run again with every hash and digest recomputed (and the head log and the
@@ -267,10 +267,11 @@ def _forge(dataset: Dataset, *, retractions_too: bool = False) -> int:
         logical = parquet_logical_hash(parquet, "blake3")
     record = dict(event.extra[DERIVE_KEY])
     vocab = dataset.state.vocab
-    record["slice"] = {
-        **record["slice"],
-        "digest": answer_digest(table, slice_digest_columns(table.schema, vocab)),
-    }
+    if redigest:
+        record["slice"] = {
+            **record["slice"],
+            "digest": answer_digest(table, slice_digest_columns(table.schema, vocab)),
+        }
     forged = replace(
         event,
         new_data=replace(
@@ -475,3 +476,15 @@ def test_log_says_what_a_transform_and_a_run_are(spark, inputs, tmp_path):
     runs = [line for line in shown.stdout.splitlines() if "ExecuteTransform" in line]
     assert "2 inputs read to offsets 6, 2" in runs[0]  # newest first
     assert "2 inputs read to offsets 3, 2" in runs[1]
+
+
+def test_deep_verify_checks_the_slice_digest_a_run_recorded(spark, inputs, tmp_path):
+    daily = _two_runs(spark, inputs, tmp_path)
+    assert daily.verify(deep=True).ok
+    forged = _forge(daily, redigest=False)  # the hashes recomputed, the recorded digest not
+    daily = Dataset.open(daily.path)
+    assert daily.verify().ok
+    deep = daily.verify(deep=True)
+    (error,) = deep.errors
+    assert error.rule == "data-digest" and error.sequence_number == forged
+    assert "the run recorded" in error.message and error.path.startswith("data/")
