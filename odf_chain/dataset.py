@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
-from odf_chain import chain, derived, replay, rules, slice_reader, slice_writer, slices
+from odf_chain import chain, derived, engines, replay, rules, slice_reader, slice_writer, slices
 from odf_chain.chain import BlockEntry
 from odf_chain.errors import (
     NotFoundError,
@@ -307,19 +307,13 @@ class Dataset:
         """Check blocks, rules and data; with ``receipts`` (Receipt objects or receipt files),
         also that the chain still holds each receipt's block (see :mod:`odf_chain.receipt`);
         ``deep`` also reads every row of every slice (see :mod:`odf_chain.verify`).
-        ``reproduce`` re-runs every derive run with Spark (``spark``, or the active session) and
-        compares (:mod:`odf_chain.spark.reproduce`); ``recursive`` reproduces derivative
+        ``reproduce`` re-runs every derive run with its engine (:mod:`odf_chain.engines`: Spark,
+        with ``spark`` or the active session) and compares; ``recursive`` reproduces derivative
         inputs too."""
         report = verify(self.storage, check_data=check_data, receipts=receipts, deep=deep)
         if reproduce:
-            from pyspark.sql import SparkSession
-
-            from odf_chain.spark.reproduce import reproduce as rerun
-
-            session = spark or SparkSession.getActiveSession()
-            if session is None:
-                raise OdfChainError("verify(reproduce=True) needs a SparkSession (none active)")
-            rerun(self, report, spark=session, recursive=recursive)
+            rerun = engines.reproducer(derived.ENGINE)
+            rerun(self, report, recursive=recursive, spark=spark)
         return report
 
     def receipt(self, *, key_file: str | Path | None = None) -> Receipt:

@@ -488,3 +488,13 @@ def test_deep_verify_checks_the_slice_digest_a_run_recorded(spark, inputs, tmp_p
     (error,) = deep.errors
     assert error.rule == "data-digest" and error.sequence_number == forged
     assert "the run recorded" in error.message and error.path.startswith("data/")
+
+
+def test_the_spark_engine_is_found_by_name():
+    from odf_chain import engines
+    from odf_chain.errors import OdfChainError as Refused
+    from odf_chain.spark.reproduce import reproduce
+
+    assert engines.reproducer("spark") is reproduce
+    with pytest.raises(Refused, match="no engine 'flink' installed"):
+        engines.reproducer("flink")

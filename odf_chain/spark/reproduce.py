@@ -54,10 +54,17 @@ class _Folded:
 
 
 def reproduce(
-    dataset: Dataset, report: VerifyReport, *, spark, recursive: bool = False, _seen=None
+    dataset: Dataset, report: VerifyReport, *, spark=None, recursive: bool = False, _seen=None
 ) -> None:
     """Re-run every derive run of ``dataset`` and add a verdict per run (and problems) to
-    ``report``; with ``recursive``, derivative inputs are reproduced first, once each."""
+    ``report``; with ``recursive``, derivative inputs are reproduced first, once each. Spark:
+    ``spark``, or the active session. (The ``spark`` engine of :mod:`odf_chain.engines`.)"""
+    if spark is None:
+        from pyspark.sql import SparkSession
+
+        spark = SparkSession.getActiveSession()
+        if spark is None:
+            raise OdfChainError("reproducing a Spark transform needs a SparkSession (none active)")
     seen: set[str] = set() if _seen is None else _seen
     seen.add(str(dataset.refresh().dataset_id))
     report.reproduce = True
