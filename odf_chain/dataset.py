@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -302,6 +302,7 @@ class Dataset:
         deep: bool = False,
         reproduce: bool = False,
         recursive: bool = False,
+        inputs: Mapping[str, str] | None = None,
         spark=None,
     ) -> VerifyReport:
         """Check blocks, rules and data; with ``receipts`` (Receipt objects or receipt files),
@@ -309,11 +310,11 @@ class Dataset:
         ``deep`` also reads every row of every slice (see :mod:`odf_chain.verify`).
         ``reproduce`` re-runs every derive run with its engine (:mod:`odf_chain.engines`: Spark,
         with ``spark`` or the active session) and compares; ``recursive`` reproduces derivative
-        inputs too."""
+        inputs too; ``inputs`` (alias -> location) opens inputs that moved."""
         report = verify(self.storage, check_data=check_data, receipts=receipts, deep=deep)
         if reproduce:
             rerun = engines.reproducer(derived.ENGINE)
-            rerun(self, report, recursive=recursive, spark=spark)
+            rerun(self, report, recursive=recursive, inputs=inputs, spark=spark)
         return report
 
     def receipt(self, *, key_file: str | Path | None = None) -> Receipt:

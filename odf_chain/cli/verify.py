@@ -45,6 +45,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="with --reproduce: reproduce derivative inputs too, upstream first",
     )
+    parser.add_argument(
+        "--input",
+        action="append",
+        metavar="ALIAS=DIR",
+        help="with --reproduce: open input ALIAS at DIR instead of where the runs read it "
+        "(its dataset id is still checked); repeatable",
+    )
     parser.add_argument("--master", default="local[*]", help="Spark master for --reproduce")
     parser.set_defaults(start_spark=None)
 
@@ -52,8 +59,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.deep and args.no_data:
         raise UsageError("--deep reads every row of the data: it cannot go with --no-data")
-    if args.recursive and not args.reproduce:
-        raise UsageError("--recursive goes with --reproduce")
+    if (args.recursive or args.input) and not args.reproduce:
+        raise UsageError("--recursive and --input go with --reproduce")
+    moved = {}
+    for item in args.input or ():
+        alias, sep, location = item.partition("=")
+        if not sep or not alias or not location:
+            raise UsageError(f"--input {item!r}: expected ALIAS=DIR")
+        moved[alias] = location
     report = verify_path(
         args.dir, check_data=not args.no_data, receipts=args.receipt or (), deep=args.deep
     )
@@ -63,7 +76,13 @@ def run(args: argparse.Namespace) -> int:
 
         session = args.start_spark(args.master)
         try:
-            reproduce(Dataset.open(args.dir), report, spark=session.spark, recursive=args.recursive)
+            reproduce(
+                Dataset.open(args.dir),
+                report,
+                spark=session.spark,
+                recursive=args.recursive,
+                inputs=moved,
+            )
         except BaseException as exc:
             if session.stop(failed=True) and isinstance(exc, Exception):
                 exc.add_note(session.hint())

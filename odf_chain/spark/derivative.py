@@ -63,6 +63,13 @@ class DeriveResult:
         return not self.nondeterministic
 
 
+def _where(dataset: Dataset) -> str:
+    """Where a dataset was read, as a verifier elsewhere can open it: an absolute path, or the
+    URI of a dataset on an object store."""
+    path = dataset.path
+    return str(path.absolute()) if isinstance(path, Path) else path
+
+
 def _open_output(output: str | Path | Dataset, *, create: bool, hash: str):
     if isinstance(output, Dataset):
         return output, None
@@ -298,7 +305,7 @@ def _write_run(
     record = derived.RunRecord(
         engine_version=run.version,
         conf=run.conf,
-        input_uris={p.alias: p.dataset.location for p in pinned},
+        input_uris={p.alias: _where(p.dataset) for p in pinned},
         columns=tuple(answer.column_names),
         answer_rows=answer.num_rows,
         answer_digest=derived.answer_digest(compared),

@@ -20,7 +20,7 @@ relative 1e-9 are reproduced, and the verdict says so.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -54,11 +54,19 @@ class _Folded:
 
 
 def reproduce(
-    dataset: Dataset, report: VerifyReport, *, spark=None, recursive: bool = False, _seen=None
+    dataset: Dataset,
+    report: VerifyReport,
+    *,
+    spark=None,
+    recursive: bool = False,
+    inputs: Mapping[str, str] | None = None,
+    _seen=None,
 ) -> None:
     """Re-run every derive run of ``dataset`` and add a verdict per run (and problems) to
     ``report``; with ``recursive``, derivative inputs are reproduced first, once each. Spark:
-    ``spark``, or the active session. (The ``spark`` engine of :mod:`odf_chain.engines`.)"""
+    ``spark``, or the active session. ``inputs`` (alias -> location) opens an input elsewhere
+    than where the runs read it (a copy, another machine); its dataset id is checked as
+    always. (The ``spark`` engine of :mod:`odf_chain.engines`.)"""
     if spark is None:
         from pyspark.sql import SparkSession
 
@@ -94,7 +102,9 @@ def reproduce(
                 return  # what later runs hold depends on this one: nothing to compare them to
         if transform is None:  # rule transform-inputs: the fold reports it
             continue
-        _reproduce_run(dataset, entry, transform, schema, folded, report, spark, recursive, seen)
+        _reproduce_run(
+            dataset, entry, transform, schema, folded, report, spark, recursive, seen, inputs or {}
+        )
 
 
 def _verdict(report: VerifyReport, dataset: Dataset, entry: BlockEntry, verdict: str, detail: str):
@@ -121,6 +131,7 @@ def _reproduce_run(
     spark,
     recursive: bool,
     seen: set[str],
+    moved: Mapping[str, str],
 ) -> None:
     event: ExecuteTransform = entry.block.event  # type: ignore[assignment]
     where = _where(entry)
@@ -143,7 +154,7 @@ def _reproduce_run(
             **where,
         )
     try:
-        pinned = _pinned_inputs(event, transform, record, report, spark, recursive, seen)
+        pinned = _pinned_inputs(event, transform, record, report, spark, recursive, seen, moved)
     except OdfChainError as exc:
         report.add("error", "reproduce-input", str(exc), **where)
         _verdict(report, dataset, entry, "mismatch", f"inputs: {exc}")
@@ -214,12 +225,13 @@ def _pinned_inputs(
     spark,
     recursive: bool,
     seen: set[str],
+    moved: Mapping[str, str],
 ) -> list[transform_run.PinnedInput]:
     pinned = []
     for (alias, dataset_id), pin in zip(
         derived.transform_inputs(transform), event.query_inputs, strict=True
     ):
-        location = record.input_uris.get(alias)
+        location = moved.get(alias, record.input_uris.get(alias))
         if location is None:
             raise OdfChainError(f"input {alias}: the run did not record where it was read")
         try:
