@@ -13,6 +13,13 @@ TARGETS = (
     ("openlineage", "OpenLineage run events (JSON lines, columnLineage 1-2-0)"),
 )
 
+INDIRECT_HELP = {
+    "datahub": "leave INDIRECT inputs (join keys, filters, group-by, sort) out of the field "
+    "lineage; upstreams still name their datasets",
+    "openlineage": "list INDIRECT inputs (join keys, filters, group-by, sort) in the "
+    "columnLineage facet's dataset-level list, not under each field",
+}
+
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser(
@@ -25,6 +32,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         sub.add_argument("-o", "--output", required=True, metavar="FILE", help="file to write")
         sub.add_argument(
             "--at", default="head", metavar="REF", help=f"block to export as of: {REF_HELP}"
+        )
+        sub.add_argument(
+            "--no-indirect",
+            dest="indirect",
+            action="store_false",
+            help=INDIRECT_HELP[target],
         )
         if target == "datahub":
             sub.add_argument("--platform", default="odf", help="DataHub platform (default odf)")
@@ -40,12 +53,19 @@ def run(args: argparse.Namespace) -> int:
         from odf_chain.export.datahub import write_datahub_file
 
         count = write_datahub_file(
-            dataset, args.output, at=args.at, platform=args.platform, env=args.env
+            dataset,
+            args.output,
+            at=args.at,
+            platform=args.platform,
+            env=args.env,
+            indirect=args.indirect,
         )
         print(f"wrote {count} metadata change proposals to {args.output}")
     else:
         from odf_chain.export.openlineage import write_openlineage_file
 
-        count = write_openlineage_file(dataset, args.output, at=args.at, namespace=args.namespace)
+        count = write_openlineage_file(
+            dataset, args.output, at=args.at, namespace=args.namespace, indirect=args.indirect
+        )
         print(f"wrote {count} OpenLineage run events to {args.output}")
     return EXIT_OK

@@ -15,7 +15,9 @@ What it holds, for the dataset as of block ``at``:
   (:attr:`DatasetState.fields`); ``hash`` is the hash of the SetDataSchema block;
 - ``upstreamLineage``: every input its lineage runs read (type TRANSFORMED) and the
   ``fineGrainedLineages``: one entry per (written field, transformation), its upstreams the
-  source fields of every run that wrote the field that way;
+  source fields of every run that wrote the field that way (with ``indirect=False``,
+  ``--no-indirect``, the INDIRECT ones left out: join keys, filters, group-by and sort then show
+  only as the dataset-level ``upstreams``);
 - ``schemaMetadata`` of each odf_chain dataset it read, as of the newest block a run pinned
   (evolution only adds fields, so the fields of every older pin are there too), so that every
   upstream field URN resolves. An input that cannot be opened is still named in the lineage
@@ -41,7 +43,7 @@ from typing import Any
 
 from odf_chain.dataset import Dataset
 from odf_chain.errors import FormatError, OdfChainError
-from odf_chain.events import LineageInput, Transformation
+from odf_chain.events import LineageInput, Transformation, TransformationType
 from odf_chain.export.chain_view import (
     ChainView,
     InputOpener,
@@ -188,8 +190,13 @@ class _Names:
         return self.of_key(input_key(pinned))
 
 
-def upstream_lineage(view: ChainView, names: _Names) -> dict[str, Any] | None:
-    """The ``upstreamLineage`` aspect from every lineage run of ``view`` (None without runs)."""
+def upstream_lineage(
+    view: ChainView, names: _Names, *, indirect: bool = True
+) -> dict[str, Any] | None:
+    """The ``upstreamLineage`` aspect from every lineage run of ``view`` (None without runs).
+    ``indirect=False`` leaves the INDIRECT edges (join keys, filters, group-by, sort) out of
+    ``fineGrainedLineages``: DataHub has no dataset-level list for them, and ``upstreams``
+    names their datasets already."""
     if not view.runs:
         return None
     own = names.of_key(view.key)
@@ -211,6 +218,8 @@ def upstream_lineage(view: ChainView, names: _Names) -> dict[str, Any] | None:
                 "properties": properties,
             }
         for edge in resolve(run.event).edges:
+            if not indirect and edge.transformation.type == TransformationType.INDIRECT:
+                continue
             key = (schema_field_urn(own, edge.target), transform_operation(edge.transformation))
             source = schema_field_urn(names.of_input(edge.input), edge.source)
             grouped.setdefault(key, set()).add(source)
@@ -249,7 +258,12 @@ def _newest_pins(view: ChainView, opener: InputOpener) -> dict[str, PinnedView]:
 
 
 def datahub_mcps(
-    dataset: Dataset, *, at: str = "head", platform: str = DEFAULT_PLATFORM, env: str = "PROD"
+    dataset: Dataset,
+    *,
+    at: str = "head",
+    platform: str = DEFAULT_PLATFORM,
+    env: str = "PROD",
+    indirect: bool = True,
 ) -> list[dict[str, Any]]:
     """The MCPs of :func:`write_datahub_file`, as JSON-ready dicts in file order."""
     view = view_dataset(dataset, at)
@@ -261,7 +275,7 @@ def datahub_mcps(
     schema = schema_metadata(view, platform)
     if schema is not None:
         mcps.append(_mcp(own, "schemaMetadata", schema))
-    lineage = upstream_lineage(view, names)
+    lineage = upstream_lineage(view, names, indirect=indirect)
     if lineage is not None:
         mcps.append(_mcp(own, "upstreamLineage", lineage))
     for key in sorted(pins, key=names.of_key):
@@ -281,9 +295,11 @@ def write_datahub_file(
     at: str = "head",
     platform: str = DEFAULT_PLATFORM,
     env: str = "PROD",
+    indirect: bool = True,
 ) -> int:
     """Write the DataHub metadata file of ``dataset`` as of block ``at`` to ``out`` (see the
-    module doc); return the number of MCPs written."""
-    mcps = datahub_mcps(dataset, at=at, platform=platform, env=env)
+    module doc); return the number of MCPs written. ``indirect=False``: no INDIRECT edges in
+    ``fineGrainedLineages``."""
+    mcps = datahub_mcps(dataset, at=at, platform=platform, env=env, indirect=indirect)
     write_text(out, json.dumps(mcps, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
     return len(mcps)

@@ -9,7 +9,8 @@ names) and COMPLETE at its end time (the start time when none was recorded) with
   the content hash of an external file);
 - output: this dataset with its ``schema`` for the run's data, ``columnLineage`` (facet 1-2-0),
   and, once the run's last record is in the chain at ``at``, ``version`` (the hash of the block
-  holding it) and ``outputStatistics`` (records written, their slices' total size and count);
+  holding it: the dataset's version once the run was done) and ``outputStatistics`` (records
+  written, their slices' total size and count);
 - run: ``odf_chain_run``, this project's facet, with the run id as recorded, the dataset id,
   the block holding the event, the offsets written and the drops (which OpenLineage has no
   place for);
@@ -34,9 +35,12 @@ Transformations use OpenLineage's vocabulary only: ``type`` DIRECT (subtype IDEN
 TRANSFORMATION, AGGREGATION) or INDIRECT (JOIN, GROUP_BY, FILTER, SORT, WINDOW, CONDITIONAL),
 ``masking`` a boolean. An older chain's DIRECT CONDITIONAL is written DIRECT TRANSFORMATION; an
 INDIRECT step recorded with a direct subtype is written without a subtype (the facet requires
-only the type); see :func:`odf_chain.lineage.openlineage_names`. As openlineage-spark does by
-default, the INDIRECT inputs that decide which rows exist are listed under each field (the
-facet's ``dataset`` list is left out).
+only the type); see :func:`odf_chain.lineage.openlineage_names`. By default, as
+openlineage-spark does, the INDIRECT inputs that decide which rows exist (join keys, filters,
+group-by, sort) are listed under each field and the facet's ``dataset`` list is empty; with
+``indirect=False`` (``--no-indirect``) they are listed once in ``dataset``, the facet's list
+(since 1-2-0) for inputs that affect the whole dataset, and the fields keep their DIRECT inputs
+only.
 
 Events are built with the openlineage-python client's classes and written with its serializer
 (keys sorted); lists are sorted, so two exports of one chain are byte-identical.
@@ -81,6 +85,7 @@ from odf_chain.events import (
     FieldOperation,
     LineageInput,
     LineageRun,
+    TransformationType,
 )
 from odf_chain.export.chain_view import (
     ChainView,
@@ -219,43 +224,55 @@ def _via(operations: tuple[str, ...], by_name: Mapping[str, FieldOperation]) -> 
     return text
 
 
+# (type, subtype or "", masking, description) of one transformation: sortable, so output is stable
+_Step = tuple[str, str, bool, str]
+
+
+def _input_field(key: tuple[str, str, str], steps: set[_Step]) -> column_lineage_dataset.InputField:
+    namespace, name, field = key
+    return column_lineage_dataset.InputField(
+        namespace=namespace,
+        name=name,
+        field=field,
+        transformations=[
+            column_lineage_dataset.Transformation(
+                type=kind, subtype=subtype or None, description=text, masking=masking
+            )
+            for kind, subtype, masking, text in sorted(steps)
+        ],
+    )
+
+
 def column_lineage_facet(
-    event: AddFieldLineage,
+    event: AddFieldLineage, *, indirect: bool = True
 ) -> column_lineage_dataset.ColumnLineageDatasetFacet:
     """The ``columnLineage`` facet (1-2-0) of one run: each written field with the input fields
-    it derives from and how."""
+    it derives from and how.
+
+    ``indirect=False`` moves the INDIRECT inputs (join keys, filters, group-by, sort) out of the
+    fields into the facet's ``dataset`` list, the place 1-2-0 has for inputs that decide which
+    rows exist rather than a value; a field fed by INDIRECT inputs only is then left out."""
     by_name = {op.name: op for op in event.operations}
-    fields: dict[str, dict[tuple[str, str, str], set[tuple[str, str, bool, str]]]] = {}
+    fields: dict[str, dict[tuple[str, str, str], set[_Step]]] = {}
+    whole: dict[tuple[str, str, str], set[_Step]] = {}  # the facet's dataset-level list
     for edge in resolve(event).edges:
         namespace, name = _input_name(edge.input)
         t = edge.transformation
         kind, subtype = openlineage_names(t)
         step = (kind, subtype or "", t.masking, _via(edge.operations, by_name))
-        sources = fields.setdefault(v1_path(edge.target), {})
-        sources.setdefault((namespace, name, v1_path(edge.source)), set()).add(step)
+        source = (namespace, name, v1_path(edge.source))
+        if not indirect and t.type == TransformationType.INDIRECT:
+            whole.setdefault(source, set()).add(step)
+            continue
+        fields.setdefault(v1_path(edge.target), {}).setdefault(source, set()).add(step)
     return column_lineage_dataset.ColumnLineageDatasetFacet(
         fields={
             target: column_lineage_dataset.Fields(
-                inputFields=[
-                    column_lineage_dataset.InputField(
-                        namespace=namespace,
-                        name=name,
-                        field=field,
-                        transformations=[
-                            column_lineage_dataset.Transformation(
-                                type=kind,
-                                subtype=subtype or None,
-                                description=text,
-                                masking=masking,
-                            )
-                            for kind, subtype, masking, text in sorted(steps)
-                        ],
-                    )
-                    for (namespace, name, field), steps in sorted(sources.items())
-                ]
+                inputFields=[_input_field(key, steps) for key, steps in sorted(sources.items())]
             )
             for target, sources in sorted(fields.items())
         },
+        dataset=[_input_field(key, steps) for key, steps in sorted(whole.items())],
         producer=PRODUCER,
     )
 
@@ -314,13 +331,15 @@ def _slice_of(entry: BlockEntry) -> DataSlice:
     return event.new_data
 
 
-def _output(view: ChainView, run: LineageRunBlock, with_facets: bool) -> OutputDataset:
+def _output(
+    view: ChainView, run: LineageRunBlock, with_facets: bool, indirect: bool = True
+) -> OutputDataset:
     facets: dict[str, Any] = {}
     output_facets: dict[str, Any] = {}
     if with_facets:
         if run.schema is not None:
             facets["schema"] = schema_facet(run.schema)
-        facets["columnLineage"] = column_lineage_facet(run.event)
+        facets["columnLineage"] = column_lineage_facet(run.event, indirect=indirect)
         done = run.completed_by
         offsets = run.event.run.offsets
         if done is not None and offsets is not None:
@@ -342,7 +361,7 @@ def _output(view: ChainView, run: LineageRunBlock, with_facets: bool) -> OutputD
 
 
 def _run_events(
-    view: ChainView, run: LineageRunBlock, namespace: str, opener: InputOpener
+    view: ChainView, run: LineageRunBlock, namespace: str, opener: InputOpener, indirect: bool
 ) -> list[RunEvent]:
     recorded = run.event.run
     job = Job(
@@ -373,27 +392,34 @@ def _run_events(
         run=ol_run,
         job=job,
         inputs=_inputs(run.event, opener, with_facets=True),
-        outputs=[_output(view, run, with_facets=True)],
+        outputs=[_output(view, run, with_facets=True, indirect=indirect)],
         producer=PRODUCER,
     )
     return [start, complete]
 
 
 def openlineage_events(
-    dataset: Dataset, *, at: str = "head", namespace: str | None = None
+    dataset: Dataset, *, at: str = "head", namespace: str | None = None, indirect: bool = True
 ) -> list[RunEvent]:
     """The events of :func:`write_openlineage_file`, in chain order (START, then COMPLETE)."""
     view = view_dataset(dataset, at)
     opener = InputOpener()
     job_namespace = namespace or DEFAULT_JOB_NAMESPACE
-    return [e for run in view.runs for e in _run_events(view, run, job_namespace, opener)]
+    return [e for run in view.runs for e in _run_events(view, run, job_namespace, opener, indirect)]
 
 
 def write_openlineage_file(
-    dataset: Dataset, out: str | Path, *, at: str = "head", namespace: str | None = None
+    dataset: Dataset,
+    out: str | Path,
+    *,
+    at: str = "head",
+    namespace: str | None = None,
+    indirect: bool = True,
 ) -> int:
     """Write the OpenLineage run events of ``dataset``'s lineage runs up to block ``at`` to
-    ``out``, one JSON event a line (see the module doc); return the number of events."""
-    events = openlineage_events(dataset, at=at, namespace=namespace)
+    ``out``, one JSON event a line (see the module doc); return the number of events.
+    ``indirect=False``: INDIRECT inputs go in the ``columnLineage`` facet's ``dataset`` list,
+    not under each field."""
+    events = openlineage_events(dataset, at=at, namespace=namespace, indirect=indirect)
     write_text(out, "".join(Serde.to_json(event) + "\n" for event in events))
     return len(events)
