@@ -9,13 +9,19 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from openlineage.client.event_v2 import Job, Run, RunEvent, RunState
-from openlineage.client.facet_v2 import column_lineage_dataset, schema_dataset
+from openlineage.client.facet_v2 import (
+    column_lineage_dataset,
+    dataset_version_dataset,
+    schema_dataset,
+)
 
 from odf_chain import Dataset
 from odf_chain.events import AddData, AddFieldLineage
 from odf_chain.export.openlineage import external_name, write_openlineage_file
+from odf_chain.lineage import LineageRecorder
 from tests.test_export_datahub import (
     CSV_HASH,
     LEGACY_STEPS,
@@ -28,6 +34,10 @@ from tests.test_export_datahub import (
 COLUMN_LINEAGE_URL = (
     "https://openlineage.io/spec/facets/1-2-0/ColumnLineageDatasetFacet.json"
     "#/$defs/ColumnLineageDatasetFacet"
+)
+VERSION_URL = (
+    "https://openlineage.io/spec/facets/1-0-1/DatasetVersionDatasetFacet.json"
+    "#/$defs/DatasetVersionDatasetFacet"
 )
 SCHEMA_URL = (
     "https://openlineage.io/spec/facets/1-2-0/SchemaDatasetFacet.json#/$defs/SchemaDatasetFacet"
@@ -66,6 +76,8 @@ def rebuild(event: dict[str, Any]) -> RunEvent:
             column_lineage(facets["columnLineage"])
         if "schema" in facets:
             schema_fields(facets["schema"]["fields"])
+        if "version" in facets:
+            dataset_version(facets["version"])
     return RunEvent(
         eventType=RunState(event["eventType"]),
         eventTime=event["eventTime"],
@@ -77,19 +89,32 @@ def rebuild(event: dict[str, Any]) -> RunEvent:
 
 def column_lineage(facet: dict[str, Any]) -> column_lineage_dataset.ColumnLineageDatasetFacet:
     cl = column_lineage_dataset
-    fields = {
-        name: cl.Fields(
-            inputFields=[
-                cl.InputField(
-                    **{k: v for k, v in source.items() if k != "transformations"},
-                    transformations=[cl.Transformation(**t) for t in source["transformations"]],
-                )
-                for source in entry["inputFields"]
-            ]
+    assert facet["_schemaURL"] == COLUMN_LINEAGE_URL
+
+    def input_field(source: dict[str, Any]) -> column_lineage_dataset.InputField:
+        return cl.InputField(
+            **{k: v for k, v in source.items() if k != "transformations"},
+            transformations=[cl.Transformation(**t) for t in source["transformations"]],
         )
+
+    fields = {
+        name: cl.Fields(inputFields=[input_field(source) for source in entry["inputFields"]])
         for name, entry in facet["fields"].items()
     }
-    return cl.ColumnLineageDatasetFacet(fields=fields, dataset=facet["dataset"])
+    return cl.ColumnLineageDatasetFacet(
+        fields=fields, dataset=[input_field(source) for source in facet["dataset"]]
+    )
+
+
+def dataset_version(facet: dict[str, Any]) -> dataset_version_dataset.DatasetVersionDatasetFacet:
+    """The ``version`` facet as the client's class (DatasetVersionDatasetFacet 1-0-1): its one
+    property, a string, and nothing else but the base facet's keys."""
+    assert facet["_schemaURL"] == VERSION_URL
+    assert facet["_producer"] == PRODUCER
+    assert isinstance(facet["datasetVersion"], str)
+    return dataset_version_dataset.DatasetVersionDatasetFacet(
+        **{k: v for k, v in facet.items() if not k.startswith("_")}
+    )
 
 
 def schema_fields(fields: list[dict[str, Any]]) -> list[schema_dataset.SchemaDatasetFacetFields]:
@@ -100,6 +125,18 @@ def schema_fields(fields: list[dict[str, Any]]) -> list[schema_dataset.SchemaDat
         )
         for f in fields
     ]
+
+
+def dataset_level(event: dict[str, Any]) -> dict[tuple[str, str, str], list[tuple]]:
+    """The columnLineage facet's dataset-level list as {(namespace, name, field): [(type,
+    subtype, masking), ...]}."""
+    facet = event["outputs"][0]["facets"]["columnLineage"]
+    return {
+        (s["namespace"], s["name"], s["field"]): [
+            (t["type"], t.get("subtype"), t["masking"]) for t in s["transformations"]
+        ]
+        for s in facet["dataset"]
+    }
 
 
 def lineage_of(event: dict[str, Any]) -> dict[str, dict[tuple[str, str, str], list[tuple]]]:
@@ -446,3 +483,172 @@ def test_an_older_chains_pairs_are_exported_in_openlineages_vocabulary(tmp_path:
         e.block.event for e in legacy.dataset.blocks() if e.block.event_name == "AddFieldLineage"
     ]
     assert [op.transformation for op in recorded[0].operations] == list(LEGACY_STEPS)
+
+
+# -- --no-indirect --------------------------------------------------------------------------------
+
+
+def test_indirect_inputs_are_under_the_fields_by_default(chains: Chains, tmp_path: Path) -> None:
+    events = export(chains.summary, tmp_path / "summary.jsonl")
+    assert [dataset_level(e) for e in events[1::2]] == [{}, {}]
+    assert any(t[0] == "INDIRECT" for e in events[1::2] for _, _, t in _all(e))
+
+
+def test_no_indirect_moves_indirect_inputs_to_the_dataset_level_list(
+    chains: Chains, tmp_path: Path
+) -> None:
+    events = export(chains.summary, tmp_path / "summary.jsonl", indirect=False)
+    first, second = events[1], events[3]
+    users = ("odf", chains.users_id)
+    regions = ("file", "/ref/regions.csv")
+    direct = ("DIRECT", "IDENTITY", False)
+    assert lineage_of(first) == {
+        "count(1)": {(*users, "id"): [("DIRECT", "AGGREGATION", False)]},
+        "last": {(*users, "last"): [direct]},
+        "last_hash": {(*users, "last"): [("DIRECT", "TRANSFORMATION", True)]},
+        "score": {
+            (*users, "id"): [("DIRECT", "TRANSFORMATION", False)],
+            (*users, "last"): [("DIRECT", "TRANSFORMATION", False)],
+        },
+    }
+    # the group-by on last decides which rows exist: listed once for the whole dataset
+    assert dataset_level(first) == {(*users, "last"): [("INDIRECT", "GROUP_BY", False)]}
+    assert lineage_of(second) == {
+        "count(1)": {(*users, "id"): [("DIRECT", "AGGREGATION", False)]},
+        "last": {(*users, "last"): [direct]},
+        "region": {(*regions, "region"): [direct]},
+    }
+    assert dataset_level(second) == {  # sorted by namespace, name, field
+        (*regions, "city"): [("INDIRECT", "JOIN", False)],
+        (*users, "address.city"): [("INDIRECT", "JOIN", False)],
+        (*users, "last"): [("INDIRECT", "GROUP_BY", False)],
+    }
+    facet = first["outputs"][0]["facets"]["columnLineage"]
+    assert [t["description"] for t in facet["dataset"][0]["transformations"]] == [
+        "via read -> group"
+    ]
+    assert vocabulary_problems(events) == []
+
+
+def test_no_indirect_loses_nothing(chains: Chains, tmp_path: Path) -> None:
+    """Every (input field, transformation) of the default export is in the --no-indirect one:
+    a DIRECT one under the same field, an INDIRECT one in the dataset-level list; the rest of
+    the events is the same."""
+    for name, dataset in (("users", chains.users), ("summary", chains.summary)):
+        default = export(dataset, tmp_path / f"{name}.jsonl")
+        split = export(dataset, tmp_path / f"{name}-split.jsonl", indirect=False)
+        assert len(default) == len(split)
+        for full, part in zip(default, split, strict=True):
+            if full["eventType"] == "START":
+                assert full == part
+                continue
+            kept = {
+                (target, source, t)
+                for target, sources in lineage_of(full).items()
+                for source, steps in sources.items()
+                for t in steps
+                if t[0] == "DIRECT"
+            }
+            moved = {(source, t) for (_, source, t) in _all(full) if t[0] == "INDIRECT"}
+            assert set(_all(part)) == kept
+            assert {(s, t) for s, steps in dataset_level(part).items() for t in steps} == moved
+            facets = [d["facets"] for d in full["outputs"]]
+            for facet in facets:
+                facet.pop("columnLineage")
+            assert facets == [
+                {k: v for k, v in d["facets"].items() if k != "columnLineage"}
+                for d in part["outputs"]
+            ]
+            assert full["inputs"] == part["inputs"] and full["run"] == part["run"]
+
+
+def _all(event: dict[str, Any]) -> list[tuple[str, tuple[str, str, str], tuple]]:
+    return [
+        (target, source, (t[0], t[1], t[2]))
+        for target, sources in lineage_of(event).items()
+        for source, steps in sources.items()
+        for t in steps
+    ]
+
+
+def test_no_indirect_leaves_out_a_field_fed_by_indirect_inputs_only(tmp_path: Path) -> None:
+    legacy = build_legacy_chain(tmp_path / "legacy")
+    [_, complete] = export(legacy.dataset, tmp_path / "legacy.jsonl", indirect=False)
+    assert set(lineage_of(complete)) == {"x", "z"}  # y's one input, c, is INDIRECT
+    # an INDIRECT step recorded with a direct subtype: written without one, as under a field
+    assert dataset_level(complete) == {("file", "/in/legacy.csv", "c"): [("INDIRECT", None, False)]}
+    assert (
+        "subtype"
+        not in complete["outputs"][0]["facets"]["columnLineage"]["dataset"][0]["transformations"][0]
+    )
+
+
+# -- datasetVersion -------------------------------------------------------------------------------
+
+
+def test_versions_are_the_pinned_blocks_and_the_block_each_run_ended_at(
+    chains: Chains, tmp_path: Path
+) -> None:
+    """An input that is an odf_chain dataset: the block its run pinned; the output: the block
+    holding the run's last record, the dataset's head once that run was written (a later run
+    moves the head on, not the version of an earlier run)."""
+    events = export(chains.summary, tmp_path / "summary.jsonl")
+    blocks = chains.summary.blocks()
+    ended = [data for _, data in runs_of(chains.summary)]
+    assert ended[-1].hash == chains.summary.state.head
+    for complete, pinned, data in zip(
+        events[1::2], [chains.users_first, chains.users_second], ended, strict=True
+    ):
+        [users_in] = [d for d in complete["inputs"] if d["namespace"] == "odf"]
+        assert users_in["facets"]["version"] == {
+            "_producer": PRODUCER,
+            "_schemaURL": VERSION_URL,
+            "datasetVersion": str(pinned),
+        }
+        [out] = complete["outputs"]
+        assert out["facets"]["version"]["datasetVersion"] == str(data.hash)
+        # exported as of that block, the run's version is the head there
+        at = data.block.sequence_number
+        assert blocks[at].hash == data.hash
+        again = export(chains.summary, tmp_path / f"at{at}.jsonl", at=str(at))
+        assert again[-1]["outputs"][0]["facets"]["version"] == out["facets"]["version"]
+    assert [e["outputs"][0]["facets"] for e in events[::2]] == [{}, {}]  # START: names only
+
+
+# A slice begins at the first row group (1 Mi rows) at or past the target: one row more than a
+# row group, with a one-byte target, makes two slices.
+SPREAD_ROWS = (1 << 20) + 1
+
+
+def build_spread_run(root: Path, chains: Chains) -> tuple[Dataset, list[Any]]:
+    """A dataset whose one lineage run (reading users) was written as two AddData blocks;
+    return it and those two blocks."""
+    dataset = Dataset.create(root)
+    users = chains.users.state
+    rec = LineageRecorder("copy", run_id="spread-1")
+    u = rec.dataset_input(
+        "users", users.dataset_id, users.head, uri=str(chains.users.path), fields=users.field_paths
+    )
+    rec.write("write", {"id": rec.read("read", u, ["id"])["id"]})
+    table = pa.table({"id": pa.array(range(SPREAD_ROWS), pa.int64()).cast(pa.string())})
+    written = dataset.write(table, lineage=rec, target_slice_bytes=1)
+    return dataset, [e for e in written if isinstance(e.block.event, AddData)]
+
+
+def test_a_run_written_in_several_blocks_has_the_version_of_the_last(
+    chains: Chains, tmp_path: Path
+) -> None:
+    dataset, (first, last) = build_spread_run(tmp_path / "spread", chains)
+    assert dataset.state.head == last.hash
+    [_, complete] = export(dataset, tmp_path / "spread.jsonl")
+    [users_in] = complete["inputs"]
+    assert users_in["facets"]["version"]["datasetVersion"] == str(chains.users_second)
+    [out] = complete["outputs"]
+    assert out["facets"]["version"]["datasetVersion"] == str(last.hash)
+    assert out["outputFacets"]["outputStatistics"]["rowCount"] == SPREAD_ROWS
+    assert out["outputFacets"]["outputStatistics"]["fileCount"] == 2
+    # as of the first of them the run is not done: no version, no statistics yet
+    [_, early] = export(dataset, tmp_path / "early.jsonl", at=str(first.block.sequence_number))
+    assert "version" not in early["outputs"][0]["facets"]
+    assert early["outputs"][0]["outputFacets"] == {}
+    assert early["inputs"] == complete["inputs"]  # the pin is known from the start
