@@ -40,6 +40,23 @@ def test_export_commands_write_what_the_library_writes(tmp_path: Path) -> None:
     assert len(lines) == count and all(json.loads(line)["eventType"] for line in lines)
 
 
+def test_no_indirect_is_the_librarys_indirect_false(tmp_path: Path) -> None:
+    chains = build_chains(tmp_path)
+    (tmp_path / "lib").mkdir()
+    for target, name, write in [
+        ("datahub", "summary.json", write_datahub_file),
+        ("openlineage", "summary.jsonl", write_openlineage_file),
+    ]:
+        out = export(target, "summary", "-o", name, "--no-indirect", cwd=tmp_path)
+        assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
+        write(chains.summary, tmp_path / "lib" / name, indirect=False)
+        assert (tmp_path / name).read_bytes() == (tmp_path / "lib" / name).read_bytes()
+        write(chains.summary, tmp_path / "lib" / f"default-{name}")
+        assert (tmp_path / name).read_bytes() != (tmp_path / "lib" / f"default-{name}").read_bytes()
+    check = datahub_check(tmp_path / "summary.json")
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -286,21 +286,13 @@ def datahub_check(path: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-# -- tests ----------------------------------------------------------------------------------------
-
-
-def test_summary_fine_grained_lineage_is_what_the_runs_recorded(
-    chains: Chains, tmp_path: Path
-) -> None:
-    mcps = export(chains.summary, tmp_path / "summary.json")
-    found = aspects(mcps)
+def summary_fine_grained(chains: Chains) -> list[tuple[str, str, tuple[str, ...]]]:
+    """The summary's fine-grained lineages, written by hand: both runs, grouped by (written
+    field, transformation), sorted."""
     users, summary = odf_urn(chains.users_id), odf_urn(chains.summary_id)
     regions = "urn:li:dataset:(urn:li:dataPlatform:file,file:///ref/regions.csv,PROD)"
-
-    lineage = found[(summary, "upstreamLineage")]
-    # Written by hand: both runs, grouped by (written field, transformation), sorted.
     count_urn = field_urn(summary, "[version=2.0].[type=long].count%281%29")
-    expected = sorted(
+    return sorted(
         [
             (count_urn, "DIRECT:AGGREGATION", (field_urn(users, string("id")),)),
             (count_urn, "INDIRECT:GROUP_BY", (field_urn(users, string("last")),)),
@@ -336,6 +328,21 @@ def test_summary_fine_grained_lineage_is_what_the_runs_recorded(
             ),
         ]
     )
+
+
+# -- tests ----------------------------------------------------------------------------------------
+
+
+def test_summary_fine_grained_lineage_is_what_the_runs_recorded(
+    chains: Chains, tmp_path: Path
+) -> None:
+    mcps = export(chains.summary, tmp_path / "summary.json")
+    found = aspects(mcps)
+    users, summary = odf_urn(chains.users_id), odf_urn(chains.summary_id)
+    regions = "urn:li:dataset:(urn:li:dataPlatform:file,file:///ref/regions.csv,PROD)"
+
+    lineage = found[(summary, "upstreamLineage")]
+    expected = summary_fine_grained(chains)
     assert fine_grained(lineage) == expected
 
     upstreams = lineage["upstreams"]
@@ -691,3 +698,50 @@ def test_an_avro_ingested_input_keeps_its_avro_paths(tmp_path: Path) -> None:
         ),
     ]
     assert datahub_check(out).returncode == 0
+
+
+# -- --no-indirect --------------------------------------------------------------------------------
+
+
+def test_no_indirect_leaves_indirect_edges_out_of_the_fine_grained_lineage(
+    chains: Chains, tmp_path: Path
+) -> None:
+    """Join keys and the group-by go; everything else is as in the default export, upstreams
+    included (they name the datasets the INDIRECT inputs came from), and DataHub still reads
+    the file back unchanged and accepts it."""
+    out = tmp_path / "summary.json"
+    mcps = export(chains.summary, out, indirect=False)
+    default = export(chains.summary, tmp_path / "default.json")
+    summary = odf_urn(chains.summary_id)
+    lineage = aspects(mcps)[(summary, "upstreamLineage")]
+    assert fine_grained(lineage) == [
+        entry for entry in summary_fine_grained(chains) if not entry[1].startswith("INDIRECT")
+    ]
+    before = aspects(default)
+    assert lineage["upstreams"] == before[(summary, "upstreamLineage")]["upstreams"]
+    assert [(m["entityUrn"], m["aspectName"]) for m in mcps] == [
+        (m["entityUrn"], m["aspectName"]) for m in default
+    ]
+    assert {k: v for k, v in aspects(mcps).items() if k[1] != "upstreamLineage"} == {
+        k: v for k, v in before.items() if k[1] != "upstreamLineage"
+    }
+
+    wrapper = datahub_mcp.MetadataChangeProposalWrapper
+    for obj in mcps:
+        parsed = wrapper.from_obj(json.loads(json.dumps(obj)))
+        assert parsed.validate()
+        assert parsed.to_obj(simplified_structure=True) == obj
+    result = datahub_check(out)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"{len(mcps)} MCEs found - all valid" in result.stdout
+
+
+def test_no_indirect_drops_a_legacy_indirect_step_too(tmp_path: Path) -> None:
+    """An INDIRECT step with a direct subtype (an older chain's) is INDIRECT all the same."""
+    legacy = build_legacy_chain(tmp_path / "legacy")
+    mcps = export(legacy.dataset, tmp_path / "legacy.json", indirect=False)
+    lineage = aspects(mcps)[(odf_urn(legacy.did), "upstreamLineage")]
+    assert [op for _, op, _ in fine_grained(lineage)] == [
+        "DIRECT:TRANSFORMATION",
+        "DIRECT:AGGREGATION,MASKED",
+    ]
