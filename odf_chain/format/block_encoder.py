@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import functools
+import importlib
 import json
 import types
 import typing
@@ -33,6 +34,7 @@ from odf_chain.format.events import (
     TRANSFORM_SQL_FIELDS,
     AddData,
     AddFieldLineage,
+    AddPushSource,
     Checkpoint,
     DataSlice,
     DisablePollingSource,
@@ -47,9 +49,11 @@ from odf_chain.format.events import (
     MetadataEvent,
     OffsetInterval,
     Seed,
+    SetAttachments,
     SetDataSchema,
     SetInfo,
     SetLicense,
+    SetPollingSource,
     SetTransform,
     SetVocab,
     SourceState,
@@ -86,6 +90,7 @@ from odf_chain.format.generated import (
 )
 from odf_chain.format.generated.Transform import Transform as fbTransform
 from odf_chain.format.multihash import Multihash
+from odf_chain.format.plain_tables import ENUMS, LAYOUT, SCALARS, UNIONS, FieldType
 from odf_chain.format.timestamp import prepend_timestamp
 
 _INITIAL_BUFFER = 1024
@@ -387,6 +392,88 @@ class BlockEncoder:
         fbSetTransform.AddTransform(b, transform)
         return fbSetTransform.End(b)
 
+    # -- sources and attachments (plain data, laid out by format/plain_tables.py) -------------
+
+    def plain_event(self, e: Any) -> int:
+        """SetPollingSource, AddPushSource or SetAttachments: the event's own table."""
+        table = type(e).__name__
+        return self.plain_table({n: getattr(e, n) for n, _ in LAYOUT[table]}, table, table)
+
+    def plain_table(self, value: Any, table: str, where: str, *, member: bool = False) -> int:
+        """One table of plain data, as flatc's object API packs it: its strings, vectors,
+        sub-tables and union members first, in field order, then the table, its fields added in
+        field order (the generated adders leave out a scalar equal to its default). A union
+        ``member`` carries its ``"kind"`` besides its fields."""
+        layout = LAYOUT[table]
+        names = tuple(name for name, _ in layout)
+        fields = _plain_fields(value, ("kind", *names) if member else names, where)
+        parts = [self.plain_part(fields[name], t, f"{where}.{name}") for name, t in layout]
+        module = _generated(table)
+        b = self.b
+        module.Start(b)
+        for (name, t), part in zip(layout, parts, strict=True):
+            adder = "Add" + "".join(word.capitalize() for word in name.split("_"))
+            if t.category == "union":
+                union_type, part = part if part is not None else (0, None)
+                getattr(module, adder + "Type")(b, union_type)
+            self.add(getattr(module, adder), b, part)
+        return module.End(b)
+
+    def plain_part(self, value: Any, t: FieldType, where: str) -> Any:
+        """What one field contributes: an offset (made now), (union type, offset), a scalar to
+        add, or None when absent; refuses a value that does not fit, naming ``where``."""
+        category = t.category
+        if value is None:
+            if t.required or (category in ("scalar", "enum") and not t.optional_scalar):
+                raise FormatError(f"{where}: required, found nothing")
+            return None
+        if t.vector:
+            if not isinstance(value, tuple | list):
+                raise FormatError(f"{where}: expected a tuple, got {_kind(value)}")
+            if category == "string":
+                return self.strings(
+                    tuple(_checked_text(v, f"{where}[{i}]") for i, v in enumerate(value))
+                )
+            return self.tables(
+                [self.plain_table(v, t.name, f"{where}[{i}]") for i, v in enumerate(value)]
+            )
+        if category == "string":
+            return self.string(_checked_text(value, where))
+        if category == "bool":
+            if not isinstance(value, bool):
+                raise FormatError(f"{where}: expected a bool, got {_kind(value)}")
+            return value
+        if category == "scalar":
+            _, low, high = SCALARS[t.name]
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise FormatError(f"{where}: expected an {t.name}, got {_kind(value)}")
+            if not low <= value <= high:
+                raise FormatError(f"{where}: {value} is outside the {t.name} range")
+            return value
+        if category == "enum":
+            names = ENUMS[t.name]
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int)
+                or value >= len(names)
+                or (value < 0)
+            ):
+                listed = ", ".join(f"{i} {n}" for i, n in enumerate(names))
+                raise FormatError(f"{where}: expected a {t.name} ({listed}), got {value!r}")
+            return value
+        if category == "union":
+            members = UNIONS[t.name]
+            kind = value.get("kind") if isinstance(value, Mapping) else None
+            if kind not in members:
+                expected = " or ".join(repr(m) for m in members)
+                raise FormatError(f"{where}.kind: expected {expected}, got {kind!r}")
+            return _union_type(t.name, kind), self.plain_table(value, kind, where, member=True)
+        if category == "DataSchema":
+            raise FormatError(
+                f"{where}: writing the structured DataSchema is not supported yet (ddl_schema is)"
+            )
+        return self.plain_table(value, t.name, where)
+
     # -- field lineage ------------------------------------------------------------------------
 
     def transformation(self, v: Transformation) -> int:
@@ -493,8 +580,23 @@ _EVENT_WRITERS: dict[type, Callable[[BlockEncoder, Any], int]] = {
     SetDataSchema: BlockEncoder.set_data_schema,
     DisablePushSource: BlockEncoder.disable_push_source,
     DisablePollingSource: BlockEncoder.disable_polling_source,
+    SetPollingSource: BlockEncoder.plain_event,
+    AddPushSource: BlockEncoder.plain_event,
+    SetAttachments: BlockEncoder.plain_event,
     AddFieldLineage: BlockEncoder.add_field_lineage,
 }
+
+
+@functools.cache
+def _generated(table: str) -> Any:
+    """The flatc-generated module of ``table`` (its Start, Add... and End functions)."""
+    return importlib.import_module(f"odf_chain.format.generated.{table}")
+
+
+@functools.cache
+def _union_type(union: str, member: str) -> int:
+    """``member``'s type id in ``union``, as flatc generated it."""
+    return getattr(getattr(_generated(union), union), member)
 
 
 def _kind(value: Any) -> str:

@@ -1,11 +1,11 @@
 """Metadata events and blocks as immutable values.
 
 Field names follow the ODF schema so that a reader of the spec finds them here unchanged.
-Events odf_chain writes have full typed fields, except SetTransform; events it only needs to
-*read* from chains made by other ODF tools (sources, attachments) keep their nested content as
-plain data (``dict``/``tuple``, union members tagged with ``"kind"``) — enough to show and
-compare them. SetTransform is written too but keeps that plain form, which readers of it
-already use.
+Most events have typed fields. SetTransform and the source and attachment events
+(SetPollingSource, AddPushSource, SetAttachments) keep their nested content as plain data
+(``dict``/``tuple``, union members tagged with ``"kind"``): ODF nests some thirty tables there,
+whose one description (:mod:`~odf_chain.format.plain_tables`) normalises, encodes and checks
+them. Every event is written as well as read.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from odf_chain.format.arrow_schema import schema_from_bare_flatbuffer, schema_to
 from odf_chain.format.data_schema import data_schema_to_arrow
 from odf_chain.format.did import DatasetId
 from odf_chain.format.multihash import Multihash
+from odf_chain.format.plain_tables import normalise_event
 
 # ---------------------------------------------------------------------------------------------
 # Parts
@@ -349,29 +350,60 @@ class AddFieldLineage:
 
 
 # ---------------------------------------------------------------------------------------------
-# Events odf_chain reads but does not write (content kept as plain data)
+# Sources and attachments: nested content kept as plain data (layout: format/plain_tables.py)
 
 
 @dataclass(frozen=True)
 class SetPollingSource:
+    """A root dataset's polling source, as plain data (ODF's layout, snake_case)::
+
+        SetPollingSource(
+            fetch={"kind": "FetchStepUrl", "url": "https://example.org/data.csv"},
+            read={"kind": "ReadStepCsv", "header": True},
+            merge={"kind": "MergeStrategyLedger", "primary_key": ["id"]},
+        )
+
+    ``prepare`` is a tuple of ``{"value": <PrepStep>}`` (flatbuffers spells a vector of unions
+    as a vector of one-field tables); enums are their integer values (``"order": 1`` is
+    ``SourceOrdering.ByName``). As with :class:`SetTransform`, left-out optional fields are
+    filled in as ``None`` and lists become tuples when the event is made, so that a value built
+    by hand equals the one decoded from its bytes; anything else (a missing required field, an
+    unknown key, a wrong type) is refused, by field path, when it is encoded.
+    """
+
     fetch: Mapping[str, Any] | None = None
     prepare: tuple[Mapping[str, Any], ...] | None = None
     read: Mapping[str, Any] | None = None
     preprocess: Mapping[str, Any] | None = None
     merge: Mapping[str, Any] | None = None
 
+    def __post_init__(self) -> None:
+        normalise_event(self, "SetPollingSource")
+
 
 @dataclass(frozen=True)
 class AddPushSource:
+    """A named push source of a root dataset: how pushed data is read, shaped and merged
+    (plain data as in :class:`SetPollingSource`)."""
+
     source_name: str | None = None
     read: Mapping[str, Any] | None = None
     preprocess: Mapping[str, Any] | None = None
     merge: Mapping[str, Any] | None = None
 
+    def __post_init__(self) -> None:
+        normalise_event(self, "AddPushSource")
+
 
 @dataclass(frozen=True)
 class SetAttachments:
+    """Files attached to the dataset, e.g.
+    ``{"kind": "AttachmentsEmbedded", "items": [{"path": "README.md", "content": "..."}]}``."""
+
     attachments: Mapping[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        normalise_event(self, "SetAttachments")
 
 
 MetadataEvent = (
