@@ -1262,7 +1262,7 @@ def _push(**changes: Any) -> AddPushSource:
         (_polling(read__header="yes"), "SetPollingSource.read.header: expected a bool, got str"),
         (
             _polling(read__ddl_schema="a INT"),
-            "SetPollingSource.read.ddl_schema: expected a tuple, got str",
+            "SetPollingSource.read.ddl_schema: expected a tuple of text, got str",
         ),
         (
             _polling(read__ddl_schema=["a INT", 3]),
@@ -1283,7 +1283,7 @@ def _push(**changes: Any) -> AddPushSource:
         (_polling(merge=None), "SetPollingSource.merge: required, found nothing"),
         (
             _polling(merge__primary_key=None),
-            "SetPollingSource.merge.primary_key: required, found nothing",
+            "SetPollingSource.merge.primary_key: expected a tuple of text, got nothing",
         ),
         (
             _polling(merge__primary_key=("a", 1)),
@@ -1322,7 +1322,7 @@ def _push(**changes: Any) -> AddPushSource:
                 **_sample("SetPollingSource", {}, full=True)
                 | {"fetch": {"kind": "FetchStepMqtt", "host": "h", "port": 1, "topics": None}}
             ),
-            "SetPollingSource.fetch.topics: required, found nothing",
+            "SetPollingSource.fetch.topics: expected a tuple, got nothing",
         ),
         (_push(source_name=None), "AddPushSource.source_name: required, found nothing"),
         (_push(source_name=7), "AddPushSource.source_name: expected text, got int"),
@@ -1331,7 +1331,7 @@ def _push(**changes: Any) -> AddPushSource:
         (SetAttachments(), "SetAttachments.attachments: required, found nothing"),
         (
             SetAttachments({"kind": "AttachmentsEmbedded"}),
-            "SetAttachments.attachments.items: required, found nothing",
+            "SetAttachments.attachments.items: expected a tuple, got nothing",
         ),
         (
             SetAttachments({"kind": "AttachmentsEmbedded", "items": [{"path": "README.md"}]}),

@@ -4,9 +4,9 @@
 :class:`TableReader` reads one table's fields with the bounds checks the generated code lacks;
 one reader per event type turns an event table into its :mod:`odf_chain.events` object. Events
 kept as plain data (ODF's source, transform and attachment events) go through the generated
-object API and come back as dicts and tuples, the form the encoder writes back. The envelope (manifest, block header) is
-:mod:`~odf_chain.format.codec`'s; every malformation here raises :class:`FormatError` or a
-``struct.error`` that ``decode_block`` reports as a corrupt block.
+object API and come back as dicts and tuples, the form the encoder writes back. The envelope
+(manifest, block header) is :mod:`~odf_chain.format.codec`'s; every malformation here raises
+:class:`FormatError` or a ``struct.error`` that ``decode_block`` reports as a corrupt block.
 """
 
 from __future__ import annotations

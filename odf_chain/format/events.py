@@ -110,14 +110,6 @@ class ExecuteTransform:
     extra: Mapping[str, Any] | None = None  # ExtraAttributes: a JSON object
 
 
-# SetTransform's parts as plain data: a table is a dict of its schema fields, a union member
-# carries its table's name under "kind". Field names in schema order (the encoder's order too).
-TRANSFORM_INPUT_FIELDS = ("dataset_ref", "alias")
-TRANSFORM_SQL_FIELDS = ("engine", "version", "query", "queries", "temporal_tables")
-SQL_QUERY_STEP_FIELDS = ("alias", "query")
-TEMPORAL_TABLE_FIELDS = ("name", "primary_key")
-
-
 @dataclass(frozen=True)
 class SetTransform:
     """A derivative dataset's inputs and query, kept as plain data (ODF's layout, snake_case)::
@@ -131,45 +123,15 @@ class SetTransform:
     ``temporal_tables`` (``{"name", "primary_key"}``). Optional fields left out are filled in as
     ``None`` and lists become tuples, so that a value built by hand equals the one decoded from
     its bytes: an append folds the value it was given, a replay the value it reads back.
-    Anything else (a missing required field, an unknown key) is refused when encoded.
+    Anything else (a missing required field, an unknown key) is refused when encoded. The layout
+    is :mod:`~odf_chain.format.plain_tables`'s, as for the source events.
     """
 
     inputs: tuple[Mapping[str, Any], ...] | None = None
     transform: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "inputs", _tables(self.inputs, TRANSFORM_INPUT_FIELDS))
-        transform = self.transform
-        if isinstance(transform, Mapping) and transform.get("kind") == "TransformSql":
-            transform = _table(transform, TRANSFORM_SQL_FIELDS)
-            transform["queries"] = _tables(transform["queries"], SQL_QUERY_STEP_FIELDS)
-            tables = _tables(transform["temporal_tables"], TEMPORAL_TABLE_FIELDS)
-            if isinstance(tables, tuple):
-                for table in tables:
-                    if isinstance(table, dict):
-                        table["primary_key"] = _tuple(table["primary_key"])
-            transform["temporal_tables"] = tables
-        object.__setattr__(self, "transform", transform)
-
-
-def _tuple(value: Any) -> Any:
-    return tuple(value) if isinstance(value, list) else value
-
-
-def _tables(values: Any, fields: tuple[str, ...]) -> Any:
-    values = _tuple(values)
-    return tuple(_table(v, fields) for v in values) if isinstance(values, tuple) else values
-
-
-def _table(value: Any, fields: tuple[str, ...]) -> Any:
-    """A copy of a plain-data table with every field present (``None`` when left out); a value
-    that is not a mapping is left as it is, for the encoder to refuse by name."""
-    if not isinstance(value, Mapping):
-        return value
-    out = dict(value)
-    for name in fields:
-        out.setdefault(name, None)
-    return out
+        normalise_event(self, "SetTransform")
 
 
 @dataclass(frozen=True, slots=True)

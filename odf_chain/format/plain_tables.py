@@ -1,7 +1,8 @@
 """The layout of ODF's source and attachment tables, for the events odf_chain keeps as plain data.
 
-SetPollingSource, AddPushSource and SetAttachments nest some thirty tables and eight unions
-(fetch, prepare, read and merge steps, event time sources, caching, transforms, attachments).
+SetTransform, SetPollingSource, AddPushSource and SetAttachments nest some thirty tables and
+eight unions (transforms, fetch, prepare, read and merge steps, event time sources, caching,
+attachments).
 odf_chain does not model them as classes: the decoder gives them as plain data (a table is a
 ``dict`` of its schema fields in snake_case, a vector a ``tuple``, a union member carries its
 table's name under ``"kind"``), and this one description of their layout serves the three
@@ -89,6 +90,8 @@ TABLES: dict[str, tuple[tuple[str, str], ...]] = {
         ("merge", "MergeStrategy!"),
     ),
     "SetAttachments": (("attachments", "Attachments!"),),
+    "SetTransform": (("inputs", "[TransformInput]!"), ("transform", "Transform!")),
+    "TransformInput": (("dataset_ref", "string!"), ("alias", _S)),
     # event time, caching
     "EventTimeSourceFromMetadata": (),
     "EventTimeSourceFromPath": (("pattern", "string!"), ("timestamp_format", _S)),
