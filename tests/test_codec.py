@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import importlib
 import itertools
 import re
 import struct
@@ -258,7 +259,7 @@ def _field_strategy(t: FieldType) -> st.SearchStrategy | None:
     elif category == "bool":
         one = st.booleans()
     elif category == "scalar":
-        _, low, high = SCALARS[t.name]
+        low, high = SCALARS[t.name]
         one = st.integers(low, high)
     elif category == "enum":
         one = st.integers(0, len(ENUMS[t.name]) - 1)
@@ -1072,7 +1073,7 @@ def _sample(table: str, choice: dict[str, str], *, full: bool, member: bool = Fa
         elif t.category == "bool":
             one = False  # an optional bool present as false is written
         elif t.category == "scalar":
-            one = SCALARS[t.name][2]
+            one = SCALARS[t.name][1]
         elif t.category == "enum":
             one = len(ENUMS[t.name]) - 1
         else:
@@ -1111,6 +1112,34 @@ def _member_event(event: str, union: str, member: str, full: bool) -> Any:
     if union in ("EventTimeSource", "SourceCaching"):
         choice["FetchStep"] = "FetchStepUrl"
     return _EVENT_CLASSES[event](**_sample(event, choice, full=full))
+
+
+@pytest.mark.parametrize("table", sorted(LAYOUT))
+def test_plain_layout_has_the_generated_tables_fields(table):
+    """format/plain_tables.py lists each table's fields as flatc generated them from the schema
+    (their order is proved by the bytes: the tests below compare with flatc's object API)."""
+    module = importlib.import_module(f"odf_chain.format.generated.{table}")
+    attrs = vars(getattr(module, f"{table}T")())
+    generated = [a for a in attrs if not (a.endswith("Type") and a[:-4] in attrs)]
+    assert [re.sub(r"(?<!^)(?=[A-Z])", "_", a).lower() for a in generated] == [
+        name for name, _ in LAYOUT[table]
+    ]
+    for name, t in LAYOUT[table]:
+        camel = re.sub(r"_(.)", lambda m: m.group(1).upper(), name)
+        assert (f"{camel}Type" in attrs) == (t.category == "union"), name
+
+
+def _generated_constants(name: str) -> dict[str, int]:
+    module = importlib.import_module(f"odf_chain.format.generated.{name}")
+    return {k: v for k, v in vars(getattr(module, name)).items() if not k.startswith("_")}
+
+
+def test_plain_layout_unions_and_enums_are_the_generated_ones():
+    for union, members in UNIONS.items():
+        expected = {"NONE": 0, **{m: i + 1 for i, m in enumerate(members)}}
+        assert _generated_constants(union) == expected
+    for enum_name, values in ENUMS.items():
+        assert _generated_constants(enum_name) == {v: i for i, v in enumerate(values)}
 
 
 def test_every_union_member_is_in_a_member_case():

@@ -353,7 +353,7 @@ class BlockEncoder:
                 raise FormatError(f"{where}: expected a bool, got {_kind(value)}")
             return value
         if category == "scalar":
-            _, low, high = SCALARS[t.name]
+            low, high = SCALARS[t.name]
             if isinstance(value, bool) or not isinstance(value, int):
                 raise FormatError(f"{where}: expected an {t.name}, got {_kind(value)}")
             if not low <= value <= high:
@@ -364,8 +364,7 @@ class BlockEncoder:
             if (
                 isinstance(value, bool)
                 or not isinstance(value, int)
-                or value >= len(names)
-                or (value < 0)
+                or value not in range(len(names))
             ):
                 listed = ", ".join(f"{i} {n}" for i, n in enumerate(names))
                 raise FormatError(f"{where}: expected a {t.name} ({listed}), got {value!r}")

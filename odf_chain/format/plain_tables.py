@@ -190,11 +190,8 @@ TABLES: dict[str, tuple[tuple[str, str], ...]] = {
     "AttachmentsEmbedded": (("items", "[AttachmentEmbedded]!"),),
 }
 
-#: Scalar types: (struct format, smallest, largest).
-SCALARS: dict[str, tuple[str, int, int]] = {
-    "int32": ("i", -(2**31), 2**31 - 1),
-    "uint64": ("Q", 0, 2**64 - 1),
-}
+#: Integer types: (smallest, largest).
+SCALARS: dict[str, tuple[int, int]] = {"int32": (-(2**31), 2**31 - 1), "uint64": (0, 2**64 - 1)}
 
 
 @dataclass(frozen=True, slots=True)
