@@ -553,6 +553,58 @@ def test_add_data_in_a_derivative_dataset() -> None:
     assert c.state.last_offset == 9
 
 
+_CSV = {"kind": "ReadStepCsv", "header": True}
+_APPEND = {"kind": "MergeStrategyAppend"}
+POLLING = SetPollingSource(
+    fetch={"kind": "FetchStepUrl", "url": "https://example.org/data.csv"},
+    read=_CSV,
+    merge=_APPEND,
+)
+
+
+def _push_source(name: str, **read) -> AddPushSource:
+    return AddPushSource(source_name=name, read=_CSV | read, merge=_APPEND)
+
+
+def test_sources_in_a_derivative_dataset() -> None:
+    """ODF: sources belong to root datasets (a derivative one's data comes from its transform);
+    disabling a source it cannot have changes nothing and is accepted."""
+    c = _derivative()
+    for event in (POLLING, _push_source("kafka")):
+        c.reject(
+            event,
+            "dataset-kind",
+            f"{type(event).__name__} only in a root dataset",
+            "found it in a derivative one",
+        )
+    c.add(DisablePushSource(source_name="kafka"))
+    c.add(DisablePollingSource())
+
+
+def test_push_and_polling_sources_are_mutually_exclusive() -> None:
+    c = with_schema()
+    c.add(_push_source("kafka"))
+    c.add(_push_source("mqtt"))
+    c.add(_push_source("kafka", separator=";"))  # a source of that name, redefined
+    c.reject(POLLING, "sources", "no active push source", "'kafka', 'mqtt' active")
+    c.add(DisablePushSource(source_name="kafka"))
+    c.reject(POLLING, "sources", "push source 'mqtt' active", "disable it first")
+    c.add(DisablePushSource(source_name="mqtt"))
+    c.add(POLLING)
+    c.add(POLLING)  # set again: the polling source is replaced
+    c.reject(_push_source("kafka"), "sources", "no active polling source", "'kafka' is added")
+    c.add(DisablePollingSource())
+    c.add(_push_source("kafka"))
+    assert c.state.push_sources == frozenset({"kafka"}) and not c.state.polling_source
+
+
+def test_a_read_step_gives_its_columns_one_way() -> None:
+    c = with_schema()
+    both = _push_source("kafka", ddl_schema=("a INT",), schema={"fields": ()})
+    c.reject(both, "sources", "AddPushSource's read step", "ddl_schema or as schema, found both")
+    c.add(_push_source("kafka", ddl_schema=("a INT",)))
+
+
 INPUT_A = DatasetId(bytes([7]) * 32)
 INPUT_B = DatasetId(bytes([8]) * 32)
 
@@ -1270,6 +1322,7 @@ RULE_TESTS = {
     "transaction-version": test_transaction_version_must_increase_per_app_id,
     "transform": lambda: test_malformed_set_transform({"inputs": ()}, "at least one input"),
     "transform-inputs": test_runs_carry_on_where_the_last_run_stopped,
+    "sources": test_push_and_polling_sources_are_mutually_exclusive,
 }
 
 
@@ -1297,6 +1350,7 @@ def test_every_documented_rule_is_exercised() -> None:
         "transaction-version",
         "transform",
         "transform-inputs",
+        "sources",
         "no-op",
     }
     assert set(RULE_TESTS) == names

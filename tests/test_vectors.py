@@ -168,9 +168,9 @@ def test_set_data_schema_vector_arrow_schema():
 # SHA3-256 of each stored manifest. The events are transcribed here field by field, with the
 # expected hashes as kamu states them. Case 0 is also odf-reference-blocks.json's AddData case
 # (its SetDataSchema case is `serde_set_data_schema_legacy`, in the same file). Cases 4 and 5
-# are SetPollingSource, which odf_chain reads but does not write: case 4 is built below with the
-# flatc object API (as any ODF tool would write it) and must read back; case 5 needs the
-# structured DataSchema, left out.
+# are SetPollingSource: case 4 is written by our encoder (and, below, packed by flatc's object
+# API as any ODF tool would write it: the same bytes); case 5 reads its columns from a
+# structured DataSchema, which odf_chain does not write yet, and is left out.
 
 
 def _sha3(text: bytes) -> Multihash:
@@ -224,6 +224,29 @@ KAMU_STABILITY_CASES = {
             new_watermark=SYSTEM_TIME,
         ),
         "1fcf10cb843746c4c44e6c288e216995701aa073426fc4bebe14f1680f8ec6d1",
+    ),
+    # FetchStep::FilesGlob with order ByName (1), PrepStep::Decompress with format Gzip (0),
+    # ReadStep::GeoJson with only its DDL schema (`..Default::default()`), a TransformSql.
+    4: (
+        SetPollingSource(
+            fetch={
+                "kind": "FetchStepFilesGlob",
+                "path": "./*.csv",
+                "event_time": {"kind": "EventTimeSourceFromMetadata"},
+                "cache": {"kind": "SourceCachingForever"},
+                "order": 1,
+            },
+            prepare=[{"value": {"kind": "PrepStepDecompress", "format": 0, "sub_path": None}}],
+            read={"kind": "ReadStepGeoJson", "ddl_schema": ["a: INT", "b: INT"]},
+            preprocess={
+                "kind": "TransformSql",
+                "engine": "spark",
+                "version": "1.0.0",
+                "query": "SELECT * FROM input",
+            },
+            merge={"kind": "MergeStrategyLedger", "primary_key": ["a"]},
+        ),
+        "eb61498b7362d334131a8486a5ce4cc2638d7c1aa3e4da82a19cf834a77df718",
     ),
     6: (
         AddData(
@@ -306,6 +329,13 @@ def test_kamu_serializer_stability(case):
     assert hashlib.sha3_256(data).hexdigest() == expected
     assert decode_block(data) == _kamu_block(event)
     assert encode_block(decode_block(data)) == data
+
+
+def test_kamu_set_polling_source_as_flatc_packs_it_is_what_we_write():
+    """kamu's case 4 packed by flatc's object API (as any ODF tool would write it, below) is the
+    block our encoder writes, byte for byte."""
+    event, _ = KAMU_STABILITY_CASES[4]
+    assert encode_block(_kamu_block(event)) == _kamu_set_polling_source_case_4()
 
 
 def test_kamu_seeded_dataset_ids_differ_by_seed():

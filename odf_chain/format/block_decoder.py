@@ -3,10 +3,10 @@
 
 :class:`TableReader` reads one table's fields with the bounds checks the generated code lacks;
 one reader per event type turns an event table into its :mod:`odf_chain.events` object. Events
-that odf_chain only reads (ODF's source and transform events) go through the generated object
-API and come back as plain data. The envelope (manifest, block header) is
-:mod:`~odf_chain.format.codec`'s; every malformation here raises :class:`FormatError` or a
-``struct.error`` that ``decode_block`` reports as a corrupt block.
+kept as plain data (ODF's source, transform and attachment events) go through the generated
+object API and come back as dicts and tuples, the form the encoder writes back. The envelope
+(manifest, block header) is :mod:`~odf_chain.format.codec`'s; every malformation here raises
+:class:`FormatError` or a ``struct.error`` that ``decode_block`` reports as a corrupt block.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import functools
+import importlib
 import json
 import types
 import typing
@@ -27,12 +28,9 @@ from odf_chain.errors import FormatError
 from odf_chain.format.did import DatasetId
 from odf_chain.format.events import (
     EVENT_TYPE_IDS,
-    SQL_QUERY_STEP_FIELDS,
-    TEMPORAL_TABLE_FIELDS,
-    TRANSFORM_INPUT_FIELDS,
-    TRANSFORM_SQL_FIELDS,
     AddData,
     AddFieldLineage,
+    AddPushSource,
     Checkpoint,
     DataSlice,
     DisablePollingSource,
@@ -47,9 +45,11 @@ from odf_chain.format.events import (
     MetadataEvent,
     OffsetInterval,
     Seed,
+    SetAttachments,
     SetDataSchema,
     SetInfo,
     SetLicense,
+    SetPollingSource,
     SetTransform,
     SetVocab,
     SourceState,
@@ -75,17 +75,12 @@ from odf_chain.format.generated import (
     SetDataSchema as fbSetDataSchema,
     SetInfo as fbSetInfo,
     SetLicense as fbSetLicense,
-    SetTransform as fbSetTransform,
     SetVocab as fbSetVocab,
     SourceState as fbSourceState,
-    SqlQueryStep as fbSqlQueryStep,
-    TemporalTable as fbTemporalTable,
     Transformation as fbTransformation,
-    TransformInput as fbTransformInput,
-    TransformSql as fbTransformSql,
 )
-from odf_chain.format.generated.Transform import Transform as fbTransform
 from odf_chain.format.multihash import Multihash
+from odf_chain.format.plain_tables import ENUMS, LAYOUT, SCALARS, UNIONS, FieldType
 from odf_chain.format.timestamp import prepend_timestamp
 
 _INITIAL_BUFFER = 1024
@@ -305,87 +300,87 @@ class BlockEncoder:
         fbDisablePollingSource.Start(self.b)
         return fbDisablePollingSource.End(self.b)
 
-    # -- SetTransform (its parts are plain data: see events.SetTransform) ---------------------
+    # -- events kept as plain data (laid out by format/plain_tables.py) ------------------------
 
-    def plain_tables(
-        self, write: Callable[[Any, str], int], values: Any, where: str, *, required: bool
-    ) -> int | None:
-        """A vector of plain-data tables, each written by ``write(value, where)``."""
-        if values is None and not required:
+    def plain_event(self, e: Any) -> int:
+        """SetTransform, SetPollingSource, AddPushSource or SetAttachments: the event's table."""
+        table = type(e).__name__
+        return self.plain_table({n: getattr(e, n) for n, _ in LAYOUT[table]}, table, table)
+
+    def plain_table(self, value: Any, table: str, where: str, *, member: bool = False) -> int:
+        """One table of plain data, as flatc's object API packs it: its strings, vectors,
+        sub-tables and union members first, in field order, then the table, its fields added in
+        field order (the generated adders leave out a scalar equal to its default). A union
+        ``member`` carries its ``"kind"`` besides its fields."""
+        layout = LAYOUT[table]
+        names = tuple(name for name, _ in layout)
+        fields = _plain_fields(value, ("kind", *names) if member else names, where)
+        parts = [self.plain_part(fields[name], t, f"{where}.{name}") for name, t in layout]
+        module = _generated(table)
+        b = self.b
+        module.Start(b)
+        for (name, t), part in zip(layout, parts, strict=True):
+            adder = "Add" + "".join(word.capitalize() for word in name.split("_"))
+            if t.category == "union":
+                union_type, part = part if part is not None else (0, None)
+                getattr(module, adder + "Type")(b, union_type)
+            self.add(getattr(module, adder), b, part)
+        return module.End(b)
+
+    def plain_part(self, value: Any, t: FieldType, where: str) -> Any:
+        """What one field contributes: an offset (made now), (union type, offset), a scalar to
+        add, or None when absent; refuses a value that does not fit, naming ``where``."""
+        category = t.category
+        if t.vector and (value is not None or t.required) and not isinstance(value, tuple | list):
+            of = " of text" if category == "string" else ""
+            raise FormatError(f"{where}: expected a tuple{of}, got {_kind(value)}")
+        if value is None:
+            if t.required or (category in ("scalar", "enum") and not t.optional_scalar):
+                raise FormatError(f"{where}: required, found nothing")
             return None
-        if not isinstance(values, tuple | list):
-            raise FormatError(f"{where}: expected a tuple, got {_kind(values)}")
-        return self.tables([write(v, f"{where}[{i}]") for i, v in enumerate(values)])
-
-    def transform_input(self, v: Any, where: str) -> int:
-        f = _plain_fields(v, TRANSFORM_INPUT_FIELDS, where)
-        dataset_ref = self.string(_text(f, "dataset_ref", where, required=True))
-        alias = self.string(_text(f, "alias", where))
-        b = self.b
-        fbTransformInput.Start(b)
-        fbTransformInput.AddDatasetRef(b, dataset_ref)
-        self.add(fbTransformInput.AddAlias, b, alias)
-        return fbTransformInput.End(b)
-
-    def sql_query_step(self, v: Any, where: str) -> int:
-        f = _plain_fields(v, SQL_QUERY_STEP_FIELDS, where)
-        alias = self.string(_text(f, "alias", where))
-        query = self.string(_text(f, "query", where, required=True))
-        b = self.b
-        fbSqlQueryStep.Start(b)
-        self.add(fbSqlQueryStep.AddAlias, b, alias)
-        fbSqlQueryStep.AddQuery(b, query)
-        return fbSqlQueryStep.End(b)
-
-    def temporal_table(self, v: Any, where: str) -> int:
-        f = _plain_fields(v, TEMPORAL_TABLE_FIELDS, where)
-        name = self.string(_text(f, "name", where, required=True))
-        primary_key = self.strings(_texts(f, "primary_key", where))
-        b = self.b
-        fbTemporalTable.Start(b)
-        fbTemporalTable.AddName(b, name)
-        fbTemporalTable.AddPrimaryKey(b, primary_key)
-        return fbTemporalTable.End(b)
-
-    def transform(self, v: Any, where: str) -> tuple[int, int]:
-        """(union type, table) of a ``Transform``; ODF has one member, ``TransformSql``."""
-        kind = v.get("kind") if isinstance(v, Mapping) else None
-        if kind != "TransformSql":
-            raise FormatError(
-                f"{where}.kind: expected 'TransformSql' (ODF's only Transform), got {kind!r}"
+        if t.vector:
+            if category == "string":
+                return self.strings(
+                    tuple(_checked_text(v, f"{where}[{i}]") for i, v in enumerate(value))
+                )
+            return self.tables(
+                [self.plain_table(v, t.name, f"{where}[{i}]") for i, v in enumerate(value)]
             )
-        f = _plain_fields(v, ("kind", *TRANSFORM_SQL_FIELDS), where)
-        engine = self.string(_text(f, "engine", where, required=True))
-        version = self.string(_text(f, "version", where))
-        query = self.string(_text(f, "query", where))
-        queries = self.plain_tables(
-            self.sql_query_step, f["queries"], f"{where}.queries", required=False
-        )
-        temporal_tables = self.plain_tables(
-            self.temporal_table, f["temporal_tables"], f"{where}.temporal_tables", required=False
-        )
-        b = self.b
-        fbTransformSql.Start(b)
-        fbTransformSql.AddEngine(b, engine)
-        self.add(fbTransformSql.AddVersion, b, version)
-        self.add(fbTransformSql.AddQuery, b, query)
-        self.add(fbTransformSql.AddQueries, b, queries)
-        self.add(fbTransformSql.AddTemporalTables, b, temporal_tables)
-        return fbTransform.TransformSql, fbTransformSql.End(b)
-
-    def set_transform(self, e: SetTransform) -> int:
-        inputs = self.plain_tables(
-            self.transform_input, e.inputs, "SetTransform.inputs", required=True
-        )
-        if e.transform is None:
-            raise FormatError("SetTransform.transform: required, found nothing")
-        transform_type, transform = self.transform(e.transform, "SetTransform.transform")
-        b = self.b
-        fbSetTransform.Start(b)
-        fbSetTransform.AddInputs(b, inputs)
-        fbSetTransform.AddTransformType(b, transform_type)
-        fbSetTransform.AddTransform(b, transform)
-        return fbSetTransform.End(b)
+        if category == "string":
+            return self.string(_checked_text(value, where))
+        if category == "bool":
+            if not isinstance(value, bool):
+                raise FormatError(f"{where}: expected a bool, got {_kind(value)}")
+            return value
+        if category == "scalar":
+            low, high = SCALARS[t.name]
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise FormatError(f"{where}: expected an {t.name}, got {_kind(value)}")
+            if not low <= value <= high:
+                raise FormatError(f"{where}: {value} is outside the {t.name} range")
+            return value
+        if category == "enum":
+            names = ENUMS[t.name]
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int)
+                or value not in range(len(names))
+            ):
+                listed = ", ".join(f"{i} {n}" for i, n in enumerate(names))
+                raise FormatError(f"{where}: expected a {t.name} ({listed}), got {value!r}")
+            return value
+        if category == "union":
+            members = UNIONS[t.name]
+            kind = value.get("kind") if isinstance(value, Mapping) else None
+            if kind not in members:
+                expected = " or ".join(repr(m) for m in members)
+                raise FormatError(f"{where}.kind: expected {expected}, got {kind!r}")
+            return _union_type(t.name, kind), self.plain_table(value, kind, where, member=True)
+        if category == "DataSchema":
+            raise FormatError(
+                f"{where}: writing the structured DataSchema is not supported yet (ddl_schema is)"
+            )
+        return self.plain_table(value, t.name, where)
 
     # -- field lineage ------------------------------------------------------------------------
 
@@ -486,15 +481,30 @@ _EVENT_WRITERS: dict[type, Callable[[BlockEncoder, Any], int]] = {
     AddData: BlockEncoder.add_data,
     ExecuteTransform: BlockEncoder.execute_transform,
     Seed: BlockEncoder.seed,
-    SetTransform: BlockEncoder.set_transform,
+    SetTransform: BlockEncoder.plain_event,
     SetVocab: BlockEncoder.set_vocab,
     SetInfo: BlockEncoder.set_info,
     SetLicense: BlockEncoder.set_license,
     SetDataSchema: BlockEncoder.set_data_schema,
     DisablePushSource: BlockEncoder.disable_push_source,
     DisablePollingSource: BlockEncoder.disable_polling_source,
+    SetPollingSource: BlockEncoder.plain_event,
+    AddPushSource: BlockEncoder.plain_event,
+    SetAttachments: BlockEncoder.plain_event,
     AddFieldLineage: BlockEncoder.add_field_lineage,
 }
+
+
+@functools.cache
+def _generated(table: str) -> Any:
+    """The flatc-generated module of ``table`` (its Start, Add... and End functions)."""
+    return importlib.import_module(f"odf_chain.format.generated.{table}")
+
+
+@functools.cache
+def _union_type(union: str, member: str) -> int:
+    """``member``'s type id in ``union``, as flatc generated it."""
+    return getattr(getattr(_generated(union), union), member)
 
 
 def _kind(value: Any) -> str:
@@ -511,26 +521,6 @@ def _plain_fields(value: Any, names: tuple[str, ...], where: str) -> dict[str, A
     if unknown:
         raise FormatError(f"{where}: unknown field {unknown[0]!r} (it has {', '.join(names)})")
     return {name: value.get(name) for name in names}
-
-
-def _text(
-    fields: Mapping[str, Any], name: str, where: str, *, required: bool = False
-) -> str | None:
-    """``fields[name]`` as text to write; ``None`` only when the field is optional."""
-    value = fields[name]
-    if value is None:
-        if required:
-            raise FormatError(f"{where}.{name}: required, found nothing")
-        return None
-    return _checked_text(value, f"{where}.{name}")
-
-
-def _texts(fields: Mapping[str, Any], name: str, where: str) -> tuple[str, ...]:
-    """``fields[name]``, a required vector of text."""
-    values = fields[name]
-    if not isinstance(values, tuple | list):
-        raise FormatError(f"{where}.{name}: expected a tuple of text, got {_kind(values)}")
-    return tuple(_checked_text(v, f"{where}.{name}[{i}]") for i, v in enumerate(values))
 
 
 def _checked_text(value: Any, where: str) -> str:

@@ -1,11 +1,11 @@
 """Metadata events and blocks as immutable values.
 
 Field names follow the ODF schema so that a reader of the spec finds them here unchanged.
-Events odf_chain writes have full typed fields, except SetTransform; events it only needs to
-*read* from chains made by other ODF tools (sources, attachments) keep their nested content as
-plain data (``dict``/``tuple``, union members tagged with ``"kind"``) — enough to show and
-compare them. SetTransform is written too but keeps that plain form, which readers of it
-already use.
+Most events have typed fields. SetTransform and the source and attachment events
+(SetPollingSource, AddPushSource, SetAttachments) keep their nested content as plain data
+(``dict``/``tuple``, union members tagged with ``"kind"``): ODF nests some thirty tables there,
+whose one description (:mod:`~odf_chain.format.plain_tables`) normalises, encodes and checks
+them. Every event is written as well as read.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from odf_chain.format.arrow_schema import schema_from_bare_flatbuffer, schema_to
 from odf_chain.format.data_schema import data_schema_to_arrow
 from odf_chain.format.did import DatasetId
 from odf_chain.format.multihash import Multihash
+from odf_chain.format.plain_tables import normalise_event
 
 # ---------------------------------------------------------------------------------------------
 # Parts
@@ -109,14 +110,6 @@ class ExecuteTransform:
     extra: Mapping[str, Any] | None = None  # ExtraAttributes: a JSON object
 
 
-# SetTransform's parts as plain data: a table is a dict of its schema fields, a union member
-# carries its table's name under "kind". Field names in schema order (the encoder's order too).
-TRANSFORM_INPUT_FIELDS = ("dataset_ref", "alias")
-TRANSFORM_SQL_FIELDS = ("engine", "version", "query", "queries", "temporal_tables")
-SQL_QUERY_STEP_FIELDS = ("alias", "query")
-TEMPORAL_TABLE_FIELDS = ("name", "primary_key")
-
-
 @dataclass(frozen=True)
 class SetTransform:
     """A derivative dataset's inputs and query, kept as plain data (ODF's layout, snake_case)::
@@ -130,45 +123,15 @@ class SetTransform:
     ``temporal_tables`` (``{"name", "primary_key"}``). Optional fields left out are filled in as
     ``None`` and lists become tuples, so that a value built by hand equals the one decoded from
     its bytes: an append folds the value it was given, a replay the value it reads back.
-    Anything else (a missing required field, an unknown key) is refused when encoded.
+    Anything else (a missing required field, an unknown key) is refused when encoded. The layout
+    is :mod:`~odf_chain.format.plain_tables`'s, as for the source events.
     """
 
     inputs: tuple[Mapping[str, Any], ...] | None = None
     transform: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "inputs", _tables(self.inputs, TRANSFORM_INPUT_FIELDS))
-        transform = self.transform
-        if isinstance(transform, Mapping) and transform.get("kind") == "TransformSql":
-            transform = _table(transform, TRANSFORM_SQL_FIELDS)
-            transform["queries"] = _tables(transform["queries"], SQL_QUERY_STEP_FIELDS)
-            tables = _tables(transform["temporal_tables"], TEMPORAL_TABLE_FIELDS)
-            if isinstance(tables, tuple):
-                for table in tables:
-                    if isinstance(table, dict):
-                        table["primary_key"] = _tuple(table["primary_key"])
-            transform["temporal_tables"] = tables
-        object.__setattr__(self, "transform", transform)
-
-
-def _tuple(value: Any) -> Any:
-    return tuple(value) if isinstance(value, list) else value
-
-
-def _tables(values: Any, fields: tuple[str, ...]) -> Any:
-    values = _tuple(values)
-    return tuple(_table(v, fields) for v in values) if isinstance(values, tuple) else values
-
-
-def _table(value: Any, fields: tuple[str, ...]) -> Any:
-    """A copy of a plain-data table with every field present (``None`` when left out); a value
-    that is not a mapping is left as it is, for the encoder to refuse by name."""
-    if not isinstance(value, Mapping):
-        return value
-    out = dict(value)
-    for name in fields:
-        out.setdefault(name, None)
-    return out
+        normalise_event(self, "SetTransform")
 
 
 @dataclass(frozen=True, slots=True)
@@ -349,29 +312,60 @@ class AddFieldLineage:
 
 
 # ---------------------------------------------------------------------------------------------
-# Events odf_chain reads but does not write (content kept as plain data)
+# Sources and attachments: nested content kept as plain data (layout: format/plain_tables.py)
 
 
 @dataclass(frozen=True)
 class SetPollingSource:
+    """A root dataset's polling source, as plain data (ODF's layout, snake_case)::
+
+        SetPollingSource(
+            fetch={"kind": "FetchStepUrl", "url": "https://example.org/data.csv"},
+            read={"kind": "ReadStepCsv", "header": True},
+            merge={"kind": "MergeStrategyLedger", "primary_key": ["id"]},
+        )
+
+    ``prepare`` is a tuple of ``{"value": <PrepStep>}`` (flatbuffers spells a vector of unions
+    as a vector of one-field tables); enums are their integer values (``"order": 1`` is
+    ``SourceOrdering.ByName``). As with :class:`SetTransform`, left-out optional fields are
+    filled in as ``None`` and lists become tuples when the event is made, so that a value built
+    by hand equals the one decoded from its bytes; anything else (a missing required field, an
+    unknown key, a wrong type) is refused, by field path, when it is encoded.
+    """
+
     fetch: Mapping[str, Any] | None = None
     prepare: tuple[Mapping[str, Any], ...] | None = None
     read: Mapping[str, Any] | None = None
     preprocess: Mapping[str, Any] | None = None
     merge: Mapping[str, Any] | None = None
 
+    def __post_init__(self) -> None:
+        normalise_event(self, "SetPollingSource")
+
 
 @dataclass(frozen=True)
 class AddPushSource:
+    """A named push source of a root dataset: how pushed data is read, shaped and merged
+    (plain data as in :class:`SetPollingSource`)."""
+
     source_name: str | None = None
     read: Mapping[str, Any] | None = None
     preprocess: Mapping[str, Any] | None = None
     merge: Mapping[str, Any] | None = None
 
+    def __post_init__(self) -> None:
+        normalise_event(self, "AddPushSource")
+
 
 @dataclass(frozen=True)
 class SetAttachments:
+    """Files attached to the dataset, e.g.
+    ``{"kind": "AttachmentsEmbedded", "items": [{"path": "README.md", "content": "..."}]}``."""
+
     attachments: Mapping[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        normalise_event(self, "SetAttachments")
 
 
 MetadataEvent = (

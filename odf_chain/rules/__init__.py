@@ -24,8 +24,12 @@ offsets                   slices are contiguous: prev_offset = last offset, star
                           end >= start
 watermark                 once set, the watermark is carried and never decreases
 checkpoint                prev_checkpoint = the last checkpoint
-dataset-kind              AddData only in root datasets, ExecuteTransform and SetTransform only in
-                          derivative ones
+dataset-kind              AddData, SetPollingSource and AddPushSource only in root datasets,
+                          ExecuteTransform and SetTransform only in derivative ones
+sources                   push and polling sources are mutually exclusive (ODF RFC-011): no
+                          SetPollingSource while a push source is active, no AddPushSource while
+                          the polling source is; a source's read step gives its columns as
+                          ddl_schema or as schema, not both
 transform                 a SetTransform names at least one input, each by dataset id (did:odf)
                           with a unique alias, and holds a TransformSql with an engine and a query
 transform-inputs          an ExecuteTransform comes after a SetTransform and pins exactly its
@@ -55,7 +59,8 @@ no-op                     no AddFieldLineage without field operations (odf_chain
 What is not a rule: an ODF event that changes nothing (a SetVocab restating ODF's default names
 or the vocabulary in force, a SetDataSchema identical to the schema in force, an AddData with no
 slice, checkpoint, new watermark or source state, a SetInfo or SetLicense repeating what is in
-force, a DisablePushSource or DisablePollingSource of a source that is not active). ODF forbids
+force, a DisablePushSource or DisablePollingSource of a source that is not active, an
+AddPushSource restating the active source of that name). ODF forbids
 none of them and other ODF writers produce them, so a chain holding one opens, replays and
 verifies; refusing them would make such a chain unreadable here for no benefit. They are
 accepted silently: the fold has no channel for warnings. odf_chain's own writers do not
@@ -71,7 +76,8 @@ under ``lineage-input-dangling``; verify warns (``lineage-input-unreachable``) a
 cannot open.
 
 One module per topic, one place per rule: :mod:`.blocks` (the rules on any ODF block),
-:mod:`.lineage` (the field lineage event), :mod:`.transactions` (transaction-version),
+:mod:`.lineage` (the field lineage event), :mod:`.sources` (a root dataset's sources),
+:mod:`.transactions` (transaction-version),
 :mod:`.transforms` (a derivative dataset's transform and runs) and
 :mod:`.plain_run` (the same rules over a run of plain AddData blocks, for verify). :data:`RULES`
 below is their order; :func:`validate` runs them.
@@ -104,6 +110,7 @@ from odf_chain.rules.lineage import (
     lineage_input_problems,
 )
 from odf_chain.rules.plain_run import plain_run_passes
+from odf_chain.rules.sources import check_sources
 from odf_chain.rules.transactions import (
     MAX_TRANSACTION_VERSION,
     check_transaction,
@@ -136,6 +143,7 @@ __all__ = [
     "check_schema",
     "check_seed",
     "check_sequence",
+    "check_sources",
     "check_system_time",
     "check_transaction",
     "check_transform",
@@ -161,6 +169,7 @@ RULES: tuple[Rule, ...] = (
     check_schema,
     check_data,
     check_dataset_kind,
+    check_sources,
     check_transform,
     check_run_inputs,
     check_vocab,

@@ -11,11 +11,13 @@ from __future__ import annotations
 from odf_chain.errors import FormatError, RuleViolation, SchemaEvolutionError
 from odf_chain.events import (
     AddData,
+    AddPushSource,
     DatasetKind,
     ExecuteTransform,
     MetadataBlock,
     Seed,
     SetDataSchema,
+    SetPollingSource,
     SetVocab,
 )
 from odf_chain.format.multihash import Multihash
@@ -178,11 +180,20 @@ def check_data(state: DatasetState, block: MetadataBlock, block_hash: Multihash)
             )
 
 
+# Data is added to a root dataset by its sources (ODF: sources belong to root datasets); a
+# derivative dataset's data comes from running its transform. Disabling a source that a
+# derivative dataset cannot have changes nothing and is not refused (see odf_chain.rules).
+_KIND_OF = {
+    AddData: DatasetKind.ROOT,
+    SetPollingSource: DatasetKind.ROOT,
+    AddPushSource: DatasetKind.ROOT,
+    ExecuteTransform: DatasetKind.DERIVATIVE,
+}
+
+
 def check_dataset_kind(state: DatasetState, block: MetadataBlock, block_hash: Multihash) -> None:
     event = block.event
-    expected = {AddData: DatasetKind.ROOT, ExecuteTransform: DatasetKind.DERIVATIVE}.get(
-        type(event)
-    )
+    expected = _KIND_OF.get(type(event))
     if expected is not None and state.dataset_kind is not None and state.dataset_kind != expected:
         raise RuleViolation(
             "dataset-kind",
