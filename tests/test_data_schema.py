@@ -9,19 +9,24 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from odf_chain.errors import FormatError, SchemaError
+from odf_chain.dataset import Dataset
+from odf_chain.errors import FormatError, RuleViolation, SchemaError
 from odf_chain.events import MetadataBlock, SetDataSchema, StructuredSchemaWarning
 from odf_chain.format.arrow_schema import schema_to_bare_flatbuffer
 from odf_chain.format.codec import decode_block, encode_block
 from odf_chain.format.data_schema import arrow_to_data_schema, data_schema_to_arrow
+from odf_chain.verify import verify_path
+from tests.helpers import snapshot_tree
 from tests.test_arrow_paths import tables
 from tests.test_arrow_schema import NESTED_TYPES, PRIMITIVE_TYPES, _schemas
+from tests.test_schema_limits import cli, forged_block, store_as_head
 
 
 def field(name, type_, extra=None):
@@ -361,3 +366,47 @@ def test_lakehouse_schemas_round_trip_or_are_refused(table):
 @pytest.mark.parametrize("arrow", PRIMITIVE_TYPES + NESTED_TYPES, ids=str)
 def test_every_reference_type_round_trips_or_is_refused(arrow):
     _check_round_trip(pa.schema([pa.field("c", arrow)]))
+
+
+# -- a dataset: written with both forms; two forms that disagree refused and reported ---------
+
+
+def test_written_dataset_carries_both_forms_that_agree(tmp_path):
+    ds = Dataset.create(tmp_path / "ds")
+    ds.write(pa.table({"station": ["a"], "tags": [["x", "y"]], "t": [1.5]}))
+    (entry,) = [e for e in ds.blocks() if isinstance(e.block.event, SetDataSchema)]
+    event = entry.block.event
+    assert event.raw_arrow_schema is not None and event.schema is not None
+    assert data_schema_to_arrow(event.schema) == event.to_arrow() == ds.state.schema
+    assert ds.verify().ok
+
+
+def test_disagreeing_forms_are_refused_on_append_and_reported_by_verify(tmp_path):
+    root = tmp_path / "ds"
+    ds = Dataset.create(root)
+    ds.write(pa.table({"station": ["a"], "reading": [1.5]}))
+    schema = ds.state.schema
+    other = pa.schema([f if f.name != "reading" else f.with_type(pa.float32()) for f in schema])
+    event = SetDataSchema(
+        raw_arrow_schema=schema_to_bare_flatbuffer(schema.append(pa.field("extra", pa.int8()))),
+        schema=arrow_to_data_schema(other.append(pa.field("extra", pa.int8()))),
+    )
+    before = snapshot_tree(root)
+    with pytest.raises(RuleViolation) as caught:
+        ds.append(event)
+    assert caught.value.rule == "schema-forms"
+    sequence_number = ds.state.sequence_number + 1
+    assert f"block {sequence_number}" in str(caught.value)
+    assert "reading: double != float" in str(caught.value)
+    assert snapshot_tree(root) == before
+
+    block = replace(forged_block(ds, b""), event=event)
+    name = store_as_head(root, block)
+    errors = verify_path(root).errors
+    assert [(p.rule, p.block_hash, p.sequence_number) for p in errors] == [
+        ("schema-forms", name, sequence_number)
+    ]
+    run = cli("verify", root)
+    assert run.returncode == 1
+    assert f"block {sequence_number} {name}: [schema-forms]" in run.stdout
+    assert "reading: double != float" in run.stdout
