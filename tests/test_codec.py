@@ -1558,6 +1558,31 @@ def _timestamp_schema_by_hand(b: flatbuffers.Builder) -> int:
     return fbSetDataSchema.End(b)
 
 
+def test_structured_schema_strings_that_are_not_utf8_re_encode_as_read():
+    """The decoder keeps such a name as bytes (the schema-valid rule refuses it, naming the
+    field); writing the event back gives the block's own bytes, not a re-spelt name."""
+
+    def pack(b: flatbuffers.Builder) -> int:
+        name = b.CreateString(b"caf\xe9")  # as a string: NUL-terminated
+        fbDataField.Start(b)
+        fbDataField.AddName(b, name)
+        field = fbDataField.End(b)
+        fbDataSchema.StartFieldsVector(b, 1)
+        b.PrependUOffsetTRelative(field)
+        fields = b.EndVector()
+        fbDataSchema.Start(b)
+        fbDataSchema.AddFields(b, fields)
+        schema = fbDataSchema.End(b)
+        fbSetDataSchema.Start(b)
+        fbSetDataSchema.AddSchema(b, schema)
+        return fbSetDataSchema.End(b)
+
+    data = _hand_manifest(_hand_content(10, pack))
+    block = decode_block(data)
+    assert block.event.schema["fields"][0]["name"] == b"caf\xe9"
+    assert encode_block(block) == data
+
+
 def test_structured_schema_of_another_tool_re_encodes_to_its_bytes():
     data = _hand_manifest(_hand_content(10, _timestamp_schema_by_hand))
     block = decode_block(data)

@@ -357,6 +357,7 @@ def test_random_arrow_schemas_round_trip_or_are_refused(schema):
     _check_round_trip(schema)
 
 
+@pytest.mark.filterwarnings("ignore::hypothesis.errors.HypothesisWarning")  # tables()' repr
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(tables())
 def test_lakehouse_schemas_round_trip_or_are_refused(table):

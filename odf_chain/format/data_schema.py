@@ -1,8 +1,10 @@
-"""ODF's structured ``DataSchema`` (SetDataSchema field id 1) -> ``pyarrow.Schema``.
+"""ODF's structured ``DataSchema`` (SetDataSchema field id 1) <-> ``pyarrow.Schema``.
 
-Newer ODF tools may write the schema in this logical form instead of raw Arrow bytes. The codec
-keeps it as plain data (tables as dicts, union members tagged ``kind``); this module reads that
-into Arrow so the rest of odf_chain sees one kind of schema. Nullability is ODF's ``Option``
+Newer ODF tools may write the schema in this logical form instead of raw Arrow bytes, and
+odf_chain writes it beside them (:func:`arrow_to_data_schema`). The codec keeps it as plain data
+(tables as dicts, union members tagged ``kind``); this module reads that into Arrow so the rest
+of odf_chain sees one kind of schema, and :func:`first_difference` says where two readings
+differ (rule ``schema-forms``). Nullability is ODF's ``Option``
 wrapper: a field is nullable exactly when its type is wrapped in it. Defaults are the spec's
 (time units Millisecond, timestamps in "UTC"), and the ``arrow.apache.org/*Encoding`` field
 attributes (ODF RFC-016) restore the Arrow encoding: large and view strings, binaries and lists,
