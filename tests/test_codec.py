@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import flatbuffers
+import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
@@ -26,6 +27,7 @@ import odf_chain.format.generated.AddFieldLineage as fbAddFieldLineage
 import odf_chain.format.generated.DataField as fbDataField
 import odf_chain.format.generated.DataSchema as fbDataSchema
 import odf_chain.format.generated.DataTypeOption as fbDataTypeOption
+import odf_chain.format.generated.DataTypeTimestamp as fbDataTypeTimestamp
 import odf_chain.format.generated.ExecuteTransform as fbExecuteTransform
 import odf_chain.format.generated.ExtraAttributes as fbExtra
 import odf_chain.format.generated.Manifest as fbManifest
@@ -1836,9 +1838,150 @@ def test_only_current_version_is_written(version):
         encode_block(MetadataBlock(_utc(2020, 1, 1), None, 1, AddData()), version=version)
 
 
-def test_structured_schema_is_not_written():
-    with pytest.raises(FormatError):
-        encode_block(MetadataBlock(_utc(2020, 1, 1), None, 1, SetDataSchema(schema={"fields": ()})))
+def test_set_data_schema_with_neither_form_is_not_written():
+    with pytest.raises(FormatError, match="raw_arrow_schema, schema or both"):
+        encode_block(MetadataBlock(_utc(2020, 1, 1), None, 1, SetDataSchema()))
+
+
+@pytest.mark.parametrize(
+    ("schema", "fragment"),
+    [
+        ([], "SetDataSchema.schema: expected a mapping"),
+        ({"fields": (), "columns": ()}, "unknown field 'columns'"),
+        ({"fields": [{"name": "a", "type": {"kind": "Int64"}}]}, r"fields\[0\].type.kind"),
+        (
+            {"fields": [{"name": "a", "type": {"kind": "DataTypeTime", "unit": "ms"}}]},
+            r"fields\[0\].type.unit: expected a number",
+        ),
+        (
+            {"fields": [{"name": "a", "type": {"kind": "DataTypeBinary", "fixed_length": -1}}]},
+            "fixed_length: -1 is outside",
+        ),
+        (
+            {"fields": [{"name": "a", "type": {"kind": "DataTypeDecimal", "scale": 2}}]},
+            "precision: required",
+        ),
+        (
+            {"fields": [{"name": "a", "type": {"kind": "DataTypeMap", "keys_sorted": 1}}]},
+            "keys_sorted: expected a bool",
+        ),
+        ({"fields": [{"name": 7, "type": None}]}, r"fields\[0\].name: expected text"),
+        ({"fields": [{"name": "a", "extra": {"entries": "{}", "x": 1}}]}, "unknown field 'x'"),
+        ({"fields": {"name": "a"}}, "fields: expected a tuple"),
+    ],
+)
+def test_malformed_structured_schema_is_refused_by_path(schema, fragment):
+    block = MetadataBlock(_utc(2020, 1, 1), None, 1, SetDataSchema(schema=schema))
+    with pytest.raises(FormatError, match=fragment):
+        encode_block(block)
+
+
+_STRUCTURED = SetDataSchema.from_arrow(
+    pa.schema(
+        [
+            pa.field("offset", pa.int64(), nullable=False),
+            pa.field("system_time", pa.timestamp("ms", tz="UTC"), nullable=False),
+            pa.field("tags", pa.list_(pa.field("element", pa.string()))),
+            pa.field("attrs", pa.map_(pa.string(), pa.decimal128(10, 2), keys_sorted=True)),
+            pa.field(
+                "s", pa.struct([pa.field("b", pa.large_binary()), pa.field("d", pa.date64())])
+            ),
+            pa.field("t", pa.time64("ns")),
+            pa.field("blob", pa.binary(16), nullable=False),
+        ]
+    )
+)
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        _STRUCTURED,
+        SetDataSchema(schema=_STRUCTURED.schema),
+        SetDataSchema(raw_arrow_schema=_STRUCTURED.raw_arrow_schema),
+    ],
+    ids=["both", "structured-only", "raw-only"],
+)
+def test_set_data_schema_forms_round_trip_in_flatc_order(event):
+    """Each form the event carries, and only those, is written; the bytes are flatc's."""
+    block = MetadataBlock(_utc(2020, 1, 1), None, 1, event)
+    data = encode_block(block)
+    assert decode_block(data) == block
+    assert encode_block(decode_block(data)) == data
+    assert _repacked_by_flatc_object_api(data) == read_manifest(data)[1]
+    table = fbMetadataBlock.MetadataBlock.GetRootAs(read_manifest(data)[1], 0).Event()
+    sds = fbSetDataSchema.SetDataSchema()
+    sds.Init(table.Bytes, table.Pos)
+    assert sds.RawArrowSchemaIsNone() == (event.raw_arrow_schema is None)
+    assert (sds.Schema() is None) == (event.schema is None)
+
+
+def _timestamp_schema_by_hand(b: flatbuffers.Builder) -> int:
+    """A structured-only SetDataSchema built with explicit builder calls in ODF's reference
+    order (strings and sub-tables first, in field order; then fields in field order), as another
+    ODF tool writes it: one column ``ts``, an optional timestamp(us, "+01:00") with an extra."""
+    name = b.CreateString("ts")
+    timezone = b.CreateString("+01:00")
+    fbDataTypeTimestamp.Start(b)
+    fbDataTypeTimestamp.AddUnit(b, 2)
+    fbDataTypeTimestamp.AddTimezone(b, timezone)
+    timestamp = fbDataTypeTimestamp.End(b)
+    fbDataTypeOption.Start(b)
+    fbDataTypeOption.AddInnerType(b, DataType.DataTypeTimestamp)
+    fbDataTypeOption.AddInner(b, timestamp)
+    option = fbDataTypeOption.End(b)
+    entries = b.CreateString('{"example.com/note":"x"}')
+    fbExtra.Start(b)
+    fbExtra.AddEntries(b, entries)
+    extra = fbExtra.End(b)
+    fbDataField.Start(b)
+    fbDataField.AddName(b, name)
+    fbDataField.AddTypeType(b, DataType.DataTypeOption)
+    fbDataField.AddType(b, option)
+    fbDataField.AddExtra(b, extra)
+    field = fbDataField.End(b)
+    fbDataSchema.StartFieldsVector(b, 1)
+    b.PrependUOffsetTRelative(field)
+    fields = b.EndVector()
+    fbDataSchema.Start(b)
+    fbDataSchema.AddFields(b, fields)
+    schema = fbDataSchema.End(b)
+    fbSetDataSchema.Start(b)
+    fbSetDataSchema.AddSchema(b, schema)
+    return fbSetDataSchema.End(b)
+
+
+def test_structured_schema_strings_that_are_not_utf8_re_encode_as_read():
+    """The decoder keeps such a name as bytes (the schema-valid rule refuses it, naming the
+    field); writing the event back gives the block's own bytes, not a re-spelt name."""
+
+    def pack(b: flatbuffers.Builder) -> int:
+        name = b.CreateString(b"caf\xe9")  # as a string: NUL-terminated
+        fbDataField.Start(b)
+        fbDataField.AddName(b, name)
+        field = fbDataField.End(b)
+        fbDataSchema.StartFieldsVector(b, 1)
+        b.PrependUOffsetTRelative(field)
+        fields = b.EndVector()
+        fbDataSchema.Start(b)
+        fbDataSchema.AddFields(b, fields)
+        schema = fbDataSchema.End(b)
+        fbSetDataSchema.Start(b)
+        fbSetDataSchema.AddSchema(b, schema)
+        return fbSetDataSchema.End(b)
+
+    data = _hand_manifest(_hand_content(10, pack))
+    block = decode_block(data)
+    assert block.event.schema["fields"][0]["name"] == b"caf\xe9"
+    assert encode_block(block) == data
+
+
+def test_structured_schema_of_another_tool_re_encodes_to_its_bytes():
+    data = _hand_manifest(_hand_content(10, _timestamp_schema_by_hand))
+    block = decode_block(data)
+    assert block.event.raw_arrow_schema is None
+    assert block.event.to_arrow() == pa.schema([pa.field("ts", pa.timestamp("us", tz="+01:00"))])
+    assert encode_block(block) == data
 
 
 def test_manifest_struct_layout_is_flatbuffers():

@@ -268,7 +268,18 @@ def test_set_transform(odf):
 def test_set_data_schema(odf):
     event = _event(odf, CHAIN[2], "SetDataSchema", 2)
     assert _ubytes(event, "RawArrowSchema") == SET_DATA_SCHEMA.raw_arrow_schema
-    assert event.Schema() is None
+    # the structured form (field id 1) beside it: offset Int64, total Option<Float64>
+    schema = event.Schema()
+    kinds = odf("DataType").DataType
+    fields = [schema.Fields(i) for i in range(schema.FieldsLength())]
+    assert [(f.Name(), f.TypeType(), f.Extra()) for f in fields] == [
+        (b"offset", kinds.DataTypeInt64, None),
+        (b"total", kinds.DataTypeOption, None),
+    ]
+    option = odf("DataTypeOption").DataTypeOption()
+    option.Init(fields[1].Type().Bytes, fields[1].Type().Pos)
+    assert option.InnerType() == kinds.DataTypeFloat64
+    assert schema.Extra() is None
 
 
 def test_execute_transform(odf):

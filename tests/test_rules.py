@@ -319,6 +319,65 @@ def test_field_name_not_utf8(nested: bool) -> None:
     with_data().reject(SetDataSchema(raw_arrow_schema=raw), "schema-valid", "utf-8")
 
 
+# -- schema-forms: a SetDataSchema's two forms describe one schema ---------------------------------
+
+
+def _forms(raw: pa.Schema, structured: pa.Schema) -> SetDataSchema:
+    return SetDataSchema(
+        raw_arrow_schema=SetDataSchema.from_arrow(raw).raw_arrow_schema,
+        schema=SetDataSchema.from_arrow(structured).schema,
+    )
+
+
+def test_forms_that_disagree_are_refused() -> None:
+    head = list(SCHEMA)[:-1]  # SCHEMA without its last column, "name" (nullable string)
+    changed = pa.schema([*head, pa.field("name", pa.large_string())])
+    seeded().reject(
+        _forms(SCHEMA, changed), "schema-forms", "differing first at name: string != large_string"
+    )
+    renamed = pa.schema([*head, pa.field("label", pa.string())])
+    seeded().reject(_forms(SCHEMA, renamed), "schema-forms", "named 'name' in one, 'label'")
+    required = pa.schema([*head, pa.field("name", pa.string(), nullable=False)])
+    with_schema().reject(_forms(SCHEMA, required), "schema-forms", "name: nullable True != False")
+    nested = [pa.field("s", pa.struct([pa.field("a", pa.list_(pa.int32()))]))]
+    deeper = [pa.field("s", pa.struct([pa.field("a", pa.list_(pa.int64()))]))]
+    seeded().reject(
+        _forms(pa.schema(nested), pa.schema(deeper)), "schema-forms", "s.a.[item]: int32 != int64"
+    )
+    seeded().reject(_forms(SCHEMA, pa.schema(head)), "schema-forms", "'name' is in one")
+
+
+def test_forms_that_agree_or_stand_alone_are_accepted() -> None:
+    c = seeded()
+    both = SetDataSchema.from_arrow(SCHEMA)
+    assert both.raw_arrow_schema is not None and both.schema is not None
+    c.add(both)
+    assert c.state.schema == SCHEMA
+    # metadata and list item names are not the structured form's: no disagreement
+    spark = pa.schema(
+        [*SCHEMA, pa.field("tags", pa.list_(pa.field("element", pa.string())))],
+        metadata={"origin": "spark"},
+    )
+    c.add(_forms(spark, pa.schema([*SCHEMA, pa.field("tags", pa.list_(pa.string()))])))
+    assert c.state.schema.equals(spark, check_metadata=True)
+    # either form alone gives the same schema in force
+    for alone in (
+        SetDataSchema(raw_arrow_schema=both.raw_arrow_schema),
+        SetDataSchema(schema=both.schema),
+    ):
+        d = seeded()
+        d.add(alone)
+        assert d.state.schema == SCHEMA
+
+
+def test_malformed_structured_form_beside_a_raw_one() -> None:
+    broken = {"fields": ({"name": "x", "type": {"kind": "DataTypeNope"}, "extra": None},)}
+    event = SetDataSchema(raw_arrow_schema=SetDataSchema.from_arrow(SCHEMA).raw_arrow_schema)
+    seeded().reject(
+        replace(event, schema=broken), "schema-valid", "the structured schema", "x: unknown data"
+    )
+
+
 # -- offsets -------------------------------------------------------------------------------------
 
 
@@ -1308,6 +1367,7 @@ RULE_TESTS = {
     "system-time": test_system_time_going_back,
     "schema-before-data": test_add_data_before_any_schema,
     "schema-valid": test_malformed_raw_arrow_schema,
+    "schema-forms": test_forms_that_disagree_are_refused,
     "schema-evolution": test_breaking_change_before_any_data_is_still_refused,
     "offsets": test_start_gap,
     "watermark": test_watermark_decreasing,
@@ -1337,6 +1397,7 @@ def test_every_documented_rule_is_exercised() -> None:
         "system-time",
         "schema-before-data",
         "schema-valid",
+        "schema-forms",
         "schema-evolution",
         "offsets",
         "watermark",

@@ -32,6 +32,8 @@ from odf_chain.events import (
 )
 from odf_chain.format import codec
 from odf_chain.format.codec import decode_block, encode_block
+from odf_chain.format.data_schema import data_schema_to_arrow
+from odf_chain.format.data_schema_encoder import pack_data_schema
 from odf_chain.format.did import DatasetId
 from odf_chain.format.generated.EventTimeSource import EventTimeSource
 from odf_chain.format.generated.EventTimeSourceFromMetadata import EventTimeSourceFromMetadataT
@@ -169,8 +171,9 @@ def test_set_data_schema_vector_arrow_schema():
 # expected hashes as kamu states them. Case 0 is also odf-reference-blocks.json's AddData case
 # (its SetDataSchema case is `serde_set_data_schema_legacy`, in the same file). Cases 4 and 5
 # are SetPollingSource: case 4 is written by our encoder (and, below, packed by flatc's object
-# API as any ODF tool would write it: the same bytes); case 5 reads its columns from a
-# structured DataSchema, which odf_chain does not write yet, and is left out.
+# API as any ODF tool would write it: the same bytes); case 5, whose read step takes its columns
+# from a structured DataSchema, is built with the flatc object API around odf_chain's DataSchema
+# encoder.
 
 
 def _sha3(text: bytes) -> Multihash:
@@ -412,4 +415,43 @@ def test_kamu_set_polling_source_is_read():
             },
             merge={"kind": "MergeStrategyLedger", "primary_key": ("a",)},
         )
+    )
+
+
+# kamu's case 5: case 4 with the read step's schema given as ODF's structured DataSchema
+# (`DataField::i32("a")`, `DataField::i32("b")`: Int32, not optional). Its hash checks that the
+# structured schema odf_chain writes (SetDataSchema field id 1, and any read step's schema) is
+# laid out byte for byte as kamu lays it out.
+_KAMU_CASE_5_SCHEMA = {
+    "fields": tuple(
+        {"name": name, "type": {"kind": "DataTypeInt32"}, "extra": None} for name in ("a", "b")
+    ),
+    "extra": None,
+}
+
+
+class _PackedByOdfChain:
+    """Stands in for an object-API DataSchemaT: packed by odf_chain's own encoder."""
+
+    def Pack(self, builder: flatbuffers.Builder) -> int:
+        return pack_data_schema(builder, _KAMU_CASE_5_SCHEMA, "read.schema")
+
+
+def test_kamu_structured_schema_bytes():
+    content = codec.read_manifest(_kamu_set_polling_source_case_4())[1]
+    block = MetadataBlockT.InitFromPackedBuf(content, 0)
+    read = ReadStepGeoJsonT()
+    read.schema = _PackedByOdfChain()
+    block.event.read = read
+    builder = flatbuffers.Builder(0)
+    builder.Finish(block.Pack(builder))
+    data = codec._wrap_manifest(bytes(builder.Output()), 3)
+    assert (
+        hashlib.sha3_256(data).hexdigest()
+        == "f96c90e9e9700819ba05d87f66b200a18a08404706ac62cde6d68bc350e73861"
+    )
+    decoded = decode_block(data).event.read["schema"]
+    assert decoded == _KAMU_CASE_5_SCHEMA
+    assert data_schema_to_arrow(decoded) == pa.schema(
+        [pa.field("a", pa.int32(), nullable=False), pa.field("b", pa.int32(), nullable=False)]
     )

@@ -138,7 +138,8 @@ def test_every_flipped_byte_is_caught(pristine_copy: Path) -> None:
 
     for path in sorted((pristine_copy / "blocks").iterdir()):
         size = path.stat().st_size
-        assert size <= 1024  # every position of every block, and still fast
+        assert size <= 1536  # every position of every block, and still fast (the largest, a
+        # SetDataSchema with both of its forms, is about 1.1 kB)
         for pos in range(size):
             check(path, pos, by_hash[path.name], path.name)
     for path in sorted((pristine_copy / "data").iterdir()):

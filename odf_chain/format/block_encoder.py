@@ -25,6 +25,7 @@ from typing import Any
 import flatbuffers
 
 from odf_chain.errors import FormatError
+from odf_chain.format.data_schema_encoder import pack_data_schema
 from odf_chain.format.did import DatasetId
 from odf_chain.format.events import (
     EVENT_TYPE_IDS,
@@ -283,14 +284,17 @@ class BlockEncoder:
         )
 
     def set_data_schema(self, e: SetDataSchema) -> int:
-        if e.schema is not None:
-            raise FormatError("writing the structured SetDataSchema.schema form is not supported")
-        if e.raw_arrow_schema is None:
-            raise FormatError("SetDataSchema needs raw_arrow_schema")
+        """The forms the event carries, and only those (see :class:`SetDataSchema`)."""
+        if e.raw_arrow_schema is None and e.schema is None:
+            raise FormatError("SetDataSchema needs raw_arrow_schema, schema or both")
         raw = self.bytes_(e.raw_arrow_schema)
+        schema = None
+        if e.schema is not None:
+            schema = pack_data_schema(self.b, e.schema, "SetDataSchema.schema")
         b = self.b
         fbSetDataSchema.Start(b)
         self.add(fbSetDataSchema.AddRawArrowSchema, b, raw)
+        self.add(fbSetDataSchema.AddSchema, b, schema)
         return fbSetDataSchema.End(b)
 
     def disable_push_source(self, e: DisablePushSource) -> int:

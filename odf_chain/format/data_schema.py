@@ -1,8 +1,10 @@
-"""ODF's structured ``DataSchema`` (SetDataSchema field id 1) -> ``pyarrow.Schema``.
+"""ODF's structured ``DataSchema`` (SetDataSchema field id 1) <-> ``pyarrow.Schema``.
 
-Newer ODF tools may write the schema in this logical form instead of raw Arrow bytes. The codec
-keeps it as plain data (tables as dicts, union members tagged ``kind``); this module reads that
-into Arrow so the rest of odf_chain sees one kind of schema. Nullability is ODF's ``Option``
+Newer ODF tools may write the schema in this logical form instead of raw Arrow bytes, and
+odf_chain writes it beside them (:func:`arrow_to_data_schema`). The codec keeps it as plain data
+(tables as dicts, union members tagged ``kind``); this module reads that into Arrow so the rest
+of odf_chain sees one kind of schema, and :func:`first_difference` says where two readings
+differ (rule ``schema-forms``). Nullability is ODF's ``Option``
 wrapper: a field is nullable exactly when its type is wrapped in it. Defaults are the spec's
 (time units Millisecond, timestamps in "UTC"), and the ``arrow.apache.org/*Encoding`` field
 attributes (ODF RFC-016) restore the Arrow encoding: large and view strings, binaries and lists,
@@ -17,7 +19,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from odf_chain.errors import FormatError
+from odf_chain.errors import FormatError, SchemaError
 from odf_chain.format.arrow_schema import MAX_NESTING, check_schema, shown_path, too_deep
 
 _UNITS = {0: "s", 1: "ms", 2: "us", 3: "ns"}
@@ -173,3 +175,189 @@ def data_schema_to_arrow(schema: Mapping[str, Any] | None) -> pa.Schema:
     arrow = pa.schema(_fields(schema.get("fields") or (), "", 1))
     check_schema(arrow)  # the same limits as a raw Arrow schema (nesting is already bounded)
     return arrow
+
+
+# ---------------------------------------------------------------------------------------------
+# Arrow -> the structured form
+
+
+_UNIT_IDS = {unit: i for i, unit in _UNITS.items()}
+_SIMPLE_KINDS = [
+    (t, kind) for kind, t in _SIMPLE.items() if kind not in ("DataTypeDate", "DataTypeString")
+]
+_BUFFER = "arrow.apache.org/bufferEncoding"
+_DATE = "arrow.apache.org/dateEncoding"
+_DECIMAL = "arrow.apache.org/decimalEncoding"
+
+
+def _contiguous(bits: int) -> dict[str, Any]:
+    return {_BUFFER: {"kind": "Contiguous", "offsetBitWidth": bits}}
+
+
+def _view(bits: int) -> dict[str, Any]:
+    return {_BUFFER: {"kind": "View", "offsetBitWidth": bits}}
+
+
+def _no_form(where: str, t: pa.DataType, why: str) -> SchemaError:
+    return SchemaError(f"field {where!r} ({t}) has no structured ODF form: {why}")
+
+
+def _arrow_type(t: pa.DataType, where: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the DataType union value, the extra attributes that restore the Arrow encoding) of one
+    Arrow type, nullability aside (the caller wraps the result in an Option)."""
+    for simple, kind in _SIMPLE_KINDS:
+        if t == simple:
+            return {"kind": kind}, {}
+    if pa.types.is_string(t):
+        return {"kind": "DataTypeString"}, _contiguous(32)
+    if pa.types.is_large_string(t):
+        return {"kind": "DataTypeString"}, _contiguous(64)
+    if pa.types.is_string_view(t):
+        return {"kind": "DataTypeString"}, _view(32)
+    if pa.types.is_binary(t):
+        return {"kind": "DataTypeBinary", "fixed_length": None}, _contiguous(32)
+    if pa.types.is_large_binary(t):
+        return {"kind": "DataTypeBinary", "fixed_length": None}, _contiguous(64)
+    if pa.types.is_binary_view(t):
+        return {"kind": "DataTypeBinary", "fixed_length": None}, _view(32)
+    if pa.types.is_fixed_size_binary(t) and not pa.types.is_decimal(t):
+        return {"kind": "DataTypeBinary", "fixed_length": t.byte_width}, {}
+    if pa.types.is_date32(t):
+        return {"kind": "DataTypeDate"}, {}
+    if pa.types.is_date64(t):
+        return {"kind": "DataTypeDate"}, {_DATE: {"unit": "Millisecond"}}
+    if pa.types.is_decimal(t):
+        spec = {"kind": "DataTypeDecimal", "precision": t.precision, "scale": t.scale}
+        return spec, {_DECIMAL: {"bitWidth": t.bit_width}}
+    if pa.types.is_time(t):
+        return {"kind": "DataTypeTime", "unit": _UNIT_IDS[t.unit]}, {}
+    if pa.types.is_duration(t):
+        return {"kind": "DataTypeDuration", "unit": _UNIT_IDS[t.unit]}, {}
+    if pa.types.is_timestamp(t):
+        if not t.tz:
+            raise _no_form(
+                where,
+                t,
+                "ODF's Timestamp always has a timezone (UTC when none is written), so a "
+                "timestamp without one would read back as UTC instants",
+            )
+        spec = {"kind": "DataTypeTimestamp", "unit": _UNIT_IDS[t.unit], "timezone": t.tz}
+        return spec, {}
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        item = _nested(t.value_field, f"{where}.[item]")
+        fixed = t.list_size if pa.types.is_fixed_size_list(t) else None
+        extra = {} if fixed is not None else _contiguous(64 if pa.types.is_large_list(t) else 32)
+        return {"kind": "DataTypeList", "item_type": item, "fixed_length": fixed}, extra
+    if pa.types.is_list_view(t) or pa.types.is_large_list_view(t):
+        item = _nested(t.value_field, f"{where}.[item]")
+        extra = _view(64 if pa.types.is_large_list_view(t) else 32)
+        return {"kind": "DataTypeList", "item_type": item, "fixed_length": None}, extra
+    if pa.types.is_map(t):
+        spec = {
+            "kind": "DataTypeMap",
+            "key_type": _nested(t.key_field, f"{where}.[key]"),
+            "value_type": _nested(t.item_field, f"{where}.[value]"),
+            "keys_sorted": t.keys_sorted,
+        }
+        return spec, {}
+    if pa.types.is_struct(t):
+        fields = tuple(_arrow_field(t.field(i), where) for i in range(t.num_fields))
+        return {"kind": "DataTypeStruct", "fields": fields}, {}
+    raise _no_form(where, t, "ODF 0.39 defines no logical type for it")
+
+
+def _with_option(spec: dict[str, Any], nullable: bool) -> dict[str, Any]:
+    return {"kind": "DataTypeOption", "inner": spec} if nullable else spec
+
+
+def _nested(field: pa.Field, where: str) -> dict[str, Any]:
+    """The DataType of a list item, map key or map value: a bare type, with no place for extra
+    attributes, so only an Arrow type that reads back without them has a structured form."""
+    spec, _ = _arrow_type(field.type, where)
+    back, _ = _type(spec, where, 1)
+    if back != field.type:
+        raise _no_form(
+            where,
+            field.type,
+            f"inside a list or map it reads back as {back} (a list item or map entry has no "
+            "extra attributes to record its Arrow encoding in)",
+        )
+    return _with_option(spec, field.nullable)
+
+
+def _arrow_field(field: pa.Field, parent: str) -> dict[str, Any]:
+    where = f"{parent}.{field.name}" if parent else field.name
+    spec, extra = _arrow_type(field.type, where)
+    entries = None
+    if extra:
+        entries = {"entries": json.dumps(extra, sort_keys=True, separators=(",", ":"))}
+    return {"name": field.name, "type": _with_option(spec, field.nullable), "extra": entries}
+
+
+def arrow_to_data_schema(schema: pa.Schema) -> dict[str, Any]:
+    """The structured ``DataSchema`` (ODF 0.39, RFC-016) of an Arrow schema, as the plain data
+    the codec reads and writes (the form :func:`data_schema_to_arrow` takes).
+
+    The mapping is kamu's (the ODF reference implementation), so a schema reads the same in
+    either tool: a nullable field is its type wrapped in ``Option``; units are always written;
+    the Arrow encoding of a type (32/64-bit offsets, views, date64, the decimal's bit width) is
+    kept in the field's ``arrow.apache.org/*Encoding`` extra attributes, written for plain
+    strings, binaries and lists too (``Contiguous``, 32 bits), as kamu does.
+
+    ``data_schema_to_arrow(arrow_to_data_schema(s)) == s`` for every schema this returns: what
+    pyarrow compares (names, types, nullability) survives. What the structured form does not
+    hold: metadata (field docs, pandas' schema) and the names of list items and map entries
+    (Arrow and Parquet spell them differently; pyarrow's equality ignores them); the raw Arrow
+    form, written beside it, keeps both.
+
+    Raises :class:`SchemaError` naming the first field that has no structured form: unions,
+    dictionaries, intervals, run-end encoded and extension types (ODF defines no logical type
+    for them); timestamps without a timezone (ODF reads them as UTC); a list item or map entry
+    whose Arrow encoding differs from the default (large or view strings inside a list: the
+    encoding attributes exist only on fields).
+    """
+    return {"fields": tuple(_arrow_field(f, "") for f in schema), "extra": None}
+
+
+def first_difference(a: pa.Schema, b: pa.Schema) -> str | None:
+    """The first place where two schemas differ in what pyarrow compares (names, types,
+    nullability; metadata and list item and map entry names aside), as ``path: x != y``; None
+    when they are equal."""
+    if a == b:
+        return None
+    for i in range(max(len(a), len(b))):
+        if i >= len(a) or i >= len(b):
+            extra = b.field(i) if i >= len(a) else a.field(i)
+            return f"field #{i} {extra.name!r} is in one schema only"
+        found = _field_difference(a.field(i), b.field(i), "")
+        if found:
+            return found
+    return "the schemas differ"  # not reached: equal fields make equal schemas
+
+
+def _field_difference(a: pa.Field, b: pa.Field, parent: str, label: str | None = None) -> str:
+    where = label if label is not None else a.name
+    where = f"{parent}.{where}" if parent else where
+    if label is None and a.name != b.name:
+        return f"{where}: named {a.name!r} in one, {b.name!r} in the other"
+    if a.nullable != b.nullable:
+        return f"{where}: nullable {a.nullable} != {b.nullable}"
+    if a.type == b.type:
+        return ""
+    ka, kb = _kids(a.type), _kids(b.type)
+    if type(a.type) is type(b.type) and ka and kb and len(ka) == len(kb):
+        for (la, fa), (_, fb) in zip(ka, kb, strict=True):
+            found = _field_difference(fa, fb, where, la)
+            if found:
+                return found
+    return f"{where}: {a.type} != {b.type}"
+
+
+def _kids(t: pa.DataType) -> list[tuple[str | None, pa.Field]]:
+    if pa.types.is_map(t):
+        return [("[key]", t.key_field), ("[value]", t.item_field)]
+    if hasattr(t, "value_field"):
+        return [("[item]", t.value_field)]
+    if pa.types.is_struct(t):
+        return [(None, t.field(i)) for i in range(t.num_fields)]
+    return []

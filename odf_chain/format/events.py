@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -19,8 +20,9 @@ from typing import Any
 
 import pyarrow as pa
 
+from odf_chain.errors import SchemaError
 from odf_chain.format.arrow_schema import schema_from_bare_flatbuffer, schema_to_bare_flatbuffer
-from odf_chain.format.data_schema import data_schema_to_arrow
+from odf_chain.format.data_schema import arrow_to_data_schema, data_schema_to_arrow
 from odf_chain.format.did import DatasetId
 from odf_chain.format.multihash import Multihash
 from odf_chain.format.plain_tables import normalise_event
@@ -166,12 +168,23 @@ class SetLicense:
     website_url: str | None = None
 
 
+class StructuredSchemaWarning(UserWarning):
+    """A SetDataSchema was written without ODF's structured schema (its Arrow schema has a
+    type the structured form cannot hold); the message names the field."""
+
+
 @dataclass(frozen=True)
 class SetDataSchema:
     """The Arrow schema of every data slice added after this block.
 
-    ``raw_arrow_schema`` holds the bare Arrow ``Schema`` flatbuffer (ODF field id 0). ``schema``
-    is ODF's newer structured form (field id 1), kept as plain data when another tool wrote it.
+    ``raw_arrow_schema`` holds the bare Arrow ``Schema`` flatbuffer (ODF field id 0, deprecated
+    in ODF 0.39); ``schema`` is ODF's structured form (field id 1, RFC-016) as plain data (the
+    shape :func:`~odf_chain.format.data_schema.arrow_to_data_schema` returns). The event
+    carries exactly the forms its block carries, each ``None`` when absent, and is written
+    back with exactly those: a block another tool wrote with one form re-encodes to the same
+    bytes, and ``decode(encode(e)) == e``. :meth:`from_arrow` (what odf_chain's writers use)
+    fills both. When both are present they must describe one schema (rule ``schema-forms``);
+    :meth:`to_arrow` then reads the raw form, which also holds the Arrow metadata.
     """
 
     raw_arrow_schema: bytes | None = None
@@ -179,7 +192,27 @@ class SetDataSchema:
 
     @classmethod
     def from_arrow(cls, schema: pa.Schema) -> SetDataSchema:
-        return cls(raw_arrow_schema=schema_to_bare_flatbuffer(schema))
+        """Both forms of ``schema``; the raw form alone when it has no structured form.
+
+        Raw only, rather than refusing: the raw form is still ODF 0.39 (deprecated, read by
+        every ODF tool) and is what odf_chain wrote before, so a dataset whose schema holds a
+        union, a dictionary or a timestamp without a timezone keeps being writable, and its
+        Arrow schema stays exact. Refusing would break such datasets for a form that ODF does
+        not yet require. The omission is not silent: a :class:`StructuredSchemaWarning` names
+        the field (ODF says the structured form becomes required after its migration; such a
+        dataset will need a schema change then).
+        """
+        raw = schema_to_bare_flatbuffer(schema)
+        try:
+            structured = arrow_to_data_schema(schema)
+        except SchemaError as exc:
+            warnings.warn(
+                f"SetDataSchema written with the raw Arrow form only: {exc}",
+                StructuredSchemaWarning,
+                stacklevel=2,
+            )
+            structured = None
+        return cls(raw_arrow_schema=raw, schema=structured)
 
     @functools.cached_property
     def arrow_schema(self) -> pa.Schema:

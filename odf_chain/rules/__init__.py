@@ -18,7 +18,11 @@ schema-before-data        a SetDataSchema precedes the first data slice
 schema-valid              the SetDataSchema's Arrow schema decodes, every string in it (field
                           names, metadata keys and values, timezones) is UTF-8, and no field
                           sits deeper than 64 levels (the decoder refuses both, naming the
-                          field, so nothing else ever sees such a schema)
+                          field, so nothing else ever sees such a schema); so does its
+                          structured form (ODF 0.39's ``schema``) when it has one
+schema-forms              a SetDataSchema carrying both forms (``raw_arrow_schema`` and the
+                          structured ``schema``) describes one schema with them: the same
+                          field names, types and nullability (the first difference is named)
 schema-evolution          schema changes follow the evolution rules
 offsets                   slices are contiguous: prev_offset = last offset, start = prev + 1,
                           end >= start

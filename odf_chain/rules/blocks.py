@@ -8,6 +8,8 @@ transaction pair) are in their own modules, so ODF's rules read on their own.
 
 from __future__ import annotations
 
+import pyarrow as pa
+
 from odf_chain.errors import FormatError, RuleViolation, SchemaEvolutionError
 from odf_chain.events import (
     AddData,
@@ -20,6 +22,7 @@ from odf_chain.events import (
     SetPollingSource,
     SetVocab,
 )
+from odf_chain.format.data_schema import data_schema_to_arrow, first_difference
 from odf_chain.format.multihash import Multihash
 from odf_chain.schema.evolution import check_evolution
 from odf_chain.state import DatasetState, Vocabulary, lineage_of
@@ -120,6 +123,8 @@ def check_schema(state: DatasetState, block: MetadataBlock, block_hash: Multihas
         new = event.arrow_schema
     except FormatError as exc:
         raise RuleViolation("schema-valid", str(exc)) from None
+    if event.raw_arrow_schema is not None and event.schema is not None:
+        _check_forms_agree(new, event)
     if state.schema is None:
         return
     violations = check_evolution(state.schema, new)
@@ -128,6 +133,24 @@ def check_schema(state: DatasetState, block: MetadataBlock, block_hash: Multihas
             "schema-evolution",
             "; ".join(str(v) for v in violations)
             + f" (schema in force since block {state.schema_sequence_number})",
+        )
+
+
+def _check_forms_agree(raw: pa.Schema, event: SetDataSchema) -> None:
+    """A block carrying both forms of its schema must describe one schema with them: readers
+    take either (odf_chain the raw bytes, a tool past ODF's migration the structured form), so
+    two different schemas would make the same chain mean two things. What the structured form
+    cannot hold (metadata, the names of list items and map entries) is not compared."""
+    try:
+        structured = data_schema_to_arrow(event.schema)
+    except FormatError as exc:
+        raise RuleViolation("schema-valid", f"the structured schema: {exc}") from None
+    difference = first_difference(raw, structured)
+    if difference is not None:
+        raise RuleViolation(
+            "schema-forms",
+            "expected raw_arrow_schema and the structured schema to describe one schema, "
+            f"found them differing first at {difference} (raw vs structured)",
         )
 
 
