@@ -141,3 +141,17 @@ def count(n: int, noun: str) -> str:
 
 def print_json(value: object) -> None:
     print(json.dumps(value, indent=2, sort_keys=False))
+
+
+def alias_locations(given: Sequence[str] | None) -> dict[str, str]:
+    """``--input ALIAS=DIR`` arguments (derive, verify --reproduce) as alias -> location; a
+    malformed one or an alias given twice is a usage error."""
+    found: dict[str, str] = {}
+    for item in given or ():
+        alias, sep, location = item.partition("=")
+        if not sep or not alias or not location:
+            raise UsageError(f"--input {item!r}: expected ALIAS=DIR")
+        if alias in found:
+            raise UsageError(f"--input: alias {alias!r} given twice")
+        found[alias] = location
+    return found

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from odf_chain.cli.common import EXIT_OK, UsageError
+from odf_chain.cli.common import EXIT_OK, UsageError, alias_locations
 from odf_chain.dataset import Dataset
 from odf_chain.errors import NotFoundError
 from odf_chain.format.multihash import BLAKE3, SHA3_256
@@ -51,15 +51,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def _inputs(given: list[str]) -> dict[str, Dataset]:
-    inputs: dict[str, Dataset] = {}
-    for item in given:
-        alias, sep, location = item.partition("=")
-        if not sep or not alias or not location:
-            raise UsageError(f"--input {item!r}: expected ALIAS=DIR")
-        if alias in inputs:
-            raise UsageError(f"--input: alias {alias!r} given twice")
-        inputs[alias] = Dataset.open(location)  # before Spark starts: a typo costs no 15 s
-    return inputs
+    # opened before Spark starts: a typo costs no 15 s
+    return {alias: Dataset.open(where) for alias, where in alias_locations(given).items()}
 
 
 def run(args: argparse.Namespace) -> int:

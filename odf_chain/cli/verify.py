@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import argparse
 
-from odf_chain.cli.common import DIR_HELP, EXIT_FAILED, EXIT_OK, UsageError, count, print_json
+from odf_chain.cli.common import (
+    DIR_HELP,
+    EXIT_FAILED,
+    EXIT_OK,
+    UsageError,
+    alias_locations,
+    count,
+    print_json,
+)
 from odf_chain.verify import verify_path
 
 
@@ -61,12 +69,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--deep reads every row of the data: it cannot go with --no-data")
     if (args.recursive or args.input) and not args.reproduce:
         raise UsageError("--recursive and --input go with --reproduce")
-    moved = {}
-    for item in args.input or ():
-        alias, sep, location = item.partition("=")
-        if not sep or not alias or not location:
-            raise UsageError(f"--input {item!r}: expected ALIAS=DIR")
-        moved[alias] = location
+    moved = alias_locations(args.input)
     report = verify_path(
         args.dir, check_data=not args.no_data, receipts=args.receipt or (), deep=args.deep
     )
