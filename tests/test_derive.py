@@ -523,3 +523,15 @@ def test_reproduce_an_input_that_moved(spark, inputs, tmp_path):
     assert cli.returncode == 0, cli.stdout + cli.stderr
     lonely = run_main([out, "--input", f"sensors={moved}"], entry="chain-verify")
     assert lonely.returncode == 2 and "go with --reproduce" in lonely.stderr
+
+
+def test_deep_verify_refuses_a_changelog_that_does_not_fold(spark, inputs, tmp_path):
+    daily = _two_runs(spark, inputs, tmp_path)
+    assert daily.verify(deep=True).ok
+    forged = _forge(daily, retractions_too=True)  # every hash and digest recomputed
+    daily = Dataset.open(daily.path)
+    assert daily.verify().ok
+    deep = daily.verify(deep=True)
+    (error,) = deep.errors
+    assert error.rule == "data-changelog" and error.sequence_number == forged
+    assert "retracts a row that is not live" in error.message

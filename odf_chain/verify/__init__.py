@@ -21,7 +21,7 @@ One module per step, run in this order by :func:`verify` (the numbers are the st
 After the fold, the index is compared with what the fold derived (:mod:`odf_chain.index.check`).
 ``deep=True`` also reads every row of every slice (:mod:`.deep`, in batches, never a whole file
 at once): the logical hash is recomputed as writers compute it, and the system columns are
-checked against the block.
+checked against the block; a derivative dataset's changelog must fold (:mod:`.changelog`).
 
 Problems are collected, not raised, so one run reports everything it can see
 (:mod:`.report`).
@@ -36,6 +36,7 @@ from odf_chain.index.check import report_index
 from odf_chain.receipt import Receipt, load_receipts
 from odf_chain.state import EMPTY, DatasetState
 from odf_chain.storage import Storage, open_storage
+from odf_chain.verify.changelog import check_changelog
 from odf_chain.verify.data import DATA_THREADS, check_slice, hashed_slices
 from odf_chain.verify.deep import OPERATION_CODES
 from odf_chain.verify.fold import refold
@@ -93,6 +94,8 @@ def verify(
         entries = ((chain[i], state) for positions, state in with_data for i in positions)
         for entry, state, hashed in hashed_slices(storage, entries):
             check_slice(entry, state, hashed, report, report.deep)
+        if report.deep and walk.complete:
+            check_changelog(storage, chain, head_state, report)
     check_leftovers(storage, walk, report)
     return report
 
