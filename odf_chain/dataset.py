@@ -404,8 +404,9 @@ class Dataset:
         from the index alone: a skipped write is data not written.
 
         ``lineage``: the field operations that produced ``table``, recorded by hand; they are
-        appended as an AddFieldLineage just before the AddData, in the same transaction, and
-        its input fields are checked against the datasets they name when those are reachable.
+        carried by the write's first AddData (its extra attributes, ``odf-chain.dev/field-
+        lineage``: an event every ODF reader can decode), and its input fields are checked
+        against the datasets they name when those are reachable.
 
         ``target_slice_bytes``: by default the table becomes one slice, however large; with a
         target, a new slice begins at the first row group (1 Mi rows) at or past it, each slice
@@ -462,7 +463,7 @@ class Dataset:
                 lineage.event(started_at=started_at, ended_at=tx.system_time, offsets=offsets),
                 state.schema,
             )
-            tx.check(settled_lineage)
+            tx.describe_run(settled_lineage)
         spec = slice_writer.SliceSpec(
             schema,
             state.vocab,
@@ -498,7 +499,7 @@ class Dataset:
                     raise SchemaError(f"cannot write the slice as Parquet: {exc}") from None
                 if lineage is not None:  # ... and recorded as ending when its slices are written
                     run = replace(settled_lineage.run, ended_at=chain.now(tx.system_time))
-                    tx.add(replace(settled_lineage, run=run))
+                    tx.describe_run(replace(settled_lineage, run=run))
                 for facts in written:
                     tx.add_slice(
                         physical_hash=facts.physical_hash,

@@ -52,9 +52,11 @@ SOURCE_KEY = "odf-chain.dev/source"
 """What a write read: ``{"format", "inputs": [{"uri", "size", "hash"}]}`` for an ingest of files
 (the hash a BLAKE3 multihash of the file's bytes), or whatever the caller's ``source=`` said."""
 LINEAGE_KEY = "odf-chain.dev/field-lineage"
-"""Field lineage carried in an ExecuteTransform's extra attributes (the JSON of an
-AddFieldLineage, :mod:`odf_chain.format.lineage_json`), so a derivative chain holds only
-events ODF readers know; its run wrote exactly that block's slice."""
+"""Field lineage carried in the extra attributes of the block holding the run's first slice (the
+JSON of an AddFieldLineage, :mod:`odf_chain.format.lineage_json`), so a chain holds only events
+ODF readers know (docs/lineage-in-odf.md). On an ExecuteTransform the run wrote exactly that
+block's slice; on an AddData the run's offsets start with its slice and may go on into the
+slices of the blocks right after it (one write, several slices)."""
 TRANSACTION_KEY = "odf-chain.dev/transaction"
 """``{"app_id": str, "version": int}`` on the first AddData of a write given ``transaction=``
 (a write is one head move, so its first AddData is in the chain exactly when all of it is)."""
@@ -226,20 +228,27 @@ def _well_formed(value: Any) -> tuple[str, int] | None:
 
 
 def carries_lineage(event: object) -> bool:
-    """Whether ``event`` is field lineage: an AddFieldLineage, or an ExecuteTransform whose
-    extra attributes carry one (:data:`LINEAGE_KEY`)."""
+    """Whether ``event`` is field lineage: an AddFieldLineage (the event older chains hold), or
+    an AddData or ExecuteTransform whose extra attributes carry one (:data:`LINEAGE_KEY`)."""
     if isinstance(event, AddFieldLineage):
         return True
     return (
-        isinstance(event, ExecuteTransform)
+        isinstance(event, AddData | ExecuteTransform)
         and isinstance(event.extra, Mapping)
         and LINEAGE_KEY in event.extra
     )
 
 
-def embedded_lineage(event: ExecuteTransform) -> AddFieldLineage:
-    """The AddFieldLineage an ExecuteTransform carries; FormatError when it is malformed (rule
-    ``lineage-structure`` reports that)."""
+def lineage_extra(event: AddFieldLineage) -> dict[str, Any]:
+    """The extra attributes that carry ``event`` on the block holding its run's first slice."""
+    from odf_chain.format.lineage_json import lineage_to_json
+
+    return {LINEAGE_KEY: lineage_to_json(event)}
+
+
+def embedded_lineage(event: AddData | ExecuteTransform) -> AddFieldLineage:
+    """The AddFieldLineage an AddData or ExecuteTransform carries; FormatError when it is
+    malformed (rule ``lineage-structure`` reports that)."""
     from odf_chain.format.lineage_json import lineage_from_json
 
     assert event.extra is not None
@@ -264,13 +273,14 @@ def lineage_of(event: object) -> AddFieldLineage | None:
 
 @dataclass(frozen=True, slots=True)
 class PendingLineage:
-    """Offsets an AddFieldLineage promised (its run wrote them) that no slice has covered yet.
+    """Offsets a lineage run promised (its run wrote them) that no slice has covered yet.
 
-    The blocks right after the lineage event must be data slices covering ``uncovered``
-    exactly, in order; the rule ``lineage-data`` holds them to it.
+    The blocks right after the lineage event (or after the AddData carrying it, when the run
+    wrote more than that block's slice) must be data slices covering ``uncovered`` exactly, in
+    order; the rule ``lineage-data`` holds them to it.
     """
 
-    sequence_number: int  # of the lineage event
+    sequence_number: int  # of the block holding the lineage
     block_hash: Multihash
     uncovered: OffsetInterval
 
@@ -376,6 +386,24 @@ def _lineage_changes(event: AddFieldLineage, sequence_number: int, block_hash: M
     }
 
 
+def _carried_changes(event: AddData, sequence_number: int, block_hash: Multihash) -> dict:
+    """An AddData carrying its run's lineage: the run's offsets past this block's slice are
+    promised to the blocks right after it (nothing is, when the lineage is malformed or its
+    offsets do not start with the slice: rules ``lineage-structure`` and ``lineage-data``)."""
+    carried = lineage_of(event)
+    if carried is None:
+        return {}
+    changes: dict = {"last_lineage_sequence_number": sequence_number, "lineage_pending": None}
+    offsets, held = carried.run.offsets, event.new_data
+    if offsets is not None and held is not None:
+        end = held.offset_interval.end
+        if offsets.start == held.offset_interval.start and offsets.end > end:
+            changes["lineage_pending"] = PendingLineage(
+                sequence_number, block_hash, OffsetInterval(end + 1, offsets.end)
+            )
+    return changes
+
+
 def _covers_pending(event: object) -> bool:
     return isinstance(event, AddData | ExecuteTransform) and event.new_data is not None
 
@@ -389,7 +417,10 @@ def _event_changes(state: DatasetState, block: MetadataBlock, block_hash: Multih
         case SetDataSchema():
             return {"schema": event.arrow_schema, "schema_sequence_number": block.sequence_number}
         case AddData():
-            return _data_changes(state, event)
+            changes = _data_changes(state, event)
+            if carries_lineage(event):
+                changes.update(_carried_changes(event, block.sequence_number, block_hash))
+            return changes
         case ExecuteTransform():
             changes = {**_data_changes(state, event), "last_run_inputs": event.query_inputs}
             if carries_lineage(event):  # its run wrote this very block's slice: none pending

@@ -9,8 +9,10 @@ A writer:
    (:attr:`Transaction.already_recorded` then says the write is done already);
 2. **prepares** blocks on the transaction's state as it learns them, in ODF's order: the SetVocab
    naming the event time column, the SetDataSchema when the schema differs (every rule checked,
-   the evolution rules included, before the writer writes a file), the lineage event, one
-   AddData per slice, the first carrying the transaction pair;
+   the evolution rules included, before the writer writes a file), then one AddData per slice,
+   the first carrying the transaction pair and the run's field lineage
+   (:meth:`Transaction.describe_run`: in its extra attributes, so the chain holds only events
+   ODF readers know);
 3. **moves** each slice it staged into ``data/<hash>`` (:meth:`Transaction.commit_data`);
 4. **commits**: one move of the head (:func:`odf_chain.chain.commit`), then the post-commit hooks
    run in order (the derived index's update; lineage emission next), each best effort: a hook
@@ -38,11 +40,11 @@ import pyarrow as pa
 from odf_chain import chain, replay, rules
 from odf_chain.chain import BlockEntry, PreparedBlock
 from odf_chain.errors import OdfChainError, RuleViolation
-from odf_chain.events import MetadataEvent, SetDataSchema
+from odf_chain.events import AddFieldLineage, MetadataEvent, SetDataSchema
 from odf_chain.format.multihash import BLAKE3, Multihash
 from odf_chain.index import read as index_read, update as index_update
 from odf_chain.slices import add_data_for
-from odf_chain.state import DatasetState, transaction_extra
+from odf_chain.state import DatasetState, lineage_extra, transaction_extra
 from odf_chain.storage import Storage
 
 PostCommitHook = Callable[[Storage, DatasetState, Sequence[tuple[BlockEntry, DatasetState]]], None]
@@ -80,6 +82,7 @@ class Transaction:
     already_recorded: bool = False
     prepared: list[PreparedBlock] = field(default_factory=list)
     created: list[str] = field(default_factory=list)  # slices this transaction put in data/
+    lineage: AddFieldLineage | None = None  # the run's field lineage, for its first slice
     _slices: int = 0
     _checked_rollback: bool = False
     _committing: bool = False  # block files may have been written
@@ -213,6 +216,16 @@ class Transaction:
         event = self.schema_change(schema)
         return None if event is None else self.add(event)
 
+    def describe_run(self, lineage: AddFieldLineage) -> None:
+        """The field lineage of the run whose slices follow, checked by every rule on the
+        current state before any slice is written (its offsets start at the next offset), and
+        carried by the first slice's AddData (:data:`odf_chain.state.LINEAGE_KEY`). Call again
+        to amend it (a run's end time is known once its slices are written)."""
+        if self._slices:
+            raise ValueError("describe_run comes before the run's first slice")
+        self.check(lineage)
+        self.lineage = lineage
+
     def add_slice(
         self,
         *,
@@ -225,9 +238,13 @@ class Transaction:
     ) -> PreparedBlock:
         """The AddData of the next slice, its offsets after the last; the transaction's first
         slice carries the transaction pair (a write is one head move, so that block is in the
-        chain exactly when the whole write is)."""
-        if self.pair is not None and self._slices == 0:
-            extra = {**(extra or {}), **transaction_extra(*self.pair)}
+        chain exactly when the whole write is) and the run's lineage (:meth:`describe_run`),
+        whose offsets the following slices cover."""
+        if self._slices == 0:
+            if self.pair is not None:
+                extra = {**(extra or {}), **transaction_extra(*self.pair)}
+            if self.lineage is not None:
+                extra = {**(extra or {}), **lineage_extra(self.lineage)}
         block = self.add(
             add_data_for(
                 self.state,
@@ -253,6 +270,12 @@ class Transaction:
     def commit(self) -> DatasetState:
         """Move the head once over every prepared block, then run the post-commit hooks; the
         state after the last block."""
+        if self.lineage is not None and not self._slices:
+            raise RuleViolation(
+                "lineage-data",
+                f"dataset {self.location}: the lineage of run {self.lineage.run.run_id!r} "
+                "describes slices, and the transaction has none",
+            )
         before = self.prepared[0].before
         self._committing = True
         # the head log was checked when the transaction began: a rollback since then moved the

@@ -26,8 +26,9 @@ import pyarrow as pa
 import pytest
 
 from odf_chain.dataset import Dataset
-from odf_chain.events import AddFieldLineage, TransformationSubtype as Sub
+from odf_chain.events import TransformationSubtype as Sub
 from odf_chain.lineage import LineageRecorder
+from odf_chain.state import lineage_of
 from tests.cli_run import run_main
 
 HAVE_DOT = shutil.which("dot") is not None
@@ -41,7 +42,7 @@ class Chain:
     root: Path
     ids: dict[str, str]  # dataset name -> did
     heads: dict[str, str]  # dataset name -> head block hash
-    orders_block_3: str  # orders after its first run
+    orders_block_2: str  # orders after its first run
 
 
 def build_chain(root: Path) -> Chain:
@@ -127,7 +128,7 @@ def build_chain(root: Path) -> Chain:
             root,
             {name: ds.state.dataset_id.to_did() for name, ds in datasets.items()},
             {name: str(ds.state.head) for name, ds in datasets.items()},
-            str(orders.blocks()[3].hash),
+            str(orders.blocks()[2].hash),
         )
 
 
@@ -163,7 +164,7 @@ def expected(text: str, chain: Chain) -> str:
         body = body.replace(f"<{name} id>", did)
     for name, head in chain.heads.items():
         body = body.replace(f"<{name} head>", head)
-    return body.replace("<orders block 3>", chain.orders_block_3)
+    return body.replace("<orders block 2>", chain.orders_block_2)
 
 
 # -- text ---------------------------------------------------------------------------------------
@@ -173,7 +174,7 @@ def test_whole_graph_text(chain: Chain) -> None:
     out = ok(run("spend", cwd=chain.root))
     assert out == expected(
         """
-        field lineage of spend at block 3 <spend head>
+        field lineage of spend at block 2 <spend head>
         dataset spend (<spend id>)
           inputs: customers = customers, orders = orders
           runs: rollup/s-1 (block 2, offsets 0..1)
@@ -201,7 +202,7 @@ def test_whole_graph_text(chain: Chain) -> None:
             <- customers_csv  name   DIRECT/IDENTITY               via read, write              load-customers/c-1
         dataset orders (<orders id>)
           inputs: orders_csv = file:///src/orders.csv
-          runs: load-orders/o-1 (block 2, offsets 0..1), load-orders/o-2 (block 4, offsets 2..4)
+          runs: load-orders/o-1 (block 2, offsets 0..1), load-orders/o-2 (block 3, offsets 2..4)
           amount
             <- orders_csv  amount       DIRECT/IDENTITY  via read, write  load-orders/o-1, load-orders/o-2
           customer_id
@@ -216,11 +217,11 @@ def test_whole_graph_text(chain: Chain) -> None:
 
 
 def test_whole_graph_at_an_older_block(chain: Chain) -> None:
-    # block 3 of orders: after its first run only
-    out = ok(run("orders", "--at", "3", cwd=chain.root))
+    # block 2 of orders: after its first run only
+    out = ok(run("orders", "--at", "2", cwd=chain.root))
     assert out == expected(
         """
-        field lineage of orders at block 3 <orders block 3>
+        field lineage of orders at block 2 <orders block 2>
         dataset orders (<orders id>)
           inputs: orders_csv = file:///src/orders.csv
           runs: load-orders/o-1 (block 2, offsets 0..1)
@@ -241,7 +242,7 @@ def test_summaries_of_a_derived_field(chain: Chain) -> None:
     out = ok(run("spend", "total", cwd=chain.root))
     assert out == expected(
         """
-        field lineage of spend at block 3 <spend head>
+        field lineage of spend at block 2 <spend head>
         total in spend
           path [version=2.0].[type=double].total
         incoming: where its values come from
@@ -251,7 +252,7 @@ def test_summaries_of_a_derived_field(chain: Chain) -> None:
           operations, nearest run first
             rollup/s-1       spend   block 2  group, sum
             load-orders/o-1  orders  block 2  read, write
-            load-orders/o-2  orders  block 4  read, write
+            load-orders/o-2  orders  block 3  read, write
         outgoing: where its values go
           destinations
             (none recorded: the datasets that read this one are not in its chain; run lineage on them with --dataset)
@@ -264,7 +265,7 @@ def test_summaries_of_an_input_field_with_a_drop(chain: Chain) -> None:
     out = ok(run("spend", "order_id", "--dataset", "orders", cwd=chain.root))
     assert out == expected(
         """
-        field lineage of spend at block 3 <spend head>
+        field lineage of spend at block 2 <spend head>
         order_id in orders
           path [version=2.0].[type=long].order_id
         incoming: where its values come from
@@ -272,7 +273,7 @@ def test_summaries_of_an_input_field_with_a_drop(chain: Chain) -> None:
             file:///src/orders.csv  order_id
           operations, nearest run first
             load-orders/o-1  orders  block 2  read, write
-            load-orders/o-2  orders  block 4  read, write
+            load-orders/o-2  orders  block 3  read, write
         outgoing: where its values go
           destinations
             (none recorded)
@@ -301,7 +302,7 @@ def test_upstream_one_step_by_default(chain: Chain) -> None:
     out = ok(run("spend", "name", "--upstream", cwd=chain.root))
     assert out == expected(
         """
-        field lineage of spend at block 3 <spend head>
+        field lineage of spend at block 2 <spend head>
         upstream of name in spend, 1 step
           1  customers  id           INDIRECT/JOIN    rollup/s-1
           1  customers  name         DIRECT/IDENTITY  rollup/s-1
@@ -316,7 +317,7 @@ def test_upstream_all_the_way(chain: Chain, depth: str) -> None:
     out = ok(run("spend", "name", "--upstream", "--depth", depth, cwd=chain.root))
     assert out == expected(
         """
-        field lineage of spend at block 3 <spend head>
+        field lineage of spend at block 2 <spend head>
         upstream of name in spend, all the way
           1  customers                  id           INDIRECT/JOIN    rollup/s-1
           1  customers                  name         DIRECT/IDENTITY  rollup/s-1
@@ -340,7 +341,7 @@ def test_upstream_two_steps_and_a_v2_path(chain: Chain) -> None:
         == by_path
         == expected(
             """
-        field lineage of spend at block 3 <spend head>
+        field lineage of spend at block 2 <spend head>
         upstream of total in spend, 2 steps
           1  orders                  amount       DIRECT/AGGREGATION  rollup/s-1
           1  orders                  customer_id  INDIRECT/GROUP_BY   rollup/s-1
@@ -358,7 +359,7 @@ def test_downstream_of_an_external_field_through_a_masking_step(chain: Chain, na
                  cwd=chain.root))  # fmt: skip
     assert out == expected(
         """
-        field lineage of spend at block 3 <spend head>
+        field lineage of spend at block 2 <spend head>
         downstream of email in file:///src/customers.csv, all the way
           1  customers  email_hash  DIRECT/TRANSFORMATION masked  load-customers/c-1
           2  spend      contact     DIRECT/IDENTITY               rollup/s-1
@@ -372,7 +373,7 @@ def test_downstream_one_step_naming_the_input_by_its_id(chain: Chain) -> None:
                  cwd=chain.root))  # fmt: skip
     assert out == expected(
         """
-        field lineage of spend at block 3 <spend head>
+        field lineage of spend at block 2 <spend head>
         downstream of id in customers, 1 step
           1  spend  name  INDIRECT/JOIN  rollup/s-1
         """,
@@ -382,9 +383,9 @@ def test_downstream_one_step_naming_the_input_by_its_id(chain: Chain) -> None:
 
 def test_offset(chain: Chain) -> None:
     runs = {
-        e.block.event.run.run_id: e.block.event.run
+        lineage.run.run_id: lineage.run
         for e in Dataset.open(chain.root / "orders").blocks()
-        if isinstance(e.block.event, AddFieldLineage)
+        if (lineage := lineage_of(e.block.event)) is not None
     }
     second = runs["o-2"]
     out = ok(run("orders", "--offset", "3", cwd=chain.root))
@@ -394,7 +395,7 @@ def test_offset(chain: Chain) -> None:
         f"  started  {second.started_at.isoformat()}\n"
         f"  ended    {second.ended_at.isoformat()}\n"
         "  offsets  2..4\n"
-        f"  lineage  block 4 {blocks[4].hash}\n"
+        f"  lineage  block 3 {blocks[3].hash}\n"
     )
     first = ok(run("orders", "--offset", "1", cwd=chain.root))
     assert first.startswith("offset 1 of orders was written by run o-1 of job load-orders\n")
@@ -403,7 +404,7 @@ def test_offset(chain: Chain) -> None:
     assert doc["offset"] == 4
     assert doc["run"]["run_id"] == "o-2" and doc["run"]["job_name"] == "load-orders"
     assert doc["run"]["offsets"] == {"start": 2, "end": 4}
-    assert doc["run"]["block"] == {"sequence_number": 4, "hash": str(blocks[4].hash)}
+    assert doc["run"]["block"] == {"sequence_number": 3, "hash": str(blocks[3].hash)}
     assert doc["run"]["started_at"] == second.started_at.isoformat()
 
 
@@ -418,7 +419,7 @@ def test_whole_graph_json(chain: Chain) -> None:
     doc = json.loads(ok(run("spend", "--json", cwd=chain.root)))
     ids = chain.ids
     assert doc["dataset"] == {"id": ids["spend"], "name": "spend"}
-    assert doc["block"] == {"sequence_number": 3, "hash": chain.heads["spend"]}
+    assert doc["block"] == {"sequence_number": 2, "hash": chain.heads["spend"]}
     assert doc["query"] == {"mode": "graph", "field": None, "depth": None}
     assert doc["unreachable"] == []
     assert {(d["key"], d["name"], d["is_dataset"]) for d in doc["datasets"]} == {

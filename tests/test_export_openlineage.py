@@ -19,9 +19,10 @@ from openlineage.client.facet_v2 import (
 )
 
 from odf_chain import Dataset
-from odf_chain.events import AddData, AddFieldLineage
+from odf_chain.events import AddData
 from odf_chain.export.openlineage import external_name, write_openlineage_file
 from odf_chain.lineage import LineageRecorder
+from odf_chain.state import lineage_of as carried_lineage
 from tests.test_export_datahub import (
     CSV_HASH,
     LEGACY_STEPS,
@@ -159,12 +160,11 @@ def names_and_types(fields: list[dict[str, Any]]) -> list[tuple[str, str]]:
 
 
 def runs_of(dataset: Dataset) -> list[tuple[Any, Any]]:
-    """(lineage block, the AddData block after it) for each run, from the chain."""
-    blocks = dataset.blocks()
+    """(the run's lineage, the AddData block carrying it) for each run, from the chain."""
     return [
-        (entry, blocks[i + 1])
-        for i, entry in enumerate(blocks)
-        if isinstance(entry.block.event, AddFieldLineage)
+        (lineage, entry)
+        for entry in dataset.blocks()
+        if (lineage := carried_lineage(entry.block.event)) is not None
     ]
 
 
@@ -176,7 +176,7 @@ def test_summary_runs_become_start_and_complete_events(chains: Chains, tmp_path:
     assert [e["eventType"] for e in events] == ["START", "COMPLETE", "START", "COMPLETE"]
     runs = runs_of(chains.summary)
     for (lineage, _), (start, complete) in zip(runs, [events[:2], events[2:]], strict=True):
-        run = lineage.block.event.run
+        run = lineage.run
         assert start["eventTime"] == run.started_at.isoformat()
         assert complete["eventTime"] == run.ended_at.isoformat()
         assert start["run"]["runId"] == complete["run"]["runId"]
@@ -204,9 +204,9 @@ def test_run_ids_are_uuids_derived_when_the_recorded_one_is_not(
     facets = [e["run"]["facets"]["odf_chain_run"] for e in summary[1::2]]
     assert [f["runId"] for f in facets] == ["sum-1", "sum-2"]  # the recorded ids kept
     assert [f["datasetId"] for f in facets] == [chains.summary_id] * 2
-    # Seed, SetDataSchema, lineage (2), AddData, SetDataSchema (region), lineage (5), AddData
-    assert [f["blockSequenceNumber"] for f in facets] == [2, 5]
-    assert [f["blockHash"] for f in facets] == [str(e.hash) for e, _ in runs_of(chains.summary)]
+    # Seed, SetDataSchema, AddData with lineage (2), SetDataSchema (region), AddData (4)
+    assert [f["blockSequenceNumber"] for f in facets] == [2, 4]
+    assert [f["blockHash"] for f in facets] == [str(e.hash) for _, e in runs_of(chains.summary)]
     assert [f["offsets"] for f in facets] == [{"start": 0, "end": 1}, {"start": 2, "end": 2}]
     assert facets[0]["_schemaURL"] == "urn:odf-chain:facets:OdfChainRunFacet:1-0-0"
 
@@ -386,16 +386,6 @@ def test_namespace_and_an_earlier_block(chains: Chains, tmp_path: Path) -> None:
     assert [e["eventType"] for e in events] == ["START", "COMPLETE"]
     assert {e["job"]["namespace"] for e in events} == {"warehouse"}
     assert events[1]["run"]["facets"]["odf_chain_run"]["runId"] == "sum-1"
-
-
-def test_a_run_cut_before_its_data_has_no_output_version(chains: Chains, tmp_path: Path) -> None:
-    lineage = runs_of(chains.summary)[1][0]
-    events = export(chains.summary, tmp_path / "cut.jsonl", at=str(lineage.block.sequence_number))
-    assert len(events) == 4
-    out = events[3]["outputs"][0]
-    assert "version" not in out["facets"]
-    assert out["outputFacets"] == {}
-    assert "columnLineage" in out["facets"]
 
 
 def test_an_unreachable_input_keeps_its_name_and_version(chains: Chains, tmp_path: Path) -> None:

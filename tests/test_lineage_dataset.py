@@ -22,6 +22,7 @@ from odf_chain.format.codec import encode_block
 from odf_chain.format.multihash import Multihash
 from odf_chain.lineage import FieldRef, LineageRecorder
 from odf_chain.schema.paths import v1_path
+from odf_chain.state import LINEAGE_KEY, lineage_of
 from tests.helpers import snapshot_tree
 
 
@@ -55,11 +56,12 @@ def test_write_with_lineage_and_replay_across_datasets(users: Dataset, tmp_path:
         pa.table({"id": [1, 2], "name": ["Ada L", "Alan T"]}), lineage=_recorder(users)
     )
     kinds = [type(b.block.event).__name__ for b in blocks]
-    assert kinds == ["SetDataSchema", "AddFieldLineage", "AddData"]
-    event = blocks[1].block.event
-    assert isinstance(event, AddFieldLineage) and event.run.offsets == OffsetInterval(0, 1)
-    assert event.run.started_at <= blocks[2].block.system_time <= event.run.ended_at
-    assert isinstance(blocks[2].block.event, AddData)
+    assert kinds == ["SetDataSchema", "AddData"]  # the lineage rides on the AddData
+    data = blocks[1].block.event
+    assert isinstance(data, AddData) and set(data.extra or {}) == {LINEAGE_KEY}
+    event = lineage_of(data)
+    assert event is not None and event.run.offsets == OffsetInterval(0, 1)
+    assert event.run.started_at <= blocks[1].block.system_time <= event.run.ended_at
     assert out.verify().ok
 
     replayed = out.lineage()
@@ -97,7 +99,7 @@ def test_a_run_ends_when_its_slices_are_written(users, tmp_path, monkeypatch) ->
     blocks = Dataset.create(tmp_path / "people").write(
         pa.table({"id": [1, 2], "name": ["Ada L", "Alan T"]}), lineage=_recorder(users)
     )
-    run = blocks[1].block.event.run
+    run = lineage_of(blocks[1].block.event).run
     assert before.replace(microsecond=before.microsecond // 1000 * 1000) <= run.started_at
     (done,) = written_at
     assert run.ended_at >= done.replace(microsecond=done.microsecond // 1000 * 1000)

@@ -248,3 +248,60 @@ def test_field_paths_are_computed_once_per_schema(tmp_path) -> None:
     assert after.field_path_set is before.field_path_set  # the cached set, not a recomputation
     assert {ID, NAME} <= after.field_path_set
     assert sorted(after.field_path_set) == sorted(after.field_paths)
+
+
+# -- lineage carried by an AddData, among plain blocks verify checks in bulk ----------------------
+
+
+def _recorded(run_id: str):
+    from odf_chain.lineage import LineageRecorder
+
+    rec = LineageRecorder("import-people", run_id=run_id)
+    src = rec.external_input("csv", "file:///in/people.csv", fields=["id", "name"])
+    rec.write("copy", {"id": src["id"], "name": src["name"]})
+    return rec
+
+
+def test_extra_attributes_carrying_lineage_are_never_folded_in_bulk() -> None:
+    from odf_chain.format import extra_json
+    from odf_chain.state import LINEAGE_KEY, TRANSACTION_KEY
+
+    assert (extra_json.LINEAGE_KEY, extra_json.TRANSACTION_KEY) == (LINEAGE_KEY, TRANSACTION_KEY)
+    verdicts = extra_json.judge([b'{"a": 1}', b'{"odf-chain.dev/field-lineage": {}}'])
+    assert list(verdicts) == [extra_json.OBJECT, extra_json.REFUSED]
+
+
+def test_a_long_chain_with_carried_lineage_verifies_and_a_bad_one_is_named(tmp_path) -> None:
+    from odf_chain.state import lineage_extra, lineage_of
+
+    ds = with_schema(tmp_path)
+    for i in range(60):  # plain blocks, folded in bulk by verify
+        ds.write(rows(i), lineage=_recorded("r-middle") if i == 30 else None)
+    carriers = [e for e in ds.blocks() if lineage_of(e.block.event) is not None]
+    assert [e.block.sequence_number for e in carriers] == [2 + 30]  # after Seed, schema, 30 writes
+    report = verify_path(ds.path)
+    assert report.ok, report.errors
+    assert ds.lineage().graph.run_for_offset(ds.lineage().dataset, 30).run_id == "r-middle"
+
+    last = ds.state
+    bad = AddData(
+        prev_offset=last.last_offset,
+        new_watermark=last.watermark,
+        extra=lineage_extra(lineage(OffsetInterval(60, 60))),
+    )
+    seq, name = _append_behind_the_rules(ds, bad)
+    [problem] = verify_path(ds.path).errors
+    assert (problem.rule, problem.sequence_number, problem.block_hash) == (
+        "lineage-data",
+        seq,
+        name,
+    )
+    assert "found no slice" in problem.message
+
+
+def test_log_line_of_an_add_data_names_the_run_it_carries(tmp_path) -> None:
+    ds = with_schema(tmp_path)
+    [entry] = ds.write(rows(1, 2), lineage=_recorded("r-9"))
+    line = log_line(entry, full=True)
+    assert " AddData " in line
+    assert line.endswith("; lineage of import-people run r-9 (1 operation)"), line

@@ -14,6 +14,7 @@ import dataclasses
 import hashlib
 import importlib
 import importlib.util
+import json
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -385,3 +386,46 @@ def test_set_transform_written_by_official_bindings_re_encodes_to_the_same_bytes
         },
     )
     assert encode_block(decoded) == data
+
+
+# ---------------------------------------------------------------------------------------------
+# A root chain with field lineage, as Dataset.write writes it
+
+
+def test_a_root_chain_with_field_lineage_decodes_block_by_block(odf, tmp_path):
+    """Field lineage rides in the extra attributes of the AddData holding the run's first
+    slice: every block is one of ODF's events, the official bindings read the lineage's JSON
+    back from ``extra``, and odf_chain answers the lineage from it."""
+    from odf_chain import Dataset
+    from odf_chain.format.lineage_json import lineage_from_json
+    from odf_chain.lineage import LineageRecorder
+    from odf_chain.state import LINEAGE_KEY
+
+    dataset = Dataset.create(tmp_path / "people")
+    for run_id, rows in (("r-1", 3), ("r-2", 2)):
+        rec = LineageRecorder("load", run_id=run_id)
+        src = rec.external_input("csv", "file:///in/people.csv", fields=["id", "name"])
+        rec.write("copy", {"id": src["id"], "name": src["name"]})
+        table = pa.table({"id": pa.array(range(rows), pa.int64()), "name": ["x"] * rows})
+        dataset.write(table, lineage=rec)
+    kinds = odf("MetadataEvent").MetadataEvent
+    names = {v: k for k, v in vars(kinds).items() if not k.startswith("_")}
+    carried = []
+    for entry in dataset.blocks():
+        data = (dataset.path / "blocks" / str(entry.hash)).read_bytes()
+        block = odf("MetadataBlock").MetadataBlockT.InitFromPackedBuf(_content(odf, data), 0)
+        assert names[block.eventType] == entry.block.event_name  # ODF's events only
+        if names[block.eventType] == "AddData" and block.event.extra is not None:
+            extra = json.loads(block.event.extra.entries)
+            carried.append(lineage_from_json(extra[LINEAGE_KEY], "extra"))
+    assert [e.run.run_id for e in carried] == ["r-1", "r-2"]
+    assert [e.run.offsets for e in carried] == [OffsetInterval(0, 2), OffsetInterval(3, 4)]
+    graph = dataset.lineage().graph
+    assert [graph.run_for_offset(dataset.lineage().dataset, n).run_id for n in range(5)] == [
+        "r-1",
+        "r-1",
+        "r-1",
+        "r-2",
+        "r-2",
+    ]
+    assert dataset.verify().ok

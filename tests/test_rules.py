@@ -47,7 +47,14 @@ from odf_chain.events import (
 from odf_chain.format.did import DatasetId
 from odf_chain.format.multihash import BLAKE3, SHA3_256, Multihash
 from odf_chain.schema.convert import AVRO_SCHEMA_KEY
-from odf_chain.state import EMPTY, DatasetState, Vocabulary
+from odf_chain.state import (
+    EMPTY,
+    LINEAGE_KEY,
+    DatasetState,
+    Vocabulary,
+    lineage_extra,
+    lineage_of,
+)
 from tests.helpers import non_utf8_schema
 
 T0 = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)
@@ -1276,6 +1283,84 @@ def test_lineage_data_rule_alone_checks_the_slice_start() -> None:
         rules.check_lineage_data(c.state, block, block_hash)
     assert info.value.rule == "lineage-data"
     assert "starting at 10" in str(info.value)
+
+
+# -- lineage carried by the AddData of the run's first slice (what odf_chain writes) ---------------
+
+
+def carrying(event: AddFieldLineage, start: int, end: int, *, n: int = 240) -> AddData:
+    """The AddData of slice ``start..end`` carrying ``event`` in its extra attributes."""
+    return replace(data_block(start, end, n=n), extra=lineage_extra(event))
+
+
+def test_lineage_carried_by_a_one_slice_run() -> None:
+    c = with_data()  # offsets 0..9 written
+    block = c.add(carrying(lineage(READ, WRITE, offsets=OffsetInterval(10, 14)), 10, 14))
+    assert c.state.last_lineage_sequence_number == block.sequence_number
+    assert c.state.lineage_pending is None
+    assert lineage_of(block.event) == lineage(READ, WRITE, offsets=OffsetInterval(10, 14))
+    c.add(SetInfo(description="nothing pending"))
+
+
+def test_lineage_carried_by_the_first_of_several_slices() -> None:
+    c = with_data()
+    first = c.add(carrying(lineage(READ, WRITE, offsets=OffsetInterval(10, 19)), 10, 12))
+    pending = c.state.lineage_pending
+    assert (pending.sequence_number, pending.uncovered) == (
+        first.sequence_number,
+        OffsetInterval(13, 19),
+    )
+    assert pending.block_hash == c.state.head
+    c.reject(SetInfo(description="x"), "lineage-data", "offsets 13..19", "found SetInfo")
+    c.reject(
+        carrying(lineage(READ, WRITE, offsets=OffsetInterval(13, 19)), 13, 19),
+        "lineage-data",
+        "carry no lineage of its own",
+    )
+    c.add(data_block(13, 19, n=250))
+    assert c.state.lineage_pending is None
+    assert c.state.last_lineage_sequence_number == first.sequence_number
+
+
+def test_carried_lineage_must_start_with_the_slice() -> None:
+    c = with_data()
+    c.reject(
+        carrying(lineage(READ, WRITE, offsets=OffsetInterval(11, 19)), 10, 19),
+        "lineage-data",
+        "starting with this block's slice (10..19)",
+        "found 11..19",
+    )
+    c.reject(
+        carrying(lineage(READ, WRITE, offsets=OffsetInterval(10, 12)), 10, 19),
+        "lineage-data",
+        "found 10..12",
+    )
+    c.reject(carrying(lineage(READ, WRITE), 10, 19), "lineage-data", "found none")
+
+
+def test_carried_lineage_needs_a_slice() -> None:
+    c = with_data()
+    later = T0 + timedelta(hours=1)
+    event = lineage(READ, WRITE, offsets=OffsetInterval(10, 10))
+    c.reject(
+        AddData(prev_offset=9, new_watermark=later, extra=lineage_extra(event)),
+        "lineage-data",
+        "run 'run-7'",
+        "found no slice",
+    )
+
+
+def test_carried_lineage_obeys_the_lineage_rules() -> None:
+    c = with_data()
+    writes_unknown = op("w", ("src", "x"), outputs=("[version=2.0].[type=string].nope",))
+    c.reject(
+        carrying(lineage(writes_unknown, offsets=OffsetInterval(10, 10)), 10, 10),
+        "lineage-outputs",
+        "nope",
+    )
+    c.reject(carrying(lineage(offsets=OffsetInterval(10, 10)), 10, 10), "no-op")
+    broken = replace(data_block(10, 10), extra={LINEAGE_KEY: {"version": 1, "run": 5}})
+    c.reject(broken, "lineage-structure", LINEAGE_KEY)
 
 
 # -- lineage_input_problems (needs other datasets: not a rule of the fold) ------------------------

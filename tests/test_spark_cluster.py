@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from odf_chain.dataset import Dataset
-from odf_chain.events import AddFieldLineage
 from odf_chain.spark import read
+from odf_chain.state import lineage_of
 from odf_chain.verify import verify_path
 from tests.spark_cluster import ConnectServer, SparkCluster, cluster_env, java_missing
 
@@ -86,10 +86,8 @@ def test_ingest_and_a_derived_write_on_a_standalone_cluster(cluster, spark, tmp_
     assert summary["lineage_inputs"] == [str(raw.state.head)]  # pinned at the upstream head
     hottest = Dataset.open(derived)
     kinds = [e.block.event_name for e in hottest.blocks()]
-    assert kinds == ["Seed", "SetDataSchema", "AddFieldLineage", "AddData"]
-    (lineage,) = [
-        e.block.event for e in hottest.blocks() if isinstance(e.block.event, AddFieldLineage)
-    ]
+    assert kinds == ["Seed", "SetDataSchema", "AddData"]  # the AddData carries the lineage
+    (lineage,) = [c for e in hottest.blocks() if (c := lineage_of(e.block.event)) is not None]
     assert lineage.run.job_name == "hottest"
     assert verify_path(derived).ok
     rows = read(spark, derived).orderBy("station").select("station", "hottest").collect()
@@ -119,5 +117,6 @@ def test_a_write_through_spark_connect(tmp_path) -> None:
     assert summary["second"] == {"rows": 3, "lineage": True}
     dataset = Dataset.open(tmp_path / "ds")
     kinds = [e.block.event_name for e in dataset.blocks()]
-    assert kinds == ["Seed", "SetDataSchema", "AddData", "AddFieldLineage", "AddData"]
+    assert kinds == ["Seed", "SetDataSchema", "AddData", "AddData"]
+    assert [lineage_of(e.block.event) is not None for e in dataset.blocks()][2:] == [False, True]
     assert dataset.verify().ok and dataset.state.num_records == 6

@@ -21,6 +21,8 @@ from odf_chain.events import (
 from odf_chain.lineage import LineageRecorder
 from odf_chain.schema.paths import v1_path
 from odf_chain.spark import read, write
+from odf_chain.state import lineage_of
+from tests.test_official_bindings import _content, odf  # noqa: F401 (odf: a fixture)
 
 
 @pytest.fixture
@@ -34,13 +36,14 @@ def kinds(dataset: Dataset) -> list[str]:
     return [e.block.event_name for e in dataset.blocks()]
 
 
-def test_the_plan_s_lineage_is_appended_with_the_data(spark, tmp_path, readings) -> None:
+def test_the_plan_s_lineage_is_appended_with_the_data(spark, tmp_path, readings, odf) -> None:  # noqa: F811
     # one dataset ingested from a CSV, a second derived from it with an aggregation
     raw = spark.read.csv(str(readings), header=True, inferSchema=True).coalesce(1)
     first = write(raw, tmp_path / "raw", create=True, job_name="load")
     raw_ds = Dataset.open(tmp_path / "raw")
-    assert kinds(raw_ds) == ["Seed", "SetDataSchema", "AddFieldLineage", "AddData"]
+    assert kinds(raw_ds) == ["Seed", "SetDataSchema", "AddData"]
     event = first.lineage
+    assert lineage_of(raw_ds.blocks()[2].block.event) == event  # carried by the AddData
     assert isinstance(event, AddFieldLineage) and event.run.job_name == "load"
     assert event.run.offsets == OffsetInterval(0, 2)
     (source,) = event.inputs
@@ -51,12 +54,20 @@ def test_the_plan_s_lineage_is_appended_with_the_data(spark, tmp_path, readings)
     result = write(stats, tmp_path / "stats", create=True, job_name="stats")
     stats_ds = Dataset.open(tmp_path / "stats")
     entries = stats_ds.blocks()
-    assert [e.block.event_name for e in entries][2:4] == ["AddFieldLineage", "AddData"]
+    assert [e.block.event_name for e in entries][2:] == ["AddData"]
+    assert lineage_of(entries[2].block.event) == result.lineage
     pinned = result.lineage.inputs
     assert [(p.dataset_id, p.block_hash) for p in pinned] == [
         (raw_ds.state.dataset_id, raw_ds.state.head)  # the block that named the slice read
     ]
     assert stats_ds.verify().ok
+    for dataset in (raw_ds, stats_ds):  # what kamu sees: ODF's events only, lineage in extra
+        for entry in dataset.blocks():
+            data = (dataset.path / "blocks" / str(entry.hash)).read_bytes()
+            block = odf("MetadataBlock").MetadataBlock.GetRootAs(_content(odf, data), 0)
+            assert block.EventType() == getattr(
+                odf("MetadataEvent").MetadataEvent, entry.block.event_name
+            )
 
     replay = stats_ds.lineage()
     hottest = replay.field("hottest")
@@ -86,7 +97,7 @@ def test_recorded_lineage_replaces_capture_and_false_records_none(spark, tmp_pat
     assert result.lineage.run.run_id == "r-1" and result.lineage.run.job_name == "by-hand"
     assert result.lineage.run.offsets == OffsetInterval(0, 1)
     ds = Dataset.open(tmp_path / "ds")
-    written = [e.block.event for e in ds.blocks() if isinstance(e.block.event, AddFieldLineage)]
+    written = [c for e in ds.blocks() if (c := lineage_of(e.block.event)) is not None]
     assert written == [result.lineage]
     (op,) = written[0].operations
     assert op.outputs == ("[version=2.0].[type=long].id", "[version=2.0].[type=string].label")
@@ -94,7 +105,7 @@ def test_recorded_lineage_replaces_capture_and_false_records_none(spark, tmp_pat
     again = write(df, tmp_path / "ds", lineage=False)
     assert again.lineage is None
     assert kinds(Dataset.open(tmp_path / "ds"))[-1:] == ["AddData"]
-    assert not any(isinstance(b.block.event, AddFieldLineage) for b in again.blocks)
+    assert not any(lineage_of(b.block.event) for b in again.blocks)
     assert all(isinstance(b.block.event, AddData) for b in again.blocks)
 
 

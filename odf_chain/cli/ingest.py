@@ -185,6 +185,10 @@ def _ingest_and_report(args, session, dataset, target, interrupted: threading.Ev
     print(f"slices     {result.slices} ({count(result.bytes, 'byte')} of Parquet)")
     names = ", ".join(sorted({b.block.event_name for b in result.blocks})) or "none"
     print(f"blocks     {len(result.blocks)} appended ({names})")
+    if result.lineage is not None:  # carried by the first AddData's extra attributes
+        run = result.lineage.run
+        operations = count(len(result.lineage.operations), "field operation")
+        print(f"lineage    {operations} of run {run.run_id} (job {run.job_name})")
     print(f"head       {result.head}")
     timings = "  ".join(f"{k} {v:.2f}s" for k, v in result.timings.items())
     print(f"timings    {timings}")

@@ -37,7 +37,7 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 @dataclass(frozen=True)
 class LineageRunBlock:
-    """One AddFieldLineage of a chain: the block holding it, the schema in force for the data
+    """One lineage run of a chain: the block holding its lineage, the schema in force for the data
     its run wrote, and the data blocks holding the run's records (as far as the view goes)."""
 
     entry: BlockEntry
@@ -116,8 +116,13 @@ def _view(location: str, entries: list[BlockEntry], upto: int) -> ChainView:
             if event.run.offsets is not None:
                 waiting.append((event.run.offsets, data))
             continue
-        if carried is not None:  # a derive run: its lineage and its data in one block
-            runs.append((entry, carried, state.schema, [entry] if _new_data(event) else []))
+        if carried is not None:  # the run's lineage and its first slice in one block
+            slice_ = _new_data(event)
+            data = [entry] if slice_ else []
+            runs.append((entry, carried, state.schema, data))
+            offsets = carried.run.offsets
+            if slice_ and offsets and offsets.end > slice_.offset_interval.end:  # more follow
+                waiting.append((offsets, data))
             continue
         slice_ = _new_data(event)
         if slice_ is None or not waiting:

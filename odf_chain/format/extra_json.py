@@ -10,8 +10,9 @@ integer digits, so both refuse the same texts.
 A verdict per text: :data:`OBJECT` (a JSON object, as the block decoder requires),
 :data:`TRANSACTION` (an object with the transaction key, which the rules judge) or
 :data:`REFUSED` (anything the block decoder would refuse, or might: UTF-8 or JSON errors, not
-an object, nesting deeper than :data:`MAX_DEPTH`). A refused text is no error here: its block is
-decoded on its own, and the decoder words the error.
+an object, nesting deeper than :data:`MAX_DEPTH`; and an object carrying field lineage, which
+changes the state beyond what the bulk path folds). A refused text is no error here: its block
+is decoded on its own, and the decoder (or the rules) words any error.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import sys
 OBJECT, TRANSACTION, REFUSED = 0, 1, 2
 _VERDICTS = bytes((OBJECT, TRANSACTION, REFUSED))
 TRANSACTION_KEY = "odf-chain.dev/transaction"  # state.TRANSACTION_KEY (this file imports nothing)
+LINEAGE_KEY = "odf-chain.dev/field-lineage"  # state.LINEAGE_KEY
 # Deeper nesting is refused here, and the block decoder decides: its verdict on deep JSON depends
 # on how deep in the stack it runs; this one must not.
 MAX_DEPTH = 200
@@ -58,7 +60,7 @@ def judge(texts: list[bytes]) -> bytes:
             verdicts[i] = REFUSED
             continue
         deep = raw.count(b"{") + raw.count(b"[") > MAX_DEPTH and _deeper_than(value, MAX_DEPTH)
-        if not isinstance(value, dict) or deep:  # deep: whatever else it holds
+        if not isinstance(value, dict) or deep or LINEAGE_KEY in value:  # deep: whatever else
             verdicts[i] = REFUSED
         elif TRANSACTION_KEY in value:
             verdicts[i] = TRANSACTION

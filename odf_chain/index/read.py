@@ -47,7 +47,6 @@ from odf_chain.chain import BlockEntry, advance, load_block, read_head, walk_bac
 from odf_chain.errors import IntegrityError, NotFoundError, OdfChainError
 from odf_chain.events import (
     AddData,
-    AddFieldLineage,
     ExecuteTransform,
     Seed,
     SetDataSchema,
@@ -77,7 +76,7 @@ from odf_chain.index.records import (
     segment_name,
     time_us,
 )
-from odf_chain.state import EMPTY, DatasetState, Vocabulary, carries_lineage
+from odf_chain.state import EMPTY, DatasetState, Vocabulary, carries_lineage, lineage_of
 from odf_chain.storage import Storage
 
 CATCH_UP = 2 * SNAPSHOT_INTERVAL
@@ -302,7 +301,8 @@ class ChainIndex:
         return found
 
     def lineage_blocks(self, state: DatasetState) -> list[BlockEntry]:
-        """Every AddFieldLineage up to ``state``'s block (a state of this chain), oldest first."""
+        """Every block that is or carries field lineage up to ``state``'s block (a state of this
+        chain), oldest first."""
         found = self.listed(LINEAGE_LIST, state.sequence_number)
         last = found[-1].block.sequence_number if found else None
         if last != state.last_lineage_sequence_number:
@@ -387,11 +387,12 @@ def _cross_check(index: ChainIndex, snapshot: Snapshot, state: DatasetState) -> 
         if pending.sequence_number != last:
             raise IndexDamage(f"{where}: pending lineage is not the last lineage event")
         event = index._load(pending.block_hash).block
+        carried = lineage_of(event.event)
         if (
             event.sequence_number != pending.sequence_number
-            or not isinstance(event.event, AddFieldLineage)
-            or event.event.run.offsets is None
-            or event.event.run.offsets.end != pending.uncovered.end
+            or carried is None
+            or carried.run.offsets is None
+            or carried.run.offsets.end != pending.uncovered.end
         ):
             raise IndexDamage(f"{where}: pending lineage names the wrong block")
 

@@ -52,12 +52,14 @@ lineage-writes            a lineage event writes at least one field: some operat
                           operation set without a write)
 lineage-outputs           every field a lineage operation writes is a v2 path of the schema in
                           force
-lineage-data              the offsets a lineage event's run wrote start at the next offset and
-                          are covered by the data slices right after it, before any other event
+lineage-data              the offsets a lineage run wrote start at the next offset and are
+                          covered by data slices, before any other event: the slice of the block
+                          carrying the lineage (an AddData's starts them, an ExecuteTransform's
+                          is them) and the slices right after it, which carry none of their own
 transaction-version       a transaction pair (extra attribute ``odf-chain.dev/transaction`` of
                           an AddData) has a non-empty string app id and an integer version in
                           0..2**63-1, above the last version recorded for that app id
-no-op                     no AddFieldLineage without field operations (odf_chain's own event)
+no-op                     no field lineage without field operations (odf_chain's own record)
 ========================  =====================================================================
 
 What is not a rule: an ODF event that changes nothing (a SetVocab restating ODF's default names

@@ -1,5 +1,6 @@
-"""The rules on odf_chain's field lineage event (AddFieldLineage): well formed, writing fields
-of the schema in force, promising offsets the next slices cover, never empty.
+"""The rules on odf_chain's field lineage (an AddFieldLineage, or its JSON in the extra attributes
+of the AddData or ExecuteTransform holding the run's first slice): well formed, writing fields of
+the schema in force, promising offsets that slice and the next ones cover, never empty.
 
 :func:`lineage_input_problems` is here too, though it is not a rule over (state, block): it
 checks the fields read from other datasets, given a way to find their schemas, so append and
@@ -140,9 +141,9 @@ def _operation_cycle(
 
 
 def _lineage(block: MetadataBlock) -> AddFieldLineage | None:
-    """The lineage a block is or carries (an ExecuteTransform's, in its extra attributes: see
-    :data:`odf_chain.state.LINEAGE_KEY`); carried lineage that does not decode breaks rule
-    ``lineage-structure``."""
+    """The lineage a block is or carries (an AddData's or ExecuteTransform's, in its extra
+    attributes: see :data:`odf_chain.state.LINEAGE_KEY`); carried lineage that does not decode
+    breaks rule ``lineage-structure``."""
     event = block.event
     if isinstance(event, AddFieldLineage):
         return event
@@ -246,6 +247,12 @@ def check_lineage_data(state: DatasetState, block: MetadataBlock, block_hash: Mu
                     f"expected a slice starting at {gap.start} within {promised}; found "
                     f"offsets {interval.start}..{interval.end}",
                 )
+            if carries_lineage(event):
+                raise RuleViolation(
+                    "lineage-data",
+                    f"expected the slice covering {promised} to carry no lineage of its own "
+                    "(its records were written by that run)",
+                )
             return
         found = block.event_name + (
             " without data" if isinstance(event, AddData | ExecuteTransform) else ""
@@ -266,6 +273,8 @@ def check_lineage_data(state: DatasetState, block: MetadataBlock, block_hash: Mu
                 f"expected the lineage's run to have written this block's slice (offsets "
                 f"{shown}), found {'none' if wrote is None else f'{wrote.start}..{wrote.end}'}",
             )
+    if isinstance(event, AddData) and carries_lineage(event):
+        _check_first_slice(_lineage(block), event)
     if isinstance(event, AddFieldLineage) and event.run.offsets is not None:
         offsets = event.run.offsets
         if offsets.start != state.next_offset or offsets.end < offsets.start:
@@ -274,6 +283,27 @@ def check_lineage_data(state: DatasetState, block: MetadataBlock, block_hash: Mu
                 f"expected the run's offsets to start at the next offset {state.next_offset} "
                 f"and end at or after it, found {offsets.start}..{offsets.end}",
             )
+
+
+def _check_first_slice(carried: AddFieldLineage | None, event: AddData) -> None:
+    """An AddData carries the lineage of the run that wrote its slice: the run's offsets start
+    with the slice and end with it or in the slices of the blocks right after it."""
+    assert carried is not None
+    wrote, held = carried.run.offsets, event.new_data
+    written = "none" if wrote is None else f"{wrote.start}..{wrote.end}"
+    if held is None:
+        raise RuleViolation(
+            "lineage-data",
+            f"expected the block carrying the lineage of run {carried.run.run_id!r} to hold "
+            f"the run's first slice, found no slice (the run wrote offsets {written})",
+        )
+    interval = held.offset_interval
+    if wrote is None or wrote.start != interval.start or wrote.end < interval.end:
+        raise RuleViolation(
+            "lineage-data",
+            f"expected the lineage's run to have written offsets starting with this block's "
+            f"slice ({interval.start}..{interval.end}), found {written}",
+        )
 
 
 def lineage_input_problems(

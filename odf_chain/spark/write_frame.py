@@ -122,7 +122,7 @@ class IngestResult:
     blocks: list[BlockEntry]
     head: Multihash | None
     timings: dict[str, float] = field(default_factory=dict)
-    lineage: AddFieldLineage | None = None  # the field lineage appended with the data
+    lineage: AddFieldLineage | None = None  # the field lineage the first AddData carries
     # the (app_id, version) given, when the chain already records that version or a later
     # one for app_id: nothing was appended
     skipped_transaction: tuple[str, int] | None = None
@@ -210,9 +210,9 @@ def write(
 
     ``lineage``: True (the default) derives the field lineage of ``df`` from its analyzed plan;
     a :class:`LineageRecorder` gives it by hand instead (also the way under Spark Connect, where
-    no plan is reachable); False records none. The lineage is appended as an AddFieldLineage
-    right before the AddData blocks, in the same transaction, for the run ``job_name`` (default:
-    the Spark application's name).
+    no plan is reachable); False records none. The lineage is carried by the first AddData of
+    the write (its extra attributes: see :data:`odf_chain.state.LINEAGE_KEY`), for the run
+    ``job_name`` (default: the Spark application's name).
 
     Timestamps are stored in milliseconds (as ODF's system columns); a user column holding finer
     ones is refused, not silently truncated, unless ``truncate_timestamps`` says to truncate.
@@ -409,7 +409,7 @@ def write(
                     captured=None if captured is None else captured.result,
                 )
                 if event is not None:
-                    tx.add(event)
+                    tx.describe_run(event)
                 timings["lineage"] = time.perf_counter() - clock
                 clock = time.perf_counter()
                 extra = None if source is None else {SOURCE_KEY: dict(source)}

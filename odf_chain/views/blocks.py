@@ -28,7 +28,7 @@ from odf_chain.events import (
 )
 from odf_chain.format.did import DatasetId
 from odf_chain.format.multihash import Multihash
-from odf_chain.state import DatasetState, Vocabulary
+from odf_chain.state import DatasetState, Vocabulary, lineage_of
 
 
 def to_jsonable(value: Any) -> Any:
@@ -117,6 +117,12 @@ def summarize_event(event: Any) -> str:
                 parts.append(f"source {event.new_source_state.source_name}")
             if isinstance(event, ExecuteTransform):
                 parts.append(_run_summary(event))
+            carried = lineage_of(event)
+            if carried is not None:
+                parts.append(
+                    f"lineage of {carried.run.job_name} run {carried.run.run_id} "
+                    f"({_count(len(carried.operations), 'operation')})"
+                )
             return "; ".join(parts) or "no data"
         case SetTransform():
             sql = event.transform or {}
