@@ -37,10 +37,12 @@ from odf_chain.errors import (
 from odf_chain.events import (
     AddData,
     AddFieldLineage,
+    DatasetKind,
     DataSlice,
     ExecuteTransform,
     LineageInput,
     SetDataSchema,
+    SetTransform,
 )
 from odf_chain.format.multihash import Multihash
 from odf_chain.index import read as index_read
@@ -316,6 +318,34 @@ def proven_transactions(storage: Storage, state: DatasetState, app_id: str) -> D
     else:
         if where is None:
             return state  # the whole chain walked: never recorded, as the state says
+    return index_read.answer(storage, lambda index: index.head, state.head, verified=True)
+
+
+def proven_derivation(storage: Storage, state: DatasetState) -> DatasetState:
+    """``state`` (a derivative dataset's head state, as a writer read it) once the chain
+    confirms the transformation in force and the inputs its last run pinned; else the head
+    state of a full fold.
+
+    A derive run starts each input where the last run stopped and decides from the
+    transformation in force whether the query changed: taken from a forged or stale index, a
+    run would read the wrong rows or run under the wrong query, and the rules (checked against
+    that same state) would not object. So both are proved by a walk back from the head to the
+    last SetTransform and the last ExecuteTransform (derive writes a SetTransform only when the
+    query changes: the walk reads every run since, one block each)."""
+    if state.head is None or state.dataset_kind is not DatasetKind.DERIVATIVE:
+        return state
+    run: tuple | None = None
+    transform: SetTransform | None = None
+    for entry in walk_back(storage, state.head):
+        event = entry.block.event
+        if run is None and isinstance(event, ExecuteTransform):
+            run = event.query_inputs
+        if transform is None and isinstance(event, SetTransform):
+            transform = event
+        if run is not None and transform is not None:
+            break
+    if (run or ()) == state.last_run_inputs and transform == state.transform:
+        return state
     return index_read.answer(storage, lambda index: index.head, state.head, verified=True)
 
 

@@ -1,11 +1,12 @@
 """One write transaction: what every writer appends with one move of the head, and what happens
 when it fails. ``Dataset.write``, ``Dataset.append``, the Spark writer (both its paths) and ingest
-go through it; so will the derived-dataset writer.
+go through it, and so does the derived-dataset writer (``odf_chain.spark.derive``).
 
 A writer:
 
 1. **begins** on the head it read (:meth:`Transaction.begin`): a head the head log shows rolled
-   back is refused, and a transaction pair is proved against the chain, not a cache
+   back is refused, and a derivative dataset's transformation and last run, and a transaction
+   pair, are proved against the chain, not a cache
    (:attr:`Transaction.already_recorded` then says the write is done already);
 2. **prepares** blocks on the transaction's state as it learns them, in ODF's order: the SetVocab
    naming the event time column, the SetDataSchema when the schema differs (every rule checked,
@@ -100,11 +101,13 @@ class Transaction:
         hooks: Sequence[PostCommitHook] = POST_COMMIT_HOOKS,
     ) -> Transaction:
         """A transaction on ``state``, the head as the writer just read it. Refuses a rolled
-        back head (rule ``head-rollback``) before anything is written; with ``transaction``,
-        the app id's last version is proved against the chain, and
-        :attr:`already_recorded` tells whether this pair was written before (then the writer
-        writes nothing)."""
+        back head (rule ``head-rollback``) before anything is written. What a writer decides
+        from is proved against the chain, not taken from the index: a derivative dataset's
+        transformation and last run (:func:`replay.proven_derivation`) and, with
+        ``transaction``, the app id's last version (:attr:`already_recorded` then tells whether
+        this pair was written before, and the writer writes nothing)."""
         chain.check_not_rolled_back(storage, state)
+        state = replay.proven_derivation(storage, state)  # what a derive run starts from
         recorded = False
         if transaction is not None:
             transaction = rules.transaction_argument(transaction)

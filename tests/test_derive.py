@@ -535,3 +535,38 @@ def test_deep_verify_refuses_a_changelog_that_does_not_fold(spark, inputs, tmp_p
     (error,) = deep.errors
     assert error.rule == "data-changelog" and error.sequence_number == forged
     assert "retracts a row that is not live" in error.message
+
+
+# -- what a run starts from is proved against the chain ---------------------------------------
+
+
+def test_a_forged_index_does_not_decide_where_a_run_starts(spark, inputs, tmp_path):
+    """The head snapshot names the first run as the last one (a genuine block, so the index
+    reader's checks pass): a run taking its pins from that would read rows twice and the rules,
+    judged on the same state, would not object. The transaction proves them by the chain."""
+    from odf_chain.index.records import Pointer
+    from tests.test_trust import head_snapshot, write_head_snapshot
+
+    sensors, stations = inputs
+    daily = _two_runs(spark, inputs, tmp_path)
+    first, second = [e for e in daily.blocks() if isinstance(e.block.event, ExecuteTransform)]
+    genuine = head_snapshot(daily.path)
+    stale = Pointer(first.block.sequence_number, first.hash)
+    write_head_snapshot(daily.path, replace(genuine, pointers=replace(genuine.pointers, run=stale)))
+    assert Dataset.open(daily.path).state.last_run_inputs == first.block.event.query_inputs
+
+    sensors.write(_readings([("c", 3, 2, 4.5)]))
+    derive(SQL, {"sensors": sensors, "stations": stations}, daily.path, spark=spark)
+    third = Dataset.open(daily.path).blocks()[-1].block.event
+    assert isinstance(third, ExecuteTransform)
+    [(was, now)] = [
+        (b, c)
+        for b, c in zip(second.block.event.query_inputs, third.query_inputs, strict=True)
+        if c.dataset_id == sensors.state.dataset_id
+    ]
+    assert (now.prev_block_hash, now.prev_offset) == (was.new_block_hash, was.new_offset)
+    assert sorted(_rows(Dataset.open(daily.path).to_table(), ["station", "n"])) == sorted(
+        (r[0], r[3]) for r in _duck(sensors, stations)
+    )
+    report = Dataset.open(daily.path).verify()
+    assert not [p for p in report.errors if p.rule != "index-mismatch"], report.errors
