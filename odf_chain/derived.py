@@ -157,6 +157,14 @@ def fold(ledger: pa.Table, vocab: Vocabulary) -> pa.Table:
     )
 
 
+def fold_onto(live: pa.Table | None, rows: pa.Table, vocab: Vocabulary) -> pa.Table:
+    """The live rows once the changelog rows ``rows`` (one slice) follow ``live`` (the live
+    rows before them; None before the first slice): how reproduce and ``verify --deep`` walk a
+    derivative dataset slice by slice. IntegrityError when a row retracts one not live."""
+    ledger = rows if live is None else pa.concat_tables([live, rows], promote_options="permissive")
+    return fold(ledger, vocab)
+
+
 @dataclass(frozen=True)
 class Changes:
     """A run's changelog rows (user columns, event time and ``op``), retractions first."""

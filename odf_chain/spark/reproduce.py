@@ -46,11 +46,7 @@ class _Folded:
     schemas: list[pa.Schema] = field(default_factory=list)
 
     def add(self, table: pa.Table, vocab: Vocabulary) -> None:
-        if self.ledger is None:
-            self.ledger = table
-        else:
-            self.ledger = pa.concat_tables([self.ledger, table], promote_options="permissive")
-        self.ledger = derived.fold(self.ledger, vocab)
+        self.ledger = derived.fold_onto(self.ledger, table, vocab)
 
 
 def reproduce(

@@ -34,9 +34,8 @@ def check_changelog(
             rows = slice_reader.read_table(storage, [piece], head.schema, check="hash")
         except OdfChainError:
             return  # a damaged slice: the data checks report it, and nothing after it folds
-        ledger = rows if live is None else pa.concat_tables([live, rows])
         try:
-            live = derived.fold(ledger, head.vocab)
+            live = derived.fold_onto(live, rows, head.vocab)
         except IntegrityError as exc:
             report.add(
                 "error",
