@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """Make docs/audit-report.png: a screenshot of ``odf-chain audit`` on a small, realistic chain.
 
-Builds (without Spark) a ``readings`` dataset fed by a CSV, written twice by a loader that
+Builds (without Spark) a ``readings`` dataset fed by CSV files, written twice by a loader that
 records field lineage and a transaction pair, its schema widened by a new column on the second
-write, then a ``daily`` dataset computed from ``readings`` (pinned at its head) with its own
-lineage; takes a receipt of ``daily``, writes the report with ``odf-chain audit`` and
-screenshots it with headless Chromium (Debian's ``chromium``).
+write; then a ``daily`` dataset computed from ``readings`` (pinned at its head), written twice
+the same way; takes a receipt of ``daily``, writes the report with ``odf-chain audit --deep``
+and screenshots it with headless Chromium (Debian's ``chromium``).
 
     python tools/audit_screenshot.py [OUT_DIR]   # default: a temporary directory
 
@@ -68,36 +68,34 @@ def build(base: Path) -> Path:
 
         daily = Dataset.create("daily")
         state = readings.state
-        rec = LineageRecorder("daily-rollup", run_id="rollup-2026-11-02")
-        src = rec.dataset_input(
-            "readings", state.dataset_id, state.head, uri="readings", fields=state.field_paths
-        )
-        day = rec.transform("day of", [src["event_time"]], ["day"], subtype=Sub.TRANSFORMATION)
-        groups = rec.transform(
-            "group by station, day", [src["station"], day["day"]], ["g"], subtype=Sub.GROUP_BY
-        )
-        rec.transform(
-            "mean", [src["temperature_c"], groups["g"]], ["mean_c"],
-            subtype=Sub.AGGREGATION, writes=True,
-        )  # fmt: skip
-        rec.transform(
-            "max", [src["temperature_c"], groups["g"]], ["max_c"],
-            subtype=Sub.AGGREGATION, writes=True,
-        )  # fmt: skip
-        rec.write("write", {"station": src["station"], "day": day["day"]})
-        stations = [f"st-{i:02d}" for i in range(24)] * 2
-        daily.write(
-            pa.table(
-                {
-                    "station": stations,
-                    "day": pa.array(["2026-11-01"] * 24 + ["2026-11-02"] * 24),
-                    "mean_c": pa.array([13.5 + i / 10 for i in range(48)]),
-                    "max_c": pa.array([18.0 + i / 10 for i in range(48)]),
-                }
-            ),
-            lineage=rec,
-            transaction=("rollup", 1),
-        )
+        for version, (day, with_max) in enumerate((("2026-11-01", False), ("2026-11-02", True))):
+            rec = LineageRecorder("daily-rollup", run_id=f"rollup-{day}")
+            src = rec.dataset_input(
+                "readings", state.dataset_id, state.head, uri="readings", fields=state.field_paths
+            )
+            days = rec.transform("day of", [src["event_time"]], ["day"])
+            groups = rec.transform(
+                "group by station, day", [src["station"], days["day"]], ["g"], subtype=Sub.GROUP_BY
+            )
+            rec.transform(
+                "mean", [src["temperature_c"], groups["g"]], ["mean_c"],
+                subtype=Sub.AGGREGATION, writes=True,
+            )  # fmt: skip
+            columns = {
+                "station": [f"st-{i:02d}" for i in range(24)],
+                "day": pa.array([day] * 24),
+                "mean_c": pa.array([13.5 + i / 10 for i in range(24)]),
+            }
+            if with_max:
+                rec.transform(
+                    "max", [src["temperature_c"], groups["g"]], ["max_c"],
+                    subtype=Sub.AGGREGATION, writes=True,
+                )  # fmt: skip
+                columns["max_c"] = pa.array([18.0 + i / 10 for i in range(24)])
+            rec.write("write", {"station": src["station"], "day": days["day"]})
+            daily.write(
+                pa.table(columns), lineage=rec, evolve=with_max, transaction=("rollup", version + 1)
+            )
         write_receipt(daily.receipt(), base / "daily-receipt.json")
     return base / "daily"
 
@@ -121,7 +119,7 @@ def main() -> int:
         return 1
     subprocess.run(
         [chromium, "--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-         f"--screenshot={PNG}", "--window-size=1280,2000", report.as_uri()],
+         f"--screenshot={PNG}", "--window-size=1280,1800", report.as_uri()],
         check=True, capture_output=True,
     )  # fmt: skip
     print(f"{PNG}: {PNG.stat().st_size:,} bytes (report: {report})")

@@ -64,7 +64,9 @@ __all__ = [
     "main",
 ]
 
-COMMANDS = (init, log, index, schema, fields, ingest, derive, gc, export, lineage, receipt, verify, audit)
+COMMANDS = (
+    init, log, index, schema, fields, ingest, derive, gc, export, lineage, receipt, verify, audit,
+)  # fmt: skip
 """The commands in the order ``odf-chain --help`` lists them."""
 
 

@@ -93,8 +93,5 @@ def run(args: argparse.Namespace) -> int:
             out.write(page)
         verdict = report.verdict
         word = "OK" if verdict.ok else "FAILED"
-        print(
-            f"{word}: {verdict.errors} errors, {verdict.warnings} warnings; "
-            f"wrote {args.output}"
-        )
+        print(f"{word}: {verdict.errors} errors, {verdict.warnings} warnings; wrote {args.output}")
     return EXIT_OK if report.verdict.ok else EXIT_FAILED

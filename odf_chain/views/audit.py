@@ -373,8 +373,7 @@ def _upstream(entries: Sequence[BlockEntry]) -> tuple[Upstream, ...]:
                 }
                 add((did, pinned), fields, f"block {seq} (derive)")
     return tuple(
-        Upstream(**fields, used_by=tuple(dict.fromkeys(uses)))
-        for fields, uses in found.values()
+        Upstream(**fields, used_by=tuple(dict.fromkeys(uses))) for fields, uses in found.values()
     )
 
 

@@ -14,6 +14,7 @@ from html import escape
 
 from odf_chain.views.audit import AuditReport, BlockRow, SchemaVersion, Timeline, Verdict
 from odf_chain.views.audit_svg import lineage_svg
+from odf_chain.views.lineage import plain_name
 
 _CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:#1a202c;
@@ -114,7 +115,8 @@ def _block_tr(row: BlockRow) -> str:
     return (
         f'<tr class="block"><td class="num">{row.sequence_number}</td>'
         f'<td class="hash nowrap" title="{_e(row.block_hash)}">{_e(_short(row.block_hash))}</td>'
-        f'<td class="nowrap"><code>{_e(row.system_time)}</code></td><td>{_e(row.event)}<br>{tags}</td>"
+        f'<td class="nowrap"><code>{_e(row.system_time)}</code></td>'
+        f"<td>{_e(row.event)}<br>{tags}</td>"
         f'<td class="num">{"" if row.rows is None else _n(row.rows)}</td>'
         f'<td class="num">{"" if row.size is None else _n(row.size)}</td>'
         f"<td>{_e(row.summary)}{detail}</td></tr>"
@@ -141,14 +143,19 @@ def _timeline(t: Timeline) -> str:
     )
 
 
+def _path(path: str) -> str:
+    """A field by its dotted name, its v2 path (with types) as the tooltip."""
+    return f'<code title="{_e(path)}">{_e(plain_name(path))}</code>'
+
+
 def _schema(version: SchemaVersion) -> str:
     if version.initial:
         change = f"initial schema: {len(version.fields)} fields"
     else:
-        items = [f'<li class="added">+ <code>{_e(p)}</code></li>' for p in version.added]
-        items += [f'<li class="removed">− <code>{_e(p)}</code></li>' for p in version.removed]
+        items = [f'<li class="added">+ {_path(p)}</li>' for p in version.added]
+        items += [f'<li class="removed">&minus; {_path(p)}</li>' for p in version.removed]
         items += [
-            f'<li class="changed">~ <code>{_e(p)}</code>: {_e(a)} → {_e(b)}</li>'
+            f'<li class="changed">~ {_path(p)}: {_e(a)} → {_e(b)}</li>'
             for p, a, b in version.changed
         ]
         change = f"<ul>{''.join(items)}</ul>" if items else "no field changed"
@@ -166,8 +173,13 @@ def _schema(version: SchemaVersion) -> str:
 def _lineage(report: AuditReport) -> str:
     graph = report.lineage
     if graph is None or graph.empty:
-        return '<section id="lineage"><h2>Field lineage</h2><p>No field lineage recorded.</p></section>'
-    hidden = f" {graph.hidden_edges} edges to fields not shown are left out." if graph.hidden_edges else ""
+        return (
+            '<section id="lineage"><h2>Field lineage</h2><p>No field lineage recorded.</p>'
+            "</section>"
+        )
+    hidden = ""
+    if graph.hidden_edges:
+        hidden = f" {graph.hidden_edges} edges to fields not shown are left out."
     legend = (
         '<p class="legend note"><span>── direct</span><span>- - indirect (filter, join, group)'
         '</span><span style="color:#c53030">── masked</span><span style="color:#718096">── '

@@ -102,7 +102,10 @@ def _edge(edge: GraphEdge, where: dict[str, tuple[float, float, float]]) -> str:
     x1 = sx + sw
     if tx > x1:
         bend = (tx - x1) / 2
-        d = f"M{x1:.1f},{sy:.1f} C{x1 + bend:.1f},{sy:.1f} {tx - bend:.1f},{ty:.1f} {tx:.1f},{ty:.1f}"
+        d = (
+            f"M{x1:.1f},{sy:.1f} C{x1 + bend:.1f},{sy:.1f} "
+            f"{tx - bend:.1f},{ty:.1f} {tx:.1f},{ty:.1f}"
+        )
     else:
         x2 = tx + tw
         reach = max(x1, x2) + 40
