@@ -276,6 +276,27 @@ def test_flipped_slice_bit_fails_naming_the_block(built: Built, tmp_path: Path) 
     assert any(f'<td class="num">{seq}</td>' in r and "ERROR" in r for r in rows)
 
 
+def test_a_damaged_block_still_gets_a_page(built: Built, tmp_path: Path) -> None:
+    """A chain that cannot be read to its head: the verdict and problems are shown, the parts
+    that need the chain say why they are missing, and the exit status is 1, not 2."""
+    copy = tmp_path / "readings"
+    shutil.copytree(built.readings, copy)
+    entries = Dataset.open(copy).blocks()
+    block = copy / "blocks" / str(entries[3].hash)
+    raw = bytearray(block.read_bytes())
+    raw[40] ^= 0x01
+    block.write_bytes(bytes(raw))
+    out = tmp_path / "report.html"
+    done = run_main(["audit", copy, "-o", out])
+    assert done.returncode == 1, done.stderr
+    report = build_audit(Dataset.open(copy))
+    assert any(p.rule == "block-hash" and p.sequence_number == 3 for p in report.verdict.problems)
+    assert report.timeline is None and report.notes
+    assert "not to its name" in report.notes[0]
+    page = out.read_text(encoding="utf-8")
+    assert 'id="verdict-word">FAILED<' in page and "block-hash" in page
+
+
 # -- a real browser ------------------------------------------------------------------------------
 
 

@@ -17,6 +17,7 @@ from odf_chain.cli.common import (
     REF_HELP,
     UsageError,
     alias_locations,
+    count,
 )
 
 
@@ -93,5 +94,8 @@ def run(args: argparse.Namespace) -> int:
             out.write(page)
         verdict = report.verdict
         word = "OK" if verdict.ok else "FAILED"
-        print(f"{word}: {verdict.errors} errors, {verdict.warnings} warnings; wrote {args.output}")
+        print(
+            f"{word}: {count(verdict.errors, 'error')}, {count(verdict.warnings, 'warning')}; "
+            f"wrote {args.output}"
+        )
     return EXIT_OK if report.verdict.ok else EXIT_FAILED
