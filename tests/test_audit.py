@@ -128,10 +128,8 @@ def test_model_of_a_root_dataset(built: Built) -> None:
     writes = [r for r in timeline.first if "write" in r.kinds]
     assert [r.rows for r in writes] == [5, 7]
     assert all({"lineage", "transaction"} <= set(r.kinds) for r in writes)
-    assert [r.detail for r in writes] == [
-        f"run {EVIL_JOB}/load-1; transaction loader v1",
-        f"run {EVIL_JOB}/load-2; transaction loader v2",
-    ]
+    assert [r.detail for r in writes] == ["transaction loader v1", "transaction loader v2"]
+    assert all(f"lineage of {EVIL_JOB} run load-" in r.summary for r in writes)
     assert timeline.rows == 12 and timeline.bytes == sum(r.size or 0 for r in writes) > 0
     # the schema history: the second version adds the one column, as a v2 path
     assert [s.sequence_number for s in report.schemas] == [1, 3]

@@ -74,7 +74,7 @@ class BlockRow:
     summary: str
     rows: int | None  # records of the slice it added
     size: int | None  # bytes of that slice
-    detail: str = ""  # a transaction pair or a lineage run, when the block records one
+    detail: str = ""  # the transaction pair the block records, if any
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,11 +263,8 @@ def _block_row(entry: BlockEntry) -> BlockRow:
             kinds.append("derive" if isinstance(event, ExecuteTransform) else "write")
             if event.new_data is not None:
                 rows, size = event.new_data.num_records, event.new_data.size
-    carried = lineage_of(event)
-    if carried is not None:
-        if "lineage" not in kinds:
-            kinds.append("lineage")
-        detail.append(f"run {carried.run.job_name}/{carried.run.run_id}")
+    if lineage_of(event) is not None and "lineage" not in kinds:
+        kinds.append("lineage")  # the summary names its run
     pair = transaction_of(event)
     if pair is not None:
         kinds.append("transaction")

@@ -38,7 +38,7 @@ background:#e2e8f0}
 .tag.transaction{background:#e9d8fd}.tag.derive{background:#fed7e2}.tag.seed{background:#fefcbf}
 .error{color:#c53030;font-weight:600}.warning{color:#b7791f;font-weight:600}
 .elided td{background:#fffff0;font-style:italic}
-.added{color:#2f855a}.removed{color:#c53030}.changed{color:#b7791f}
+ul{margin:0;padding:0;list-style:none}.added{color:#2f855a}.removed{color:#c53030}.changed{color:#b7791f}
 .graph{overflow-x:auto;background:#fff;border:1px solid #e2e8f0;padding:8px}
 .legend span{margin-right:16px}.note{color:#4a5568}
 .ok-text{color:#2f855a;font-weight:600}
