@@ -336,3 +336,39 @@ def test_chromium_renders_the_page(built: Built, tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     png = shot.read_bytes()
     assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 10_000
+
+
+# -- a derived dataset, reproduced by Spark ------------------------------------------------------
+
+
+@pytest.mark.spark
+def test_derived_dataset_reproduced(spark, tmp_path: Path) -> None:
+    from odf_chain.spark import derive
+
+    sensors = Dataset.create(tmp_path / "sensors")
+    sensors.write(pa.table({"station": ["a", "b", "a"], "temp": [1.25, 2.5, 3.75]}))
+    stations = Dataset.create(tmp_path / "stations")
+    stations.write(pa.table({"station": ["a", "b"], "region": ["north", "south"]}))
+    sql = (
+        "SELECT s.region, SUM(r.temp) AS total FROM sensors r "
+        "JOIN stations s ON r.station = s.station GROUP BY s.region"
+    )
+    out = tmp_path / "by_region"
+    derive(sql, {"sensors": sensors, "stations": stations}, out, create=True, spark=spark)
+    page = tmp_path / "report.html"
+    done = run_main(["audit", out, "--reproduce", "-o", page], spark=spark)
+    assert done.returncode == 0, done.stdout + done.stderr
+    html = page.read_text(encoding="utf-8")
+    assert "<h2>Reproduction</h2>" in html and ">reproduced<" in html
+    report = build_audit(Dataset.open(out))
+    assert report.kind == "derivative"
+    assert report.timeline is not None
+    kinds = dict(report.timeline.kinds)
+    assert kinds["derive"] == 1 and kinds["transform"] == 1
+    pins = {u.dataset_id: u.block_hash for u in report.upstream if u.dataset_id}
+    assert pins == {
+        str(sensors.state.dataset_id): str(sensors.state.head),
+        str(stations.state.dataset_id): str(stations.state.head),
+    }
+    names = {u.name for u in report.upstream if u.dataset_id}
+    assert names == {"sensors", "stations"}
