@@ -320,8 +320,13 @@ def test_chromium_renders_the_page(built: Built, tmp_path: Path) -> None:
         render_html(build_audit(Dataset.open(built.daily), receipts=[built.receipt])),
         encoding="utf-8",
     )
-    dom = _browse(chromium, tmp_path / "profile", "--dump-dom", page.as_uri())
+    dom = _browse(
+        chromium, tmp_path / "profile", "--enable-logging=stderr", "--v=0", "--dump-dom",
+        page.as_uri(),
+    )  # fmt: skip
     assert dom.returncode == 0, dom.stderr[-2000:]
+    # the page's console (errors, uncaught exceptions) as Chromium logs it: silent
+    assert [line for line in dom.stderr.splitlines() if ":CONSOLE" in line] == []
     parsed = _parsed(dom.stdout)
     assert "OK" in "".join(parsed.text)
     ids = {attrs.get("id") for _, attrs in parsed.tags}
@@ -372,3 +377,20 @@ def test_derived_dataset_reproduced(spark, tmp_path: Path) -> None:
     }
     names = {u.name for u in report.upstream if u.dataset_id}
     assert names == {"sensors", "stations"}
+
+
+def test_a_long_chain_gives_a_page_of_the_same_size(tmp_path: Path) -> None:
+    """60 writes: the page shows 25 blocks at each end and counts the 12 between, by kind."""
+    ds = Dataset.create(tmp_path / "long")
+    for i in range(60):
+        ds.write(pa.table({"n": pa.array([i] * (i + 1), pa.int64())}))
+    report = build_audit(ds)
+    t = report.timeline
+    assert t is not None and t.blocks == 62  # Seed, SetDataSchema, 60 AddData
+    assert (len(t.first), len(t.last), t.elided) == (25, 25, 12)
+    assert t.last[-1].sequence_number == 61 and t.first[-1].sequence_number == 24
+    assert dict(t.elided_kinds) == {"write": 12}
+    assert t.elided_rows == sum(range(24, 36))  # the writes of blocks 25..36 held i + 1 rows
+    assert t.rows == sum(range(1, 61))
+    page = render_html(report)
+    assert page.count('<tr class="block">') == 50 and "… 12 blocks not shown" in page

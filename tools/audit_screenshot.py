@@ -106,8 +106,8 @@ def main() -> int:
     daily = build(out)
     report = out / "report.html"
     done = subprocess.run(
-        [sys.executable, "-m", "odf_chain.cli", "audit", str(daily), "--deep",
-         "--receipt", str(out / "daily-receipt.json"), "-o", str(report)],
+        [sys.executable, "-m", "odf_chain.cli", "audit", daily.name, "--deep",
+         "--receipt", "daily-receipt.json", "-o", str(report)],
         cwd=out,
     )  # fmt: skip
     if done.returncode != 0:

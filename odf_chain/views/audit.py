@@ -32,7 +32,7 @@ from odf_chain.events import (
 )
 from odf_chain.receipt import Receipt, format_time, load_receipts
 from odf_chain.replay import SchemaChange
-from odf_chain.state import lineage_of, transaction_of
+from odf_chain.state import carries_lineage, lineage_of, transaction_of
 from odf_chain.verify import VerifyReport
 from odf_chain.verify.report import Problem, RunVerdict
 from odf_chain.views.audit_graph import LineageGraph, lineage_graph
@@ -210,7 +210,7 @@ def build_audit(
         kind=kind,
         at_sequence_number=None if state is None else state.sequence_number,
         at_hash=None if state is None or state.head is None else str(state.head),
-        generated_at=format_time(now or datetime.now(UTC)),
+        generated_at=f"{(now or datetime.now(UTC)).astimezone(UTC):%Y-%m-%dT%H:%M:%SZ}",
         verdict=verdict,
         timeline=timeline,
         schemas=schemas,
@@ -245,10 +245,18 @@ def _verdict(report: VerifyReport, receipts: bool) -> Verdict:
     )
 
 
-def _block_row(entry: BlockEntry) -> BlockRow:
-    event = entry.block.event
+@dataclass(frozen=True, slots=True)
+class _Facts:
+    """What the timeline counts of every block, shown or not (cheap: no summary)."""
+
+    kinds: tuple[str, ...]
+    rows: int | None
+    size: int | None
+    detail: str
+
+
+def _facts(event: object) -> _Facts:
     kinds: list[str] = []
-    detail: list[str] = []
     rows = size = None
     match event:
         case Seed():
@@ -263,49 +271,58 @@ def _block_row(entry: BlockEntry) -> BlockRow:
             kinds.append("derive" if isinstance(event, ExecuteTransform) else "write")
             if event.new_data is not None:
                 rows, size = event.new_data.num_records, event.new_data.size
-    if lineage_of(event) is not None and "lineage" not in kinds:
+    if carries_lineage(event) and "lineage" not in kinds:
         kinds.append("lineage")  # the summary names its run
+    detail = ""
     pair = transaction_of(event)
     if pair is not None:
         kinds.append("transaction")
         if isinstance(pair, dict):
-            detail.append(f"transaction {pair.get('app_id')} v{pair.get('version')}")
-        else:
-            detail.append(f"transaction {pair!r}")
+            detail = f"transaction {pair.get('app_id')} v{pair.get('version')}"
+        else:  # malformed: the rule transaction-version says so; shown as it is
+            detail = f"transaction {pair!r}"
+    return _Facts(tuple(kinds) or ("metadata",), rows, size, detail)
+
+
+def _block_row(entry: BlockEntry, facts: _Facts) -> BlockRow:
     return BlockRow(
         entry.block.sequence_number,
         str(entry.hash),
         format_time(entry.block.system_time),
         entry.block.event_name,
-        tuple(kinds) or ("metadata",),
-        summarize_event(event),
-        rows,
-        size,
-        "; ".join(detail),
+        facts.kinds,
+        summarize_event(entry.block.event),
+        facts.rows,
+        facts.size,
+        facts.detail,
     )
 
 
 def _timeline(entries: Sequence[BlockEntry], ends: int) -> Timeline:
     """The first and last ``ends`` blocks as rows, the ones between only counted: the page
-    stays the same size for a chain of ten blocks or of a million."""
-    rows = [_block_row(e) for e in entries]
-    cut = len(rows) > 2 * ends
-    middle = rows[ends:-ends] if cut else []
+    stays the same size for a chain of ten blocks or of a million (and only the rows shown
+    are summarised)."""
+    facts = [_facts(e.block.event) for e in entries]
+    total = len(entries)
+    cut = total > 2 * ends
+    head = range(ends) if cut else range(total)
+    tail = range(total - ends, total) if cut else range(0)
+    middle = facts[ends : total - ends] if cut else []
 
-    def kinds(selected: Iterable[BlockRow]) -> tuple[tuple[str, int], ...]:
-        return tuple(sorted(Counter(k for r in selected for k in r.kinds).items()))
+    def kinds(selected: Iterable[_Facts]) -> tuple[tuple[str, int], ...]:
+        return tuple(sorted(Counter(k for f in selected for k in f.kinds).items()))
 
     return Timeline(
-        first=tuple(rows[:ends] if cut else rows),
-        last=tuple(rows[-ends:] if cut else ()),
+        first=tuple(_block_row(entries[i], facts[i]) for i in head),
+        last=tuple(_block_row(entries[i], facts[i]) for i in tail),
         elided=len(middle),
         elided_kinds=kinds(middle),
-        elided_rows=sum(r.rows or 0 for r in middle),
-        elided_bytes=sum(r.size or 0 for r in middle),
-        blocks=len(rows),
-        rows=sum(r.rows or 0 for r in rows),
-        bytes=sum(r.size or 0 for r in rows),
-        kinds=kinds(rows),
+        elided_rows=sum(f.rows or 0 for f in middle),
+        elided_bytes=sum(f.size or 0 for f in middle),
+        blocks=total,
+        rows=sum(f.rows or 0 for f in facts),
+        bytes=sum(f.size or 0 for f in facts),
+        kinds=kinds(facts),
     )
 
 
