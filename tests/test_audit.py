@@ -272,6 +272,9 @@ def test_flipped_slice_bit_fails_naming_the_block(built: Built, tmp_path: Path) 
     assert 'id="verdict-word">FAILED<' in page
     rows = [r for r in page.split('<tr class="problem">')[1:]]
     assert any(f'<td class="num">{seq}</td>' in r and "ERROR" in r for r in rows)
+    # and its row in the timeline is marked, the others not
+    assert page.count('<tr class="block broken">') == 1
+    assert f'<tr class="block broken"><td class="num">{seq}</td>' in page
 
 
 def test_a_damaged_block_still_gets_a_page(built: Built, tmp_path: Path) -> None:

@@ -37,6 +37,7 @@ background:#e2e8f0}
 .tag.write{background:#c6f6d5}.tag.schema{background:#feebc8}.tag.lineage{background:#bee3f8}
 .tag.transaction{background:#e9d8fd}.tag.derive{background:#fed7e2}.tag.seed{background:#fefcbf}
 .error{color:#c53030;font-weight:600}.warning{color:#b7791f;font-weight:600}
+tr.broken td{background:#fff5f5}.tag.failed{background:#c53030;color:#fff}
 .elided td{background:#fffff0;font-style:italic}
 ul{margin:0;padding:0;list-style:none}.added{color:#2f855a}.removed{color:#c53030}.changed{color:#b7791f}
 .graph{overflow-x:auto;background:#fff;border:1px solid #e2e8f0;padding:8px}
@@ -109,11 +110,15 @@ def _verdict(v: Verdict) -> str:
     return "".join(out)
 
 
-def _block_tr(row: BlockRow) -> str:
+def _block_tr(row: BlockRow, broken: frozenset[int]) -> str:
     tags = "".join(f'<span class="tag {_e(k)}">{_e(k)}</span>' for k in row.kinds)
+    marked = row.sequence_number in broken
+    if marked:
+        tags += '<span class="tag failed">error: see Problems</span>'
     detail = f"<br><small>{_e(row.detail)}</small>" if row.detail else ""
     return (
-        f'<tr class="block"><td class="num">{row.sequence_number}</td>'
+        f'<tr class="block{" broken" if marked else ""}">'
+        f'<td class="num">{row.sequence_number}</td>'
         f'<td class="hash nowrap" title="{_e(row.block_hash)}">{_e(_short(row.block_hash))}</td>'
         f'<td class="nowrap"><code>{_e(row.system_time)}</code></td>'
         f"<td>{_e(row.event)}<br>{tags}</td>"
@@ -123,9 +128,15 @@ def _block_tr(row: BlockRow) -> str:
     )
 
 
-def _timeline(t: Timeline) -> str:
+def _timeline(t: Timeline, v: Verdict) -> str:
+    """The blocks, those verify found an error in marked (they may sit among the elided)."""
+    broken = frozenset(
+        p.sequence_number
+        for p in v.problems
+        if p.severity == "error" and p.sequence_number is not None
+    )
     kinds = ", ".join(f"{count} {kind}" for kind, count in t.kinds)
-    rows = [_block_tr(r) for r in t.first]
+    rows = [_block_tr(r, broken) for r in t.first]
     if t.elided:
         what = ", ".join(f"{count} {kind}" for kind, count in t.elided_kinds)
         rows.append(
@@ -133,7 +144,7 @@ def _timeline(t: Timeline) -> str:
             f'</td><td class="num">{_n(t.elided_rows)}</td>'
             f'<td class="num">{_n(t.elided_bytes)}</td><td></td></tr>'
         )
-        rows.extend(_block_tr(r) for r in t.last)
+        rows.extend(_block_tr(r, broken) for r in t.last)
     return (
         f'<section id="timeline"><h2>Timeline of blocks</h2><p class="note">{_n(t.blocks)} '
         f"blocks, {_n(t.rows)} rows, {_n(t.bytes)} bytes of data: {_e(kinds)}. Block hashes "
@@ -262,7 +273,7 @@ def render_html(report: AuditReport) -> str:
         + _verdict(v)
         + notes
         + _receipts(report)
-        + (_timeline(report.timeline) if report.timeline else "")
+        + (_timeline(report.timeline, v) if report.timeline else "")
         + schemas
         + _lineage(report)
         + _upstream(report)
