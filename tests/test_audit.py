@@ -397,3 +397,25 @@ def test_a_long_chain_gives_a_page_of_the_same_size(tmp_path: Path) -> None:
     assert t.rows == sum(range(1, 61))
     page = render_html(report)
     assert page.count('<tr class="block">') == 50 and "… 12 blocks not shown" in page
+
+
+def test_lineage_picture_is_capped_per_dataset(built: Built) -> None:
+    """With room for one field per dataset, the rest are counted, and no edge is drawn to a
+    field left out."""
+    from odf_chain.views.audit_graph import lineage_graph
+    from odf_chain.views.audit_svg import lineage_svg
+    from odf_chain.views.lineage import LineageView
+
+    ds = Dataset.open(built.daily)
+    state = ds.state
+    view = LineageView.build(ds.lineage(), ds.location, state.sequence_number, str(state.head))
+    full, capped = lineage_graph(view), lineage_graph(view, max_fields=1)
+    assert all(len(d.nodes) == 1 for d in capped.datasets)
+    assert [d.hidden for d in capped.datasets] == [len(d.nodes) - 1 for d in full.datasets]
+    shown = {d.nodes[0].id for d in capped.datasets}
+    assert all(e.source in shown and e.target in shown for e in capped.edges)
+    assert capped.hidden_edges == len(full.edges) - len(capped.edges) > 0
+    svg = lineage_svg(full)
+    assert svg.count('<path class="edge') == len(full.edges)
+    assert svg.count('<g class="node') == sum(len(d.nodes) for d in full.datasets)
+    assert "more</text>" in lineage_svg(capped)
