@@ -20,3 +20,12 @@ if [ ! -f "$stamp" ]; then
   rm -f "$VENV"/.installed-*
   touch "$stamp"
 fi
+# Headless Chromium renders the audit report in tests/test_audit.py (which skips without it).
+# Best effort, as root with apt-get only (package lists refreshed if the first try fails):
+# set-up never fails for want of a browser.
+if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  export DEBIAN_FRONTEND=noninteractive
+  { apt-get install -y -q chromium || { apt-get update -q && apt-get install -y -q chromium; }; } \
+    >/dev/null 2>&1 ||
+    echo "setup: could not install chromium; tests/test_audit.py's browser test will skip" >&2
+fi

@@ -19,6 +19,7 @@ import argparse
 from collections.abc import Sequence
 
 from odf_chain.cli import (
+    audit,
     derive,
     export,
     fields,
@@ -63,7 +64,9 @@ __all__ = [
     "main",
 ]
 
-COMMANDS = (init, log, index, schema, fields, ingest, derive, gc, export, lineage, receipt, verify)
+COMMANDS = (
+    init, log, index, schema, fields, ingest, derive, gc, export, lineage, receipt, verify, audit,
+)  # fmt: skip
 """The commands in the order ``odf-chain --help`` lists them."""
 
 
