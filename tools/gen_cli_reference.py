@@ -69,9 +69,8 @@ def _usage(parser: argparse.ArgumentParser) -> str:
         text = _name(action).split(", ")[-1] if action.option_strings else _name(action)
         if action.nargs in ("*", "+") or isinstance(action, argparse._AppendAction):
             text += " ..."
-        if action.option_strings and not action.required:
-            text = f"[{text}]"
-        elif not action.option_strings and action.nargs == "?":
+        optional = not action.required if action.option_strings else action.nargs == "?"
+        if optional:
             text = f"[{text}]"
         parts.append(text)
     return " ".join(parts)
