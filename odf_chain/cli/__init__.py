@@ -61,6 +61,7 @@ __all__ = [
     "UsageError",
     "build_parser",
     "chain_verify_main",
+    "chain_verify_parser",
     "main",
 ]
 
@@ -88,13 +89,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     return _run(args.run, args)
 
 
-def chain_verify_main(argv: Sequence[str] | None = None) -> int:
+def chain_verify_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="chain-verify",
         description="Prove that a dataset's blocks and data are intact and every rule holds "
         "(same as 'odf-chain verify').",
     )
     verify.add_arguments(parser)
+    return parser
+
+
+def chain_verify_main(argv: Sequence[str] | None = None) -> int:
+    parser = chain_verify_parser()
     tolerant_stdout()
     args = parse(parser, argv)
     args.start_spark = _spark_session  # for --reproduce (see main)
