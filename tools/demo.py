@@ -283,10 +283,49 @@ def verified_numbers(target: Path, sensors: Path, inputs: Path) -> None:
     print(f"chain-verify --reproduce exited {code}: the numbers are not what the inputs give")
 
 
-def main(argv: list[str]) -> int:
-    target = Path(argv[1] if len(argv) > 1 else "demo-output").resolve()
+MARKER = ".odf-chain-demo"  # a directory holding it is the demo's own output: safe to remove
+MADE = {  # what the demo writes in its directory (an earlier version left no marker)
+    MARKER, "inputs", "sensors", "sensors-tampered", "sensors-rolled-back", "sensors-receipt.json",
+    "stations", "daily-stats", "daily-stats-forged", "daily-stats.datahub.json",
+}  # fmt: skip
+
+
+def _arguments(argv: list[str]) -> Path:
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="tools/demo.py",
+        description="Run the odf_chain demo (real Spark ingests, replay, lineage, a derived "
+        "dataset, verify and tamper detection) on data it generates.",
+    )
+    parser.add_argument(
+        "dir",
+        nargs="?",
+        default="demo-output",
+        help="where to write (default ./demo-output); replaced only if an earlier demo made it",
+    )
+    return Path(parser.parse_args(argv[1:]).dir).resolve()
+
+
+def _fresh(target: Path) -> None:
+    """Empty ``target`` for the demo: a directory the demo made before is removed; anything
+    else that exists (a file, a user's directory) is left alone and refused."""
+    if target.is_symlink() or (target.exists() and not target.is_dir()):
+        raise SystemExit(f"demo: {target} exists and is not a directory the demo made: not touched")
     if target.exists():
+        if not {entry.name for entry in target.iterdir()} <= MADE:
+            raise SystemExit(
+                f"demo: {target} exists and was not made by the demo: not removed (give a new "
+                "or empty directory)"
+            )
         shutil.rmtree(target)
+    target.mkdir(parents=True)
+    (target / MARKER).write_text("made by tools/demo.py; removed by its next run\n")
+
+
+def main(argv: list[str]) -> int:
+    target = _arguments(argv)
+    _fresh(target)
     inputs, dataset = target / "inputs", target / "sensors"
 
     banner("Generate 300,000 readings: four Avro files, two Parquet files with a new column")
