@@ -148,11 +148,11 @@ def derive(
         raise OdfChainError("derive needs a SparkSession (none is active)")
     opened = _inputs(inputs)
     out, seed = _open_output(output, create=create, hash=hash)
-    live = live_run(out.storage, job_name, str(uuid.uuid4()), chain.now())
+    emitting = live_run(out.storage, job_name, str(uuid.uuid4()), chain.now())
     try:
-        return _derive(spark, sql, opened, out, seed, live)
+        return _derive(spark, sql, opened, out, seed, emitting)
     except BaseException as exc:
-        live.failed(exc, discard=seed is not None)  # a run that began ends with FAIL
+        emitting.failed(exc, discard=seed is not None)  # a run that began ends with FAIL
         if seed is not None:
             out.abandon_layout()
         raise
@@ -164,9 +164,9 @@ def _derive(
     opened: list[tuple[str, Dataset]],
     out: Dataset,
     seed: PreparedBlock | None,
-    live: LiveRun,
+    emitting: LiveRun,
 ) -> DeriveResult:
-    hooks = (*POST_COMMIT_HOOKS, live.committed)
+    hooks = (*POST_COMMIT_HOOKS, emitting.committed)
     if seed is None:
         state = out.refresh()
         if state.dataset_kind != DatasetKind.DERIVATIVE:
@@ -189,7 +189,7 @@ def _derive(
             out.location,
             message=f"no new input data since block {state.sequence_number}: nothing appended",
         )
-    live.start(state)  # a run: before Spark runs anything
+    emitting.start(state)  # a run: before Spark runs anything
     if changed:
         tx.add(transform)  # checked by the rules now, before Spark runs anything
     conf = transform_run.run_conf(spark)
@@ -203,7 +203,9 @@ def _derive(
     if state.num_slices:
         live = out.to_table(at=str(state.head))
     changes = derived.changes(live, answer, state.vocab, tx.system_time)
-    run = _Run(df, live.job_name, live.run_id, live.started_at, reasons, spark.version, conf)
+    run = _Run(
+        df, emitting.job_name, emitting.run_id, emitting.started_at, reasons, spark.version, conf
+    )
     block = _write_run(tx, out, pinned, pins, answer, changes, run)
     with tx:
         if block is not None:
