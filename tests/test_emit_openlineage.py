@@ -128,6 +128,19 @@ def test_a_slow_backend_costs_the_bound_and_the_event_waits(
         assert server.arrived == 1  # never sent twice
 
 
+def test_a_backend_that_is_down_costs_the_bound_with_the_clients_own_retries(
+    ol_env: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    dataset = Dataset.create(tmp_path / "d")
+    state = dataset.refresh()
+    ol_env.setenv("OPENLINEAGE_URL", f"http://127.0.0.1:{free_port()}")  # retries with backoff
+    ol_env.setenv(config.TIMEOUT_VARIABLE, "0.5")
+    run = live_run(dataset.storage, "job", str(uuid.uuid4()), state.system_time)
+    run.start(state)  # returns after the bound: the client's retries go on in the background
+    assert run.last is not None and not run.last.finished
+    assert queued(tmp_path / "d") == [f"{run.run_id}.START.json"]
+
+
 # -- Spark writers -------------------------------------------------------------------------------
 
 
