@@ -15,7 +15,9 @@ from odf_chain import Dataset
 from odf_chain.emit import config, live_run, outbox, send_outbox
 from odf_chain.errors import NewColumnsError
 from odf_chain.export.openlineage import openlineage_events
+from odf_chain.gc import collect_garbage_path
 from odf_chain.state import lineage_of
+from odf_chain.verify import verify_path
 from tests.cli_run import run_main
 from tests.openlineage_server import LineageServer, free_port
 from tests.test_export_openlineage import rebuild
@@ -188,6 +190,11 @@ def test_a_backend_that_is_down_gets_the_events_with_the_next_write(
     assert Dataset.open(tmp_path / "d").refresh().head == first.head
     run = first.lineage.run.run_id
     assert queued(tmp_path / "d") == [f"{run}.COMPLETE.json", f"{run}.START.json"]
+    # the outbox is no leftover: verify reports nothing, gc removes nothing
+    report = verify_path(tmp_path / "d")
+    assert report.ok and not report.warnings, report.problems
+    assert collect_garbage_path(str(tmp_path / "d"), min_age=0).removed == []
+    assert len(queued(tmp_path / "d")) == 2
     with LineageServer(port) as server:
         second = write(spark_rows(spark), tmp_path / "d")
     assert [(e["run"]["runId"], e["eventType"]) for e in server.events] == [

@@ -26,6 +26,7 @@ from odf_chain.emit import config, delivery, outbox
 from odf_chain.events import AddData, ExecuteTransform, LineageRun, OffsetInterval
 from odf_chain.export.chain_view import InputOpener, LineageRunBlock
 from odf_chain.export.openlineage import (
+    DEFAULT_JOB_NAMESPACE,
     RunFacts,
     end_event,
     openlineage_run_id,
@@ -54,7 +55,7 @@ class LiveRun:
     run_id: str  # as the chain records it
     started_at: datetime
     client: Any = None
-    namespace: str = ""
+    namespace: str = DEFAULT_JOB_NAMESPACE
     timeout: float = config.DEFAULT_TIMEOUT
     key: str | None = None
     ended: bool = False
@@ -78,14 +79,21 @@ class LiveRun:
         except Exception:  # no room for it: it cannot be promised, so it is not sent either
             log.warning("OpenLineage: cannot queue the %s event", event.eventType, exc_info=True)
             return
-        self.last = delivery.deliver(self.storage, self.client, self.timeout)
-        if self.last.error is not None or not self.last.finished:
+        self.last = done = delivery.deliver(self.storage, self.client, self.timeout)
+        if not done.finished:
             log.warning(
-                "OpenLineage: %d event(s) of %s left in its outbox (%s); the next write or "
-                "odf-chain lineage --emit sends them",
-                self.last.left,
+                "OpenLineage: delivery to the backend still running after %s s; what it does "
+                "not send stays in the outbox of %s for the next write or odf-chain lineage --emit",
+                self.timeout,
                 self.storage.location,
-                self.last.error or f"not sent within {self.timeout} s",
+            )
+        elif done.left:
+            log.warning(
+                "OpenLineage: %d event(s) left in the outbox of %s (%s); the next write or "
+                "odf-chain lineage --emit sends them",
+                done.left,
+                self.storage.location,
+                done.error or f"not sent within {self.timeout} s",
             )
 
     # -- the three moments ----------------------------------------------------------------------
