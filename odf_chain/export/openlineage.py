@@ -43,7 +43,10 @@ group-by, sort) are listed under each field and the facet's ``dataset`` list is 
 only.
 
 Events are built with the openlineage-python client's classes and written with its serializer
-(keys sorted); lists are sorted, so two exports of one chain are byte-identical.
+(keys sorted); lists are sorted, so two exports of one chain are byte-identical. They are built
+from a run's :class:`RunFacts` by :func:`start_event` and :func:`end_event`, the builders live
+emission (:mod:`odf_chain.emit`) uses too: a run sent while it happens and the same run
+exported later carry the same run id and facets.
 """
 
 from __future__ import annotations
