@@ -21,6 +21,7 @@ from odf_chain.verify import verify_path
 from tests.cli_run import run_main
 from tests.openlineage_server import LineageServer, free_port
 from tests.test_export_openlineage import rebuild
+from tests.test_fs_storage import BACKENDS
 
 RETRY_NONE = '{"total": 0}'
 
@@ -107,6 +108,23 @@ def test_outbox_orders_start_before_complete_and_queues_once(tmp_path: Path) -> 
     assert outbox.pending(storage)[1].event["eventTime"] == "2026-01-01T00:00:01+00:00"
 
 
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_the_outbox_on_every_storage_backend(backend: str, tmp_path: Path) -> None:
+    storage = BACKENDS[backend](tmp_path)
+    run = str(uuid.uuid4())
+    for kind, time in (("COMPLETE", "01"), ("START", "00")):
+        event = {"eventType": kind, "eventTime": f"2026-01-01T00:00:{time}+00:00"}
+        outbox.put(storage, {**event, "run": {"runId": run}})
+    assert [e.name for e in outbox.pending(storage)] == [
+        f"{run}.START.json",
+        f"{run}.COMPLETE.json",
+    ]
+    outbox.remove(storage, f"{run}.START.json")
+    assert [e.event_type for e in outbox.pending(storage)] == ["COMPLETE"]
+    outbox.discard_run(storage, run)
+    assert outbox.pending(storage) == []
+
+
 def test_a_slow_backend_costs_the_bound_and_the_event_waits(
     ol_env: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -177,6 +195,24 @@ def test_one_write_sends_one_start_and_one_complete(
     assert exported[-1].run.runId == complete["run"]["runId"]
     assert exported[-1].outputs[0].facets["version"].datasetVersion == str(result.head)
     assert queued(tmp_path / "d") == []
+
+
+def test_a_write_of_no_rows_completes_at_the_head_it_left(
+    spark, ol_env: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from odf_chain.spark import write
+
+    first = write(spark_rows(spark), tmp_path / "d", create=True)  # nothing configured yet
+    with LineageServer() as server:
+        ol_env.setenv("OPENLINEAGE_URL", server.url)
+        empty = write(spark.createDataFrame([], "id long, name string"), tmp_path / "d")
+    assert empty.rows == 0 and empty.head == first.head
+    start, complete = server.events
+    assert (start["eventType"], complete["eventType"]) == ("START", "COMPLETE")
+    assert start["run"]["runId"] == complete["run"]["runId"]
+    (out,) = complete["outputs"]
+    assert out["facets"]["version"]["datasetVersion"] == str(first.head)
+    assert "columnLineage" not in out["facets"]
 
 
 def test_a_backend_that_is_down_gets_the_events_with_the_next_write(
