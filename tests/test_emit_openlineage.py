@@ -13,7 +13,7 @@ import pytest
 
 from odf_chain import Dataset
 from odf_chain.emit import config, live_run, outbox, send_outbox
-from odf_chain.errors import NewColumnsError
+from odf_chain.errors import NewColumnsError, OdfChainError
 from odf_chain.export.openlineage import openlineage_events
 from odf_chain.gc import collect_garbage_path
 from odf_chain.state import lineage_of
@@ -293,6 +293,19 @@ def test_a_failed_write_sends_start_and_fail(
     assert "NewColumnsError" in fail["run"]["facets"]["errorMessage"]["message"]
     rebuild(fail)
     assert queued(tmp_path / "d") == []
+
+
+def test_a_failed_first_write_leaves_no_dataset_and_no_outbox(
+    spark, ol_env: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from odf_chain.spark import write
+
+    http_transport(ol_env, f"http://127.0.0.1:{free_port()}")  # down: START and FAIL queued
+    rows = spark_rows(spark)
+    twice = rows.select("id", "name", rows.id.alias("name"))
+    with pytest.raises(OdfChainError, match="name"):
+        write(twice, tmp_path / "new", create=True)  # refused after START, before any job
+    assert not (tmp_path / "new").exists()
 
 
 def test_nothing_configured_sends_nothing(

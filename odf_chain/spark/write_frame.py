@@ -263,16 +263,14 @@ def write(
     started_at = chain.now()
     clock = time.perf_counter()
     spark = df.sparkSession
+    # the run's job and id are decided now: START carries them, and so do the lineage and COMPLETE
+    if isinstance(lineage, LineageRecorder):
+        run_job, run_id = lineage.job_name, lineage.run_id
+    else:
+        run_job = job_name or spark.conf.get("spark.app.name", "spark")
+        run_id = str(uuid.uuid4())
     dataset, seed = _open(dataset, create=create, hash=hash)
-    # the run's id is decided now: START carries it, and so do the lineage and the COMPLETE
-    live = live_run(
-        dataset.storage,
-        lineage.job_name
-        if isinstance(lineage, LineageRecorder)
-        else job_name or spark.conf.get("spark.app.name", "spark"),
-        lineage.run_id if isinstance(lineage, LineageRecorder) else str(uuid.uuid4()),
-        started_at,
-    )
+    live = live_run(dataset.storage, run_job, run_id, started_at)  # never raises
     hooks = (*POST_COMMIT_HOOKS, live.committed)
     try:
         path = dataset.path
