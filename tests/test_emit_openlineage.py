@@ -125,6 +125,19 @@ def test_the_outbox_on_every_storage_backend(backend: str, tmp_path: Path) -> No
     assert outbox.pending(storage) == []
 
 
+def test_emit_says_when_nothing_is_configured(ol_env: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    dataset = Dataset.create(tmp_path / "d")
+    done = run_main(["lineage", tmp_path / "d", "--emit"])
+    assert done.returncode == 0 and "0 OpenLineage event(s) sent, 0 left" in done.stdout
+    run = str(uuid.uuid4())
+    event = {"eventType": "START", "eventTime": "2026-01-01T00:00:00+00:00", "run": {"runId": run}}
+    outbox.put(dataset.storage, event)
+    done = run_main(["lineage", tmp_path / "d", "--emit"])
+    assert done.returncode == 2 and "OpenLineage is not configured" in done.stderr
+    done = run_main(["lineage", tmp_path / "d", "--emit", "--json"])
+    assert done.returncode == 2 and "--emit sends the outbox: no --json" in done.stderr
+
+
 def test_a_slow_backend_costs_the_bound_and_the_event_waits(
     ol_env: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -231,6 +244,9 @@ def test_a_backend_that_is_down_gets_the_events_with_the_next_write(
     assert report.ok and not report.warnings, report.problems
     assert collect_garbage_path(str(tmp_path / "d"), min_age=0).removed == []
     assert len(queued(tmp_path / "d")) == 2
+    done = run_main(["lineage", tmp_path / "d", "--emit"])  # still down: nothing sent
+    assert done.returncode == 1 and "0 OpenLineage event(s) sent, 2 left" in done.stdout
+    assert "not sent: ConnectionError" in done.stderr
     with LineageServer(port) as server:
         second = write(spark_rows(spark), tmp_path / "d")
     assert [(e["run"]["runId"], e["eventType"]) for e in server.events] == [
@@ -262,28 +278,15 @@ def test_a_slow_backend_never_holds_the_write_and_emit_sends_later(
     assert queued(tmp_path / "d") == []
 
 
-def test_emit_without_a_backend_says_so(spark, ol_env: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from odf_chain.spark import write
-
-    http_transport(ol_env, f"http://127.0.0.1:{free_port()}")
-    write(spark_rows(spark), tmp_path / "d", create=True)
-    done = run_main(["lineage", tmp_path / "d", "--emit"], spark=spark)
-    assert done.returncode == 1 and "0 OpenLineage event(s) sent, 2 left" in done.stdout
-    assert "not sent: ConnectionError" in done.stderr
-    for key in [k for k in os.environ if k.startswith("OPENLINEAGE")]:
-        ol_env.delenv(key)
-    done = run_main(["lineage", tmp_path / "d", "--emit"], spark=spark)
-    assert done.returncode == 2 and "OpenLineage is not configured" in done.stderr
-
-
 def test_a_failed_write_sends_start_and_fail(
     spark, ol_env: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     from odf_chain.spark import write
 
-    write(spark_rows(spark), tmp_path / "d", create=True)  # nothing configured: nothing sent
-    assert not (tmp_path / "d" / "info" / outbox.OUTBOX_DIR).exists()
     with LineageServer() as server:
+        write(spark_rows(spark), tmp_path / "d", create=True)  # nothing configured
+        assert server.arrived == 0  # nothing sent, nothing queued
+        assert not (tmp_path / "d" / "info" / outbox.OUTBOX_DIR).exists()
         ol_env.setenv("OPENLINEAGE_URL", server.url)
         with pytest.raises(NewColumnsError):
             write(spark_rows(spark, extra=True), tmp_path / "d")  # a new column, no evolve
@@ -306,17 +309,6 @@ def test_a_failed_first_write_leaves_no_dataset_and_no_outbox(
     with pytest.raises(OdfChainError, match="name"):
         write(twice, tmp_path / "new", create=True)  # refused after START, before any job
     assert not (tmp_path / "new").exists()
-
-
-def test_nothing_configured_sends_nothing(
-    spark, ol_env: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    from odf_chain.spark import write
-
-    with LineageServer() as server:
-        write(spark_rows(spark), tmp_path / "d", create=True)
-    assert server.arrived == 0
-    assert not (tmp_path / "d" / "info" / outbox.OUTBOX_DIR).exists()
 
 
 def test_ingest_and_derive_emit_their_runs(
