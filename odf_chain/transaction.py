@@ -16,8 +16,9 @@ A writer:
    ODF readers know);
 3. **moves** each slice it staged into ``data/<hash>`` (:meth:`Transaction.commit_data`);
 4. **commits**: one move of the head (:func:`odf_chain.chain.commit`), then the post-commit hooks
-   run in order (the derived index's update; lineage emission next), each best effort: a hook
-   never fails a write that committed.
+   run in order (the derived index's update; for the Spark writers and derive, the run's
+   OpenLineage COMPLETE, :meth:`odf_chain.emit.LiveRun.committed`, passed in ``hooks``), each
+   best effort: a hook never fails a write that committed.
 
 The failure policy, one for every writer: anything raised before the head moved withdraws what
 the transaction created (its slices in ``data/``, its block files) where that is proven safe

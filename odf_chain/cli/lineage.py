@@ -60,6 +60,13 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--json", action="store_true", help="same as --format json")
     parser.add_argument("-o", "--output", metavar="FILE", help="write to FILE, not stdout")
+    parser.add_argument(
+        "--emit",
+        action="store_true",
+        help="send the OpenLineage events DIR's outbox holds (those a write could not deliver) "
+        "to the configured backend (OPENLINEAGE_URL, OPENLINEAGE__TRANSPORT__*, openlineage.yml); "
+        "exit 1 if some are left",
+    )
     parser.set_defaults(run=run)
 
 
@@ -119,7 +126,40 @@ def _emit(text: str | bytes, output_file: str | None) -> None:
         out.write(data)
 
 
+def _send(args: argparse.Namespace) -> int:
+    """``--emit``: the outbox sent, and how many events went and stayed."""
+    given = [
+        flag
+        for flag, value in (
+            ("FIELD", args.field),
+            ("--at", args.at != "head"),
+            ("--verified", args.verified),
+            ("--dataset", args.dataset),
+            ("--upstream", args.upstream),
+            ("--downstream", args.downstream),
+            ("--depth", args.depth),
+            ("--offset", args.offset is not None),
+            ("--format", args.format),
+            ("--json", args.json),
+            ("-o", args.output),
+        )
+        if value
+    ]
+    if given:
+        raise UsageError(f"--emit sends the outbox: no {', '.join(given)}")
+    from odf_chain.emit import send_outbox  # the OpenLineage client: only when asked for
+
+    result = send_outbox(Dataset.open(args.dir).storage)
+    print(f"{len(result.sent)} OpenLineage event(s) sent, {result.left} left in the outbox")
+    if result.left:
+        print(f"odf-chain: not sent: {result.error}", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.emit:
+        return _send(args)
     output = _format(args)
     _check_usage(args, output)
     direction = "upstream" if args.upstream else "downstream" if args.downstream else None

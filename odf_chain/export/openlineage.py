@@ -43,13 +43,17 @@ group-by, sort) are listed under each field and the facet's ``dataset`` list is 
 only.
 
 Events are built with the openlineage-python client's classes and written with its serializer
-(keys sorted); lists are sorted, so two exports of one chain are byte-identical.
+(keys sorted); lists are sorted, so two exports of one chain are byte-identical. They are built
+from a run's :class:`RunFacts` by :func:`start_event` and :func:`end_event`, the builders live
+emission (:mod:`odf_chain.emit`) uses too: a run sent while it happens and the same run
+exported later carry the same run id and facets.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ClassVar
@@ -69,6 +73,7 @@ from openlineage.client.facet_v2 import (
     RunFacet,
     column_lineage_dataset,
     dataset_version_dataset,
+    error_message_run,
     job_type_job,
     output_statistics_output_dataset,
     schema_dataset,
@@ -85,6 +90,7 @@ from odf_chain.events import (
     FieldOperation,
     LineageInput,
     LineageRun,
+    OffsetInterval,
     TransformationType,
 )
 from odf_chain.export.chain_view import (
@@ -280,11 +286,35 @@ def column_lineage_facet(
 # -- events ---------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class RunFacts:
+    """One run as its events tell it: what the file export reads from a chain
+    (:func:`run_facts`) and live emission (:mod:`odf_chain.emit`) knows as the write goes, so
+    both build their events with the same functions (:func:`start_event`, :func:`end_event`).
+
+    ``run_id`` is OpenLineage's (a UUID, :func:`openlineage_run_id`); ``version`` the dataset
+    version once the run is done (the hash of the block it ended at; None: not known or not
+    done); ``lineage`` None for a run that recorded none (its events then carry no
+    ``columnLineage`` and no inputs); ``run_facet`` None before the run has a block."""
+
+    key: str  # the output dataset's id text
+    job_name: str
+    run_id: str
+    started_at: datetime
+    ended_at: datetime | None = None
+    lineage: AddFieldLineage | None = None
+    schema: pa.Schema | None = None
+    version: str | None = None
+    slices: tuple[DataSlice, ...] = ()
+    offsets: OffsetInterval | None = None
+    run_facet: OdfChainRunFacet | None = None
+
+
 def _time(moment: datetime) -> str:
     return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).isoformat()
 
 
-def _run_facet(view: ChainView, run: LineageRunBlock) -> OdfChainRunFacet:
+def _run_facet(key: str, run: LineageRunBlock) -> OdfChainRunFacet:
     event = run.event
     offsets = event.run.offsets
     drops = sorted(
@@ -295,7 +325,7 @@ def _run_facet(view: ChainView, run: LineageRunBlock) -> OdfChainRunFacet:
     )
     return OdfChainRunFacet(
         runId=event.run.run_id,
-        datasetId=view.key,
+        datasetId=key,
         blockSequenceNumber=run.entry.block.sequence_number,
         blockHash=str(run.entry.hash),
         offsets=None if offsets is None else {"start": offsets.start, "end": offsets.end},
@@ -307,9 +337,11 @@ def _run_facet(view: ChainView, run: LineageRunBlock) -> OdfChainRunFacet:
     )
 
 
-def _inputs(event: AddFieldLineage, opener: InputOpener, with_facets: bool) -> list[InputDataset]:
+def _inputs(
+    event: AddFieldLineage | None, opener: InputOpener | None, with_facets: bool
+) -> list[InputDataset]:
     inputs = []
-    for pinned in event.inputs:
+    for pinned in () if event is None else event.inputs:
         namespace, name = _input_name(pinned)
         facets: dict[str, Any] = {}
         if with_facets:
@@ -318,7 +350,7 @@ def _inputs(event: AddFieldLineage, opener: InputOpener, with_facets: bool) -> l
                 facets["version"] = dataset_version_dataset.DatasetVersionDatasetFacet(
                     datasetVersion=str(version), producer=PRODUCER
                 )
-            schema = opener.schema(pinned) if pinned.is_dataset else None
+            schema = opener.schema(pinned) if pinned.is_dataset and opener is not None else None
             if schema is not None:
                 facets["schema"] = schema_facet(schema)
         inputs.append(InputDataset(namespace=namespace, name=name, facets=facets))
@@ -331,71 +363,123 @@ def _slice_of(entry: BlockEntry) -> DataSlice:
     return event.new_data
 
 
-def _output(
-    view: ChainView, run: LineageRunBlock, with_facets: bool, indirect: bool = True
-) -> OutputDataset:
+def _output(facts: RunFacts, with_facets: bool, indirect: bool = True) -> OutputDataset:
     facets: dict[str, Any] = {}
     output_facets: dict[str, Any] = {}
     if with_facets:
-        if run.schema is not None:
-            facets["schema"] = schema_facet(run.schema)
-        facets["columnLineage"] = column_lineage_facet(run.event, indirect=indirect)
-        done = run.completed_by
-        offsets = run.event.run.offsets
-        if done is not None and offsets is not None:
+        if facts.schema is not None:
+            facets["schema"] = schema_facet(facts.schema)
+        if facts.lineage is not None:
+            facets["columnLineage"] = column_lineage_facet(facts.lineage, indirect=indirect)
+        if facts.version is not None:
             facets["version"] = dataset_version_dataset.DatasetVersionDatasetFacet(
-                datasetVersion=str(done.hash), producer=PRODUCER
+                datasetVersion=facts.version, producer=PRODUCER
             )
-            slices = [_slice_of(entry) for entry in run.data]
-            output_facets["outputStatistics"] = (
-                output_statistics_output_dataset.OutputStatisticsOutputDatasetFacet(
-                    rowCount=offsets.end - offsets.start + 1,
-                    size=sum(s.size for s in slices),
-                    fileCount=len(slices),
-                    producer=PRODUCER,
+            if facts.offsets is not None:
+                output_facets["outputStatistics"] = (
+                    output_statistics_output_dataset.OutputStatisticsOutputDatasetFacet(
+                        rowCount=facts.offsets.end - facts.offsets.start + 1,
+                        size=sum(s.size for s in facts.slices),
+                        fileCount=len(facts.slices),
+                        producer=PRODUCER,
+                    )
                 )
-            )
     return OutputDataset(
-        namespace=ODF_NAMESPACE, name=view.key, facets=facets, outputFacets=output_facets
+        namespace=ODF_NAMESPACE, name=facts.key, facets=facets, outputFacets=output_facets
     )
 
 
-def _run_events(
-    view: ChainView, run: LineageRunBlock, namespace: str, opener: InputOpener, indirect: bool
-) -> list[RunEvent]:
-    recorded = run.event.run
-    job = Job(
+def _job(facts: RunFacts, namespace: str) -> Job:
+    return Job(
         namespace=namespace,
-        name=recorded.job_name,
+        name=facts.job_name,
         facets={
             "jobType": job_type_job.JobTypeJobFacet(
                 processingType="BATCH", integration="ODF_CHAIN", jobType="JOB", producer=PRODUCER
             )
         },
     )
-    ol_run = Run(
-        runId=openlineage_run_id(view.key, recorded),
-        facets={RUN_FACET_KEY: _run_facet(view, run)},
+
+
+def _run(facts: RunFacts, extra: Mapping[str, RunFacet] | None = None) -> Run:
+    facets: dict[str, RunFacet] = (
+        {} if facts.run_facet is None else {RUN_FACET_KEY: facts.run_facet}
     )
-    start = RunEvent(
+    return Run(runId=facts.run_id, facets={**facets, **(extra or {})})
+
+
+def start_event(facts: RunFacts, namespace: str = DEFAULT_JOB_NAMESPACE) -> RunEvent:
+    """The run's START: at its start time, with the job, the run and the names of its inputs
+    (those known: a live START is sent before the plan is read) and of its output."""
+    return RunEvent(
         eventType=RunState.START,
-        eventTime=_time(recorded.started_at),
-        run=ol_run,
-        job=job,
-        inputs=_inputs(run.event, opener, with_facets=False),
-        outputs=[_output(view, run, with_facets=False)],
+        eventTime=_time(facts.started_at),
+        run=_run(facts),
+        job=_job(facts, namespace),
+        inputs=_inputs(facts.lineage, None, with_facets=False),
+        outputs=[_output(facts, with_facets=False)],
         producer=PRODUCER,
     )
-    complete = RunEvent(
-        eventType=RunState.COMPLETE,
-        eventTime=_time(recorded.ended_at or recorded.started_at),
-        run=ol_run,
-        job=job,
-        inputs=_inputs(run.event, opener, with_facets=True),
-        outputs=[_output(view, run, with_facets=True, indirect=indirect)],
+
+
+def end_event(
+    facts: RunFacts,
+    namespace: str = DEFAULT_JOB_NAMESPACE,
+    *,
+    opener: InputOpener | None = None,
+    indirect: bool = True,
+    error: BaseException | None = None,
+) -> RunEvent:
+    """The run's COMPLETE, or with ``error`` its FAIL (with OpenLineage's ``errorMessage`` run
+    facet), at its end time (the start time when none is known): inputs with their versions
+    (and schemas, when ``opener`` can open them), the output with its facets."""
+    extra: dict[str, RunFacet] = {}
+    if error is not None:
+        extra["errorMessage"] = error_message_run.ErrorMessageRunFacet(
+            message=f"{type(error).__name__}: {error}",
+            programmingLanguage="PYTHON",
+            producer=PRODUCER,
+        )
+    return RunEvent(
+        eventType=RunState.COMPLETE if error is None else RunState.FAIL,
+        eventTime=_time(facts.ended_at or facts.started_at),
+        run=_run(facts, extra),
+        job=_job(facts, namespace),
+        inputs=_inputs(facts.lineage, opener, with_facets=True),
+        outputs=[_output(facts, with_facets=True, indirect=indirect)],
         producer=PRODUCER,
     )
-    return [start, complete]
+
+
+def run_facts(key: str, run: LineageRunBlock) -> RunFacts:
+    """The facts of one lineage run of a chain (``key``: the dataset's id text): the version
+    and statistics once the run's last record is in the chain as far as it was read."""
+    recorded = run.event.run
+    done = run.completed_by
+    finished = done is not None and recorded.offsets is not None
+    return RunFacts(
+        key=key,
+        job_name=recorded.job_name,
+        run_id=openlineage_run_id(key, recorded),
+        started_at=recorded.started_at,
+        ended_at=recorded.ended_at,
+        lineage=run.event,
+        schema=run.schema,
+        version=str(done.hash) if finished else None,  # type: ignore[union-attr]
+        slices=tuple(_slice_of(entry) for entry in run.data) if finished else (),
+        offsets=recorded.offsets if finished else None,
+        run_facet=_run_facet(key, run),
+    )
+
+
+def _run_events(
+    view: ChainView, run: LineageRunBlock, namespace: str, opener: InputOpener, indirect: bool
+) -> list[RunEvent]:
+    facts = run_facts(view.key, run)
+    return [
+        start_event(facts, namespace),
+        end_event(facts, namespace, opener=opener, indirect=indirect),
+    ]
 
 
 def openlineage_events(

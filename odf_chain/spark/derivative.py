@@ -24,6 +24,7 @@ import pyarrow as pa
 from odf_chain import chain, derived, slice_writer
 from odf_chain.chain import BlockEntry, PreparedBlock
 from odf_chain.dataset import Dataset
+from odf_chain.emit.live_run import LiveRun, live_run
 from odf_chain.errors import NotFoundError, OdfChainError, StorageError
 from odf_chain.events import (
     AddFieldLineage,
@@ -41,7 +42,7 @@ from odf_chain.schema.widening import adopt_schema, refuse_narrowing
 from odf_chain.slices import os_reason
 from odf_chain.spark import transform_run
 from odf_chain.state import LINEAGE_KEY
-from odf_chain.transaction import Transaction
+from odf_chain.transaction import POST_COMMIT_HOOKS, Transaction
 
 _ALIAS = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -147,9 +148,11 @@ def derive(
         raise OdfChainError("derive needs a SparkSession (none is active)")
     opened = _inputs(inputs)
     out, seed = _open_output(output, create=create, hash=hash)
+    emitting = live_run(out.storage, job_name, str(uuid.uuid4()), chain.now())
     try:
-        return _derive(spark, sql, opened, out, seed, job_name)
-    except BaseException:
+        return _derive(spark, sql, opened, out, seed, emitting)
+    except BaseException as exc:
+        emitting.failed(exc, discard=seed is not None)  # a run that began ends with FAIL
         if seed is not None:
             out.abandon_layout()
         raise
@@ -161,9 +164,9 @@ def _derive(
     opened: list[tuple[str, Dataset]],
     out: Dataset,
     seed: PreparedBlock | None,
-    job_name: str,
+    emitting: LiveRun,
 ) -> DeriveResult:
-    started_at = chain.now()
+    hooks = (*POST_COMMIT_HOOKS, emitting.committed)
     if seed is None:
         state = out.refresh()
         if state.dataset_kind != DatasetKind.DERIVATIVE:
@@ -171,9 +174,9 @@ def _derive(
                 f"{out.location} is a root dataset: derive writes derivative datasets "
                 "(give a new OUTPUT with --create)"
             )
-        tx = Transaction.begin(out.storage, state)
+        tx = Transaction.begin(out.storage, state, hooks=hooks)
     else:
-        tx = Transaction.create(out.storage, seed)
+        tx = Transaction.create(out.storage, seed, hooks=hooks)
     state = tx.state
     pinned = [transform_run.pin(alias, dataset) for alias, dataset in opened]
     transform = derived.sql_transform(
@@ -186,6 +189,7 @@ def _derive(
             out.location,
             message=f"no new input data since block {state.sequence_number}: nothing appended",
         )
+    emitting.start(state)  # a run: before Spark runs anything
     if changed:
         tx.add(transform)  # checked by the rules now, before Spark runs anything
     conf = transform_run.run_conf(spark)
@@ -199,7 +203,9 @@ def _derive(
     if state.num_slices:
         live = out.to_table(at=str(state.head))
     changes = derived.changes(live, answer, state.vocab, tx.system_time)
-    run = _Run(df, job_name, started_at, reasons, spark.version, conf)
+    run = _Run(
+        df, emitting.job_name, emitting.run_id, emitting.started_at, reasons, spark.version, conf
+    )
     block = _write_run(tx, out, pinned, pins, answer, changes, run)
     with tx:
         if block is not None:
@@ -227,6 +233,7 @@ class _Run:
 
     df: object
     job_name: str
+    run_id: str  # decided when the run began: its START carries it
     started_at: datetime
     reasons: tuple[str, ...]
     version: str
@@ -247,7 +254,7 @@ def _lineage(run: _Run, tx: Transaction, offsets: OffsetInterval | None) -> AddF
     inputs, operations = parts
     record = LineageRun(
         job_name=run.job_name,
-        run_id=str(uuid.uuid4()),
+        run_id=run.run_id,
         started_at=run.started_at,
         ended_at=chain.now(tx.system_time),
         offsets=offsets,

@@ -77,6 +77,7 @@ import pyarrow as pa
 from odf_chain import chain, rules
 from odf_chain.chain import BlockEntry
 from odf_chain.dataset import Dataset
+from odf_chain.emit.live_run import live_run
 from odf_chain.errors import NotFoundError, OdfChainError, SchemaError
 from odf_chain.events import AddFieldLineage, LineageRun, OffsetInterval
 from odf_chain.format.multihash import BLAKE3, Multihash
@@ -108,7 +109,7 @@ from odf_chain.spark.storage_failures import storage_failures
 from odf_chain.spark.workers import use_this_python
 from odf_chain.spark.write_lineage import _lineage_event, _plan_lineage
 from odf_chain.state import SOURCE_KEY, DatasetState
-from odf_chain.transaction import Transaction
+from odf_chain.transaction import POST_COMMIT_HOOKS, Transaction
 
 
 @dataclass(frozen=True)
@@ -261,7 +262,16 @@ def write(
     timings: dict[str, float] = {}
     started_at = chain.now()
     clock = time.perf_counter()
+    spark = df.sparkSession
+    # the run's job and id are decided now: START carries them, and so do the lineage and COMPLETE
+    if isinstance(lineage, LineageRecorder):
+        run_job, run_id = lineage.job_name, lineage.run_id
+    else:
+        run_job = job_name or spark.conf.get("spark.app.name", "spark")
+        run_id = str(uuid.uuid4())
     dataset, seed = _open(dataset, create=create, hash=hash)
+    live = live_run(dataset.storage, run_job, run_id, started_at)  # never raises
+    hooks = (*POST_COMMIT_HOOKS, live.committed)
     try:
         path = dataset.path
         storage = dataset.storage
@@ -270,17 +280,17 @@ def write(
             _check_state(dataset, state)
         # a new dataset's Seed is the transaction's first block: a failed write creates none
         if seed is not None:
-            tx = Transaction.create(storage, seed, transaction=transaction)
+            tx = Transaction.create(storage, seed, transaction=transaction, hooks=hooks)
         else:  # refuses a rolled-back head, proves the transaction pair, before any job
-            tx = Transaction.begin(storage, state, transaction=transaction)
+            tx = Transaction.begin(storage, state, transaction=transaction, hooks=hooks)
         if tx.already_recorded:
             return IngestResult(
                 path, 0, 0, 0, [], tx.base.head, timings, skipped_transaction=transaction
             )
+        live.start(tx.state)  # before Spark runs any job
         state = tx.state
         algorithm = tx.algorithm
         system_time = tx.system_time  # one time for the transaction's blocks and rows
-        spark = df.sparkSession
 
         _refuse_duplicate_columns(df)
         check_nesting(df.schema)
@@ -326,7 +336,9 @@ def write(
                 timings["offsets"] = time.perf_counter() - clock
                 if total == 0:
                     if seed is not None:  # an empty first write still creates the dataset
-                        Transaction.create(storage, seed).commit()
+                        Transaction.create(storage, seed, hooks=hooks).commit()
+                    else:
+                        live.unchanged(state)
                     return IngestResult(path, 0, 0, 0, [], state.head, timings)
                 # refused once there are rows: a header-only CSV's columns are strings by default
                 refuse_narrowing(narrowed, f"{dataset.location}: {_input or 'the DataFrame'}")
@@ -397,8 +409,8 @@ def write(
                     lineage,
                     schema,
                     run=LineageRun(
-                        job_name=job_name or spark.conf.get("spark.app.name", "spark"),
-                        run_id=str(uuid.uuid4()),
+                        job_name=live.job_name,
+                        run_id=live.run_id,
                         started_at=started_at,
                         ended_at=chain.now(system_time),  # the slices are written: run done
                         offsets=OffsetInterval(
@@ -452,7 +464,9 @@ def write(
             if persist:
                 shaped.unpersist()
             storage.discard_area(staging)
-    except BaseException:
+    except BaseException as exc:
+        # a run that began ends with FAIL (one that committed has sent its COMPLETE)
+        live.failed(exc, discard=seed is not None)
         if seed is not None:  # this call laid the dataset out: no head, so no dataset
             dataset.abandon_layout()
         raise

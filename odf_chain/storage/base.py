@@ -213,8 +213,9 @@ class DerivedStore(Located, Protocol):
         """The bytes of ``info/<relative>`` (a regular file, at most ``limit`` bytes, no symlink
         followed), or None when it is missing."""
 
-    def write_derived(self, relative: str, data: bytes) -> None:
-        """Replace ``info/<relative>`` whole (temporary file, then rename; no fsync)."""
+    def write_derived(self, relative: str, data: bytes, *, durable: bool = False) -> None:
+        """Replace ``info/<relative>`` whole (temporary file, then rename; no fsync unless
+        ``durable``: then the file is on disk when this returns)."""
 
     def overwrite_derived(self, relative: str, data: bytes) -> None:
         """Replace the content of ``info/<relative>`` where it is (no new file, no rename: the

@@ -371,7 +371,8 @@ class FsStorage(FsHead):
         except OSError as exc:
             raise StorageError(f"cannot read {self._join(path)}: {exc}") from exc
 
-    def write_derived(self, relative: str, data: bytes) -> None:
+    def write_derived(self, relative: str, data: bytes, *, durable: bool = False) -> None:
+        """``durable`` changes nothing: an object store's upload is durable once it returns."""
         path = f"{DERIVED_DIR}/{check_derived(relative)}"
         parent = path.rpartition("/")[0]
         # local and HDFS filesystems need the folder; object stores have none

@@ -44,9 +44,11 @@ class LocalDerived(DatasetDir):
         except OSError as exc:
             raise storage_error(exc, "read", self._root / path) from exc
 
-    def write_derived(self, relative: str, data: bytes) -> None:
+    def write_derived(self, relative: str, data: bytes, *, durable: bool = False) -> None:
         """See :meth:`Storage.write_derived`. A cache needs no fsync: a crash leaves the old
-        file or the new one (rename), and readers check what they use."""
+        file or the new one (rename), and readers check what they use. ``durable`` (a queue
+        such as the OpenLineage outbox, whose file stands for a promise to send) fsyncs the
+        file before the rename and the folder after it."""
         parent, _, name = f"{DERIVED_DIR}/{check_derived(relative)}".rpartition("/")
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         with os_errors("write", self._root / parent / name), self._dir(parent, create=True) as d:
@@ -55,9 +57,13 @@ class LocalDerived(DatasetDir):
             try:
                 try:
                     write_all(fd, data)
+                    if durable:
+                        os.fsync(fd)
                 finally:
                     os.close(fd)
                 os.rename(tmp, name, src_dir_fd=d, dst_dir_fd=d)
+                if durable:
+                    os.fsync(d)
             except BaseException:
                 with contextlib.suppress(OSError):
                     os.unlink(tmp, dir_fd=d)
