@@ -86,7 +86,9 @@ def start_spark(master: str):
     # Python workers run this interpreter (with odf_chain and pyarrow), not whatever python3
     # is first on PATH; a cluster sets its own.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    return start_quiet_session(master, "odf-chain ingest", {"spark.sql.session.timeZone": "UTC"})
+    # no stage bars: Spark's "[Stage 7:=>  (3 + 2) / 40]" names none of odf_chain's phases
+    conf = {"spark.sql.session.timeZone": "UTC", "spark.ui.showConsoleProgress": "false"}
+    return start_quiet_session(master, "odf-chain ingest", conf)
 
 
 def run(args: argparse.Namespace) -> int:
