@@ -20,6 +20,7 @@ from collections.abc import Sequence
 
 from odf_chain.cli import (
     derive,
+    diff,
     export,
     fields,
     gc,
@@ -63,7 +64,21 @@ __all__ = [
     "main",
 ]
 
-COMMANDS = (init, log, index, schema, fields, ingest, derive, gc, export, lineage, receipt, verify)
+COMMANDS = (
+    init,
+    log,
+    diff,
+    index,
+    schema,
+    fields,
+    ingest,
+    derive,
+    gc,
+    export,
+    lineage,
+    receipt,
+    verify,
+)
 """The commands in the order ``odf-chain --help`` lists them."""
 
 

@@ -6,12 +6,16 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
+import pyarrow as pa
+
 from odf_chain.cli.common import (
     EXIT_FAILED,
     EXIT_OK,
     REF_HELP,
     VERIFIED_HELP,
     UsageError,
+    count,
+    examples,
     print_json,
 )
 from odf_chain.dataset import Dataset
@@ -80,11 +84,12 @@ def _history(directory: str, as_json: bool, verified: bool) -> int:
         print(
             f"block {block.sequence_number}  {change.entry.hash}  {block.system_time.isoformat()}"
         )
+        # one form for every version: the fields added, removed or changed, by v2 path; the
+        # first version is what it adds to no schema at all
         if change.diff is None:
-            print(f"  initial schema: {len(change.schema)} fields")
-            for line in change.schema.to_string(show_schema_metadata=False).splitlines():
-                print(f"    {line}")
-        for line in change.diff.lines() if change.diff is not None else ():
+            print(f"  initial schema: {count(len(change.schema), 'field')}")
+        diff = change.diff or diff_schemas(pa.schema([]), change.schema)
+        for line in diff.lines():
             print(f"  {line}")
     return EXIT_OK
 
