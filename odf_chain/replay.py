@@ -183,9 +183,7 @@ def select(entries: list[BlockEntry], ref: Ref) -> int:
     if sel.prefix is not None:
         names = [str(entry.hash) for entry in entries]
         forms = _prefix_forms(sel.prefix)
-        found = _one_match(
-            sel.prefix, [n for n in names if n.startswith(forms)], "the chain"
-        )
+        found = _one_match(sel.prefix, [n for n in names if n.startswith(forms)], "the chain")
         return names.index(found)
     if sel.block_hash is not None:
         for i, entry in enumerate(entries):

@@ -22,6 +22,7 @@ from odf_chain.cli.common import (
     EXIT_OK,
     SINGLE_WRITER_HELP,
     count,
+    examples,
 )
 from odf_chain.dataset import Dataset
 from odf_chain.errors import NotFoundError
@@ -33,7 +34,16 @@ if TYPE_CHECKING:
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser(
-        "ingest", help="ingest files with Spark: Parquet slices and blocks, one transaction"
+        "ingest",
+        help="ingest files with Spark: Parquet slices and blocks, one transaction",
+        description="Read CSV, JSON, Parquet or Avro files with Spark and append them to the "
+        "dataset as Parquet slices and blocks, all or nothing, with the run's field lineage and "
+        "each input file's hash recorded (a file already ingested is skipped). Spark starts "
+        "after the arguments are checked; its own output goes to a log file.",
+        epilog=examples(
+            "odf-chain ingest DIR data/*.csv --format csv --create",
+            "odf-chain ingest DIR s3://bucket/in/ --format parquet --event-time ts --evolve",
+        ),
     )
     parser.add_argument("dir", help=DIR_HELP)
     parser.add_argument("inputs", nargs="+", metavar="INPUT", help="files, folders or globs")

@@ -30,11 +30,20 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="the schema at a block, its history, or a compatibility check of two schema files",
         usage="odf-chain schema DIR [--at REF | --history] [--json]\n"
         "       odf-chain schema check OLD NEW [--table NAME] [--json]",
+        description="The schema in force at a block; with --history, every SetDataSchema as "
+        "the fields it adds, removes or changes (v2 paths; the first one as the fields it "
+        "declares); 'schema check OLD NEW': whether a dataset with schema OLD may evolve to NEW "
+        "(exit 1 if not). Schema files: .avsc (Avro), .json (DataMine) or .parquet.",
+        epilog=examples(
+            "odf-chain schema DIR --at 3",
+            "odf-chain schema DIR --history",
+            "odf-chain schema check old.avsc new.avsc",
+        ),
     )
     parser.add_argument("target", nargs="+", metavar="DIR | check OLD NEW")
     parser.add_argument("--at", default="head", metavar="REF", help=REF_HELP)
     parser.add_argument("--verified", action="store_true", help=VERIFIED_HELP)
-    parser.add_argument("--history", action="store_true", help="every SetDataSchema with its diff")
+    parser.add_argument("--history", action="store_true", help="every SetDataSchema, as the fields it adds, removes or changes")
     parser.add_argument("--table", help="which table of DataMine documents (check)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.set_defaults(run=run)
