@@ -42,9 +42,7 @@ def people(tmp_path_factory: pytest.TempPathFactory) -> Path:
     ds = Dataset.create(root)
     ds.write(pa.table({"id": pa.array([1, 2, 3], pa.int64()), "name": ["a", "b", "c"]}))
     ds.append(SetInfo(description="people", keywords=("a", "b")))
-    ds.set_schema(
-        pa.schema([("id", pa.int64()), ("name", pa.string()), ("age", pa.int64())])
-    )
+    ds.set_schema(pa.schema([("id", pa.int64()), ("name", pa.string()), ("age", pa.int64())]))
     rec = LineageRecorder("load", run_id="r-1")
     raw = rec.external_input("csv", "file:///src/people.csv")
     read = rec.read("read", raw, ["id", "name", "age"])

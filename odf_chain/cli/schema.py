@@ -43,7 +43,11 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("target", nargs="+", metavar="DIR | check OLD NEW")
     parser.add_argument("--at", default="head", metavar="REF", help=REF_HELP)
     parser.add_argument("--verified", action="store_true", help=VERIFIED_HELP)
-    parser.add_argument("--history", action="store_true", help="every SetDataSchema, as the fields it adds, removes or changes")
+    parser.add_argument(
+        "--history",
+        action="store_true",
+        help="every SetDataSchema, as the fields it adds, removes or changes",
+    )
     parser.add_argument("--table", help="which table of DataMine documents (check)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.set_defaults(run=run)
