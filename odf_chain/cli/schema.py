@@ -6,8 +6,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-import pyarrow as pa
-
 from odf_chain.cli.common import (
     EXIT_FAILED,
     EXIT_OK,
@@ -20,6 +18,7 @@ from odf_chain.cli.common import (
 )
 from odf_chain.dataset import Dataset
 from odf_chain.schema.evolution import check_evolution, diff_schemas
+from odf_chain.schema.paths import schema_fields
 from odf_chain.schema_files import load_schema_file
 from odf_chain.views.blocks import schema_to_jsonable, state_to_jsonable
 
@@ -97,12 +96,13 @@ def _history(directory: str, as_json: bool, verified: bool) -> int:
         print(
             f"block {block.sequence_number}  {change.entry.hash}  {block.system_time.isoformat()}"
         )
-        # one form for every version: the fields added, removed or changed, by v2 path; the
-        # first version is what it adds to no schema at all
+        # one form for every version: fields added, removed or changed, by v2 path; the first
+        # version adds every field (nested ones after their parents)
         if change.diff is None:
             print(f"  initial schema: {count(len(change.schema), 'field')}")
-        diff = change.diff or diff_schemas(pa.schema([]), change.schema)
-        for line in diff.lines():
+            for info in schema_fields(change.schema):
+                print(f"  + {info.path}")
+        for line in change.diff.lines() if change.diff is not None else ():
             print(f"  {line}")
     return EXIT_OK
 

@@ -26,6 +26,7 @@ from odf_chain.derived import RunRecord
 from odf_chain.errors import OdfChainError
 from odf_chain.events import AddFieldLineage, ExecuteTransform, SetDataSchema
 from odf_chain.schema.evolution import diff_schemas
+from odf_chain.schema.paths import schema_fields
 from odf_chain.state import DatasetState, lineage_of, recorded_transaction
 from odf_chain.storage import Storage
 
@@ -192,8 +193,12 @@ def _schema_changes(
     before: DatasetState, after: DatasetState, entries: list[BlockEntry]
 ) -> SchemaChanges:
     diff = diff_schemas(before.schema or pa.schema([]), after.schema or pa.schema([]))
+    added = tuple(diff.added)
+    if before.schema is None and after.schema is not None:
+        # the first schema adds every field, nested ones too, as 'schema --history' lists it
+        added = tuple(info.path for info in schema_fields(after.schema))
     return SchemaChanges(
-        added=tuple(diff.added),
+        added=added,
         removed=tuple(diff.removed),
         retyped=tuple(diff.retyped),
         nullability=tuple(diff.nullability),
