@@ -14,8 +14,9 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, TextIO
 
 from odf_chain.cli.common import (
     DIR_HELP,
@@ -118,10 +119,13 @@ def run(args: argparse.Namespace) -> int:
         if args.single_writer:  # the declaration travels with the opened dataset
             dataset = Dataset.create(args.dir, hash=args.hash, single_writer=True)
     before = signal.getsignal(signal.SIGINT)  # PySpark puts its own in as Spark starts
+    phase = terminal_phases()
+    if phase is not None:
+        phase("starting Spark")
     session = args.start_spark(args.master)
     interrupted = _interrupt_plainly()
     try:
-        return _ingest_and_report(args, session, dataset, target, interrupted)
+        return _ingest_and_report(args, session, dataset, target, interrupted, phase)
     finally:
         if threading.current_thread() is threading.main_thread() and before is not None:
             signal.signal(signal.SIGINT, before)
@@ -153,7 +157,24 @@ def _exit_now(signum: int, frame: object) -> None:
     os._exit(130)
 
 
-def _ingest_and_report(args, session, dataset, target, interrupted: threading.Event) -> int:
+def terminal_phases(stream: TextIO | None = None) -> Callable[[str], None] | None:
+    """On a terminal, a function that prints each phase of the command as it starts (one line
+    on stderr: the seconds since the command began, and what it does now); None elsewhere, so
+    what a pipe or a file gets is only the report at the end."""
+    stream = sys.stderr if stream is None else stream
+    if not stream.isatty():
+        return None
+    began = time.monotonic()
+
+    def phase(what: str) -> None:
+        print(f"{time.monotonic() - began:6.1f}s  {what}", file=stream, flush=True)
+
+    return phase
+
+
+def _ingest_and_report(
+    args, session, dataset, target, interrupted: threading.Event, phase=None
+) -> int:
     from odf_chain.spark.ingest import ingest_files
 
     try:
@@ -170,6 +191,7 @@ def _ingest_and_report(args, session, dataset, target, interrupted: threading.Ev
             truncate_timestamps=args.truncate_timestamps,
             evolve=args.evolve,
             target_slice_bytes=target,
+            _phase=phase,
         )
     except BaseException as exc:
         if interrupted.is_set():  # Ctrl-C: whatever Spark made of it, the answer is 130
