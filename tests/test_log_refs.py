@@ -478,7 +478,7 @@ def chain_names_of(ds: Dataset) -> list[str]:
         (("log", "DIR", "-n", "three"), "'three'", "odf-chain log --help"),
         (("schema",), "required", "odf-chain schema --help"),
         (("init", "X", "--hash", "md5"), "invalid choice: 'md5'", "odf-chain init --help"),
-        (("export", "datahub", "DIR"), "-o/--output", "odf-chain export datahub --help"),
+        (("export", "datahub"), "required: dir", "odf-chain export datahub --help"),
         (("lineage", "DIR", "--offset", "x"), "invalid int value", "odf-chain lineage --help"),
         (("--frob",), "required: COMMAND", "odf-chain --help"),
     ],
