@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from odf_chain.cli.ingest import terminal_phases
+from odf_chain.cli.common import terminal_phases
 from odf_chain.dataset import Dataset
 
 
@@ -54,9 +54,9 @@ def test_an_ingest_on_a_terminal_names_its_phases_and_no_stage_bars(tmp_path: Pa
     (tmp_path / "in.csv").write_text("id,station,value\n" + rows + "\n")
     leader, follower = pty.openpty()
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
+    command = ["ingest", "ds", "in.csv", "--format", "csv", "--create", "--master", "local[2]"]
     process = subprocess.Popen(
-        [sys.executable, "-m", "odf_chain.cli", "ingest", "ds", "in.csv"]
-        + ["--format", "csv", "--create", "--master", "local[2]"],
+        [sys.executable, "-m", "odf_chain.cli", *command],
         stdout=subprocess.PIPE,
         stderr=follower,
         cwd=tmp_path,

@@ -11,8 +11,9 @@ import argparse
 import json
 import os
 import sys
+import time
 from collections.abc import Callable, Sequence
-from typing import NoReturn
+from typing import NoReturn, TextIO
 
 from odf_chain.errors import OdfChainError
 
@@ -160,6 +161,21 @@ def tolerant_stdout() -> None:
     for stream in (sys.stdout, sys.stderr):
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")
+
+
+def terminal_phases(stream: TextIO | None = None) -> Callable[[str], None] | None:
+    """On a terminal, a function that prints each phase of the command as it starts (one line
+    on stderr: the seconds since the command began, and what it does now); None elsewhere, so
+    what a pipe or a file gets is only the report at the end."""
+    stream = sys.stderr if stream is None else stream
+    if not stream.isatty():
+        return None
+    began = time.monotonic()
+
+    def phase(what: str) -> None:
+        print(f"{time.monotonic() - began:6.1f}s  {what}", file=stream, flush=True)
+
+    return phase
 
 
 def count(n: int, noun: str) -> str:

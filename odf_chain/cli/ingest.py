@@ -14,9 +14,8 @@ import os
 import signal
 import sys
 import threading
-import time
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, TextIO
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from odf_chain.cli.common import (
     DIR_HELP,
@@ -24,6 +23,7 @@ from odf_chain.cli.common import (
     SINGLE_WRITER_HELP,
     count,
     examples,
+    terminal_phases,
 )
 from odf_chain.dataset import Dataset
 from odf_chain.errors import NotFoundError
@@ -155,21 +155,6 @@ def _exit_now(signum: int, frame: object) -> None:
     """A second Ctrl-C while the first one cleans up: leave now (what staging holds is gc's)."""
     print("odf-chain: interrupted", file=sys.stderr, flush=True)
     os._exit(130)
-
-
-def terminal_phases(stream: TextIO | None = None) -> Callable[[str], None] | None:
-    """On a terminal, a function that prints each phase of the command as it starts (one line
-    on stderr: the seconds since the command began, and what it does now); None elsewhere, so
-    what a pipe or a file gets is only the report at the end."""
-    stream = sys.stderr if stream is None else stream
-    if not stream.isatty():
-        return None
-    began = time.monotonic()
-
-    def phase(what: str) -> None:
-        print(f"{time.monotonic() - began:6.1f}s  {what}", file=stream, flush=True)
-
-    return phase
 
 
 def _ingest_and_report(
