@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -188,4 +189,39 @@ def test_a_vocabulary_change(tmp_path: Path) -> None:
         "  1 SetVocab",
         "vocabulary:",
         "  event_time_column: 'event_time' -> 'observed_at'",
+    ]
+
+
+@pytest.mark.spark
+def test_derive_runs_in_between(spark, tmp_path: Path) -> None:
+    from odf_chain.spark import derive
+
+    sensors = Dataset.create(tmp_path / "sensors")
+    sensors.write(pa.table({"station": ["a", "a", "b", "c"], "temp": [1.0, 2.0, 3.0, 4.0]}))
+    sql = "SELECT station, COUNT(*) AS n FROM sensors GROUP BY station"
+    derive(sql, {"sensors": sensors}, tmp_path / "counts", create=True, spark=spark)
+    first = Dataset.open(tmp_path / "counts").state.sequence_number
+    sensors.write(pa.table({"station": ["a", "b", "d"], "temp": [5.0, 6.0, 7.0]}))
+    derive(sql, {"sensors": sensors}, tmp_path / "counts", spark=spark)
+    b = blocks(tmp_path / "counts")
+    assert b[first]["event_type"] == "ExecuteTransform"
+    assert b[-1]["event_type"] == "ExecuteTransform" and len(b) == first + 2
+    p = run(tmp_path / "counts", str(first))
+    assert p.returncode == 0, p.stderr
+    # the answer went from a 2, b 1, c 1 to a 3, b 2, c 1, d 1: a and b retracted and
+    # appended anew, d appended (5 changelog rows, offsets after the first run's 3)
+    lines = p.stdout.splitlines()[1:]
+    assert lines[:2] == [
+        "  1 ExecuteTransform",
+        f"data: 5 rows added in 1 slice ({slice_size(tmp_path / 'counts', b[-1]):,} bytes), "
+        "offsets 3..7",
+    ]
+    # the run's field lineage (captured from its plan; its run id is a fresh UUID)
+    assert lines[2] == "lineage runs:"
+    assert re.fullmatch(
+        rf"  block {first + 1}: run [0-9a-f-]{{36}} of job .+ \(\d+ field operations?\)", lines[3]
+    )
+    assert lines[4:] == [
+        "derive runs:",
+        f"  block {first + 1}: 5 rows from {sensors.state.dataset_id} to offset 6",
     ]
