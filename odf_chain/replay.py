@@ -106,6 +106,11 @@ def parse_ref(ref: Ref) -> _Selector:
     if text and _HEX.issuperset(text.lower()):
         text = text.lower()  # base16 in either case (multibase's 'f' and 'F')
         if len(text) < _FULL:
+            if not _prefix_forms(text) and len(text) > _DIGEST:
+                raise FormatError(
+                    f"unrecognised ref {text!r}: longer than a digest ({_DIGEST} hex "
+                    "characters), and no block hash (they start with 'f')"
+                )
             if not _prefix_forms(text):
                 raise FormatError(
                     f"block hash prefix {text!r} is too short: give at least "

@@ -311,6 +311,8 @@ def test_parse_ref_forms() -> None:
         replay.parse_ref("f1e2a")
     with pytest.raises(FormatError, match="too short"):
         replay.parse_ref("abcde")
+    with pytest.raises(FormatError, match="longer than a digest"):
+        replay.parse_ref("a" * 66)
     with pytest.raises(FormatError, match="unrecognised ref"):
         replay.parse_ref("²")  # a digit to str.isdigit, not to int()
 

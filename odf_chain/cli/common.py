@@ -26,8 +26,8 @@ EXIT_INTERRUPTED = 130
 DIR_HELP = "dataset directory or pyarrow.fs URI (s3://..., gs://..., hdfs://...)"
 
 REF_HELP = (
-    "'head' (default), a block hash or a unique prefix of one (the 12 characters 'log' "
-    "prints, or 6 or more), a sequence number or an ISO-8601 time (the last block at or "
+    "'head' (default), a block hash or a unique prefix of one (the short hash 'log' prints; "
+    "6 hex digits or more), a sequence number or an ISO-8601 time (the last block at or "
     "before it)"
 )
 
