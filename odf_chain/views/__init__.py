@@ -2,7 +2,8 @@
 
 :mod:`~odf_chain.views.blocks` renders blocks, events, schemas and states (``log``, ``schema``,
 JSON); :mod:`~odf_chain.views.lineage` builds the lineage answers as JSON-ready documents and
-text; :mod:`~odf_chain.views.lineage_dot` draws them with Graphviz. Nothing here changes a
+text; :mod:`~odf_chain.views.lineage_dot` draws them with Graphviz; :mod:`~odf_chain.views.diff`
+says what changed between two blocks (``diff``). Nothing here changes a
 dataset or decides a rule: the core (``chain``, ``rules``, ``replay``, ``verify``) does not
 import this package.
 """
