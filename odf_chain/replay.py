@@ -2,8 +2,12 @@
 
 A *ref* names a block: ``"head"`` (any case: ``HEAD``), a block hash (``f1e20…``, the full
 multibase text, its hex in either case) or a unique prefix of one (at least :data:`MIN_PREFIX`
-characters, such as the 16 ``odf-chain log`` prints), a sequence number (``7`` or ``"7"``), or
-an ISO-8601 time, meaning the last block written at or before it.
+characters), a unique prefix of its digest alone, without the multibase and multihash header
+that every block of a chain shares (at least :data:`MIN_DIGEST_PREFIX` hex characters, such as
+the 12 ``odf-chain log`` prints; BLAKE3 and SHA3-256 chains alike), a sequence number (``7`` or
+``"7"``; so a text of digits only is never a hash prefix), or an ISO-8601 time, meaning the
+last block written at or before it. A hex text that can be read both ways (``f1e20ab…``) names
+the blocks either reading matches, and must name exactly one.
 
 A prefix is resolved as git resolves a short hash: by listing the block files that start with
 it (:func:`resolve_ref`; a listing, no block read, no fold), so it is ambiguous when two block
@@ -44,7 +48,7 @@ from odf_chain.events import (
     SetDataSchema,
     SetTransform,
 )
-from odf_chain.format.multihash import Multihash
+from odf_chain.format.multihash import BLAKE3, SHA3_256, Multihash
 from odf_chain.index import read as index_read
 from odf_chain.lineage.graph import FieldGraph, FieldRef
 from odf_chain.schema.evolution import SchemaDiff, diff_schemas
@@ -56,7 +60,11 @@ Ref = str | int | datetime | Multihash
 MIN_PREFIX = 8
 """Shortest hash prefix a ref may be: the multibase and multihash header (``f1e20``, ``f1620``)
 is the same for every block of a dataset, so 8 characters hold 3 hex digits of the digest."""
+MIN_DIGEST_PREFIX = 6
+"""Shortest digest prefix (a hash without its header) a ref may be: 24 bits."""
 _FULL = len(str(Multihash("blake3", bytes(32))))  # 69: "f", code, length, 32 digest bytes
+_HEADERS = tuple(str(Multihash(a, bytes(32)))[: -2 * 32] for a in (BLAKE3, SHA3_256))
+_DIGEST = 2 * 32  # hex characters of a digest
 _HEX = frozenset("0123456789abcdef")
 _CANDIDATES = 100  # block files listed for an ambiguous prefix before "or more"
 
@@ -79,7 +87,7 @@ class _Selector:
     """A parsed ref: exactly one of the fields is set (none means head)."""
 
     block_hash: Multihash | None = None
-    prefix: str | None = None  # the start of a block hash's multibase text
+    prefix: str | None = None  # the start of a block hash's multibase text, or of its digest
     sequence_number: int | None = None
     time: datetime | None = None
 
@@ -97,15 +105,20 @@ def parse_ref(ref: Ref) -> _Selector:
         return _Selector()
     if text.isascii() and text.isdigit():
         return _Selector(sequence_number=int(text))
-    if text[:1] in ("f", "F") and _HEX.issuperset(text[1:].lower()):
-        text = "f" + text[1:].lower()  # base16 in either case (multibase's 'f' and 'F')
-    if text.startswith("f") and _HEX.issuperset(text[1:]) and len(text) < _FULL:
-        if len(text) < MIN_PREFIX:
-            raise FormatError(
-                f"block hash prefix {text!r} is too short: give at least {MIN_PREFIX} "
-                "characters (every block hash starts with the same 5)"
-            )
-        return _Selector(prefix=text)
+    if text and _HEX.issuperset(text.lower()):
+        text = text.lower()  # base16 in either case (multibase's 'f' and 'F')
+        if len(text) < _FULL:
+            if not _prefix_forms(text) and len(text) > _DIGEST:
+                raise FormatError(
+                    f"unrecognised ref {text!r}: longer than a digest ({_DIGEST} hex "
+                    "characters), and no block hash (they start with 'f')"
+                )
+            if not _prefix_forms(text):
+                raise FormatError(
+                    f"block hash prefix {text!r} is too short: give at least "
+                    f"{MIN_DIGEST_PREFIX} characters of the hash as 'log' prints it"
+                )
+            return _Selector(prefix=text)
     if text.startswith("f") and len(text) > MIN_PREFIX:
         return _Selector(block_hash=Multihash.from_multibase(text))
     try:
@@ -113,9 +126,22 @@ def parse_ref(ref: Ref) -> _Selector:
     except ValueError:
         raise FormatError(
             f"unrecognised ref {ref!r}: expected 'head', a block hash or a unique prefix of one "
-            f"(f…, {MIN_PREFIX}+ characters), a sequence number or an ISO-8601 time"
+            f"({MIN_DIGEST_PREFIX}+ hex characters, as 'log' prints them), a sequence number or "
+            "an ISO-8601 time"
         ) from None
     return _Selector(time=moment if moment.tzinfo else moment.replace(tzinfo=UTC))
+
+
+def _prefix_forms(prefix: str) -> tuple[str, ...]:
+    """The starts of block file names a typed hex ``prefix`` stands for: itself, when it can be
+    the start of a multibase text, and each header followed by it, when it can be the start of
+    a digest. Empty when it is too short to be either."""
+    forms = []
+    if prefix.startswith("f") and MIN_PREFIX <= len(prefix) < _FULL:
+        forms.append(prefix)
+    if MIN_DIGEST_PREFIX <= len(prefix) <= _DIGEST:
+        forms += [header + prefix for header in _HEADERS]
+    return tuple(forms)
 
 
 def _one_match(prefix: str, names: list[str], where: str, complete: bool = True) -> str:
@@ -140,15 +166,19 @@ def resolve_ref(storage: Storage, ref: Ref) -> Ref:
     sel = parse_ref(ref)
     if sel.prefix is None:
         return ref
-    names = []
-    for name in storage.block_names_starting(sel.prefix, _CANDIDATES):
-        try:
-            names.append(Multihash.from_multibase(name))
-        except FormatError:  # a stray file in blocks/ that is no block's name
-            continue
-    found = _one_match(
-        sel.prefix, [str(n) for n in names], storage.location, len(names) < _CANDIDATES
-    )
+    names: list[Multihash] = []
+    complete = True
+    for form in _prefix_forms(sel.prefix):
+        listed = storage.block_names_starting(form, _CANDIDATES)
+        complete = complete and len(listed) < _CANDIDATES
+        for name in listed:
+            try:
+                found_hash = Multihash.from_multibase(name)
+            except FormatError:  # a stray file in blocks/ that is no block's name
+                continue
+            if found_hash not in names:
+                names.append(found_hash)
+    found = _one_match(sel.prefix, [str(n) for n in names], storage.location, complete)
     return Multihash.from_multibase(found)
 
 
@@ -159,7 +189,8 @@ def select(entries: list[BlockEntry], ref: Ref) -> int:
     sel = parse_ref(ref)
     if sel.prefix is not None:
         names = [str(entry.hash) for entry in entries]
-        found = _one_match(sel.prefix, [n for n in names if n.startswith(sel.prefix)], "the chain")
+        forms = _prefix_forms(sel.prefix)
+        found = _one_match(sel.prefix, [n for n in names if n.startswith(forms)], "the chain")
         return names.index(found)
     if sel.block_hash is not None:
         for i, entry in enumerate(entries):

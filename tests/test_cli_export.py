@@ -57,12 +57,37 @@ def test_no_indirect_is_the_librarys_indirect_false(tmp_path: Path) -> None:
     assert check.returncode == 0, check.stdout + check.stderr
 
 
+def test_without_o_or_with_dash_the_export_goes_to_stdout(tmp_path: Path) -> None:
+    chains = build_chains(tmp_path)
+    (tmp_path / "lib").mkdir()
+    for target, name, write in [
+        ("datahub", "summary.json", write_datahub_file),
+        ("openlineage", "summary.jsonl", write_openlineage_file),
+    ]:
+        write(chains.summary, tmp_path / "lib" / name)
+        expected = (tmp_path / "lib" / name).read_text(encoding="utf-8")
+        for output in ([], ["-o", "-"]):
+            out = export(target, "summary", *output, cwd=tmp_path)
+            assert (out.returncode, out.stderr) == (0, ""), out.stderr
+            assert out.stdout == expected
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == []
+
+
+def test_a_failed_export_leaves_the_old_file_whole(tmp_path: Path) -> None:
+    build_chains(tmp_path)
+    (tmp_path / "out.json").write_text("old\n")
+    out = export("datahub", "summary", "-o", "out.json", "--at", "99", cwd=tmp_path)
+    assert out.returncode == 2
+    assert (tmp_path / "out.json").read_text() == "old\n"
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".out.json")] == []
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
         (("datahub", "nowhere", "-o", "x.json"), "not a dataset"),
         (("openlineage", "summary", "-o", "x.jsonl", "--at", "99"), "no block"),
-        (("datahub", "summary"), "-o/--output"),
+        (("datahub", "summary", "--at", "nope"), "unrecognised ref"),
         (("graphml", "summary", "-o", "x"), "invalid choice"),
     ],
 )

@@ -379,9 +379,9 @@ def test_init_with_datamine_table_orders_then_fields_and_history(tmp_path: Path)
     lines = ok("schema", root, "--history").splitlines()
     assert lines[0].startswith(f"block 1  {block_hashes(root)[1]}  ")
     assert lines[1] == "  initial schema: 8 fields"
-    # the initial schema itself, field by field (nested ones under their parents)
-    shown = [line.strip().split(":")[0] for line in lines[2:] if not line.startswith("      ")]
-    assert shown == ["offset", "op", "system_time", "event_time", "oid", "buyer", "items", "qty"]
+    # the initial schema as what it adds to none, in the form later versions take: v2 paths,
+    # nested ones after their parents
+    assert lines[2:] == [f"  + {path}" for path in ORDERS_PATHS]
 
 
 def test_init_datamine_single_table_needs_no_table(tmp_path: Path) -> None:
@@ -559,14 +559,15 @@ def test_history_text(lake: Path) -> None:
     assert re.fullmatch(rf"block 1  {hashes[1]}  \d{{4}}-\d\d-\d\dT\S+", lines[0]), lines[0]
     assert lines[1] == "  initial schema: 6 fields"  # 4 system columns + id + s (top level)
     second = next(i for i, line in enumerate(lines) if line.startswith("block 3"))
-    initial = [line for line in lines[2:second] if not line.startswith("      ")]
-    assert [line.strip().split(":")[0] for line in initial] == [
-        "offset",
-        "op",
-        "system_time",
-        "event_time",
-        "id",
-        "s",
+    # one form for every version: the paths it adds (the first version adds every field)
+    assert lines[2:second] == [
+        f"  + {path}"
+        for path in [
+            *LAKE_SYSTEM,
+            "[version=2.0].[type=long].id",
+            "[version=2.0].[type=struct].[type=struct].s",
+            "[version=2.0].[type=struct].[type=struct].s.[type=int].a",
+        ]
     ]
     assert re.fullmatch(rf"block 3  {hashes[3]}  \d{{4}}-\d\d-\d\dT\S+", lines[second])
     assert lines[second + 1 :] == ["  + [version=2.0].[type=string].name"]

@@ -108,7 +108,7 @@ def test_quickstart_runs_as_written(tmp_path):
     # the last command verifies the tampered copy: it fails, naming the block and the rule
     assert sh.returncode == 1, sh.stdout + sh.stderr
     out = sh.stdout
-    assert re.search(r"^\s+0\s+f\w+\s+\S+\s+Seed", out, re.M)
+    assert re.search(r"^\s+0\s+[0-9a-f]{12,}\s+\S+\s+Seed", out, re.M)  # a short hash: the digest
     assert "file:///landing/readings.csv" in out
     assert re.search(r"^OK: 4 blocks, 2 slices", out, re.M)
     assert re.search(r"^ERROR block \d+ f\w+ data/f\w+: \[data-hash\]", out, re.M)

@@ -304,4 +304,6 @@ def test_log_line_of_an_add_data_names_the_run_it_carries(tmp_path) -> None:
     [entry] = ds.write(rows(1, 2), lineage=_recorded("r-9"))
     line = log_line(entry, full=True)
     assert " AddData " in line
-    assert line.endswith("; lineage of import-people run r-9 (1 operation)"), line
+    # the run it carries after the rows, before the watermark and the slice's file name
+    assert "2 rows, " in line and "); lineage of import-people run r-9 (1 operation); " in line
+    assert line.endswith(f"; data/{entry.block.event.new_data.physical_hash}"), line

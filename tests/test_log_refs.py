@@ -98,7 +98,10 @@ def test_log_n_3_prints_a_header_and_three_entries_newest_first_in_100_columns(
         assert len(line) <= 100 and columns(line) <= 100, (len(line), line)
         fields = line.split()
         assert fields[0] == str(seq)
-        assert len(fields[1]) == 16 and names[seq].startswith(fields[1])
+        # the digest's hex without the header every block shares: 12 digits (more only when
+        # those are all digits, which would read as a sequence number)
+        assert names[seq][:5] == "f1e20" and names[seq][5:].startswith(fields[1])
+        assert len(fields[1]) == 12 or (fields[1][:-1].isdigit() and not fields[1].isdigit())
         block = blocks[names[seq]]
         assert (
             fields[2]
@@ -121,7 +124,7 @@ def test_log_lines_of_long_summaries_end_in_an_ellipsis_and_full_shows_them_whol
     for s, f, seq in zip(short, full, range(5, -1, -1), strict=True):
         assert len(s) <= 100 and columns(s) <= 100, s
         assert f.split()[:2] == [str(seq), names[seq]]
-        # the short line is the full one with the hash cut to 16 and the summary cut to fit
+        # the short line is the full one with the hash cut to 12 and the summary cut to fit
         s_summary, f_summary = s.split(None, 5)[5], f.split(None, 5)[5]
         if s_summary.endswith("…"):
             assert f_summary.startswith(s_summary[:-1].rstrip()) and len(f_summary) > 30
@@ -279,8 +282,9 @@ def test_an_orphan_blocks_prefix_says_it_is_not_in_the_chain(
     ("ref", "fragments"),
     [
         ("f16200ab", ("no block of", "starts with 'f16200ab'")),  # sha3's header: no block here
-        ("f1e20", ("too short", "at least 8")),
-        ("f1e20ab", ("too short",)),
+        ("f1e20", ("too short", "at least 6")),
+        ("abcde", ("too short", "at least 6")),
+        ("f1e20ab", ("no block of", "starts with 'f1e20ab'")),  # a digest prefix, as log prints
         ("fXe20abcdef", ("invalid hex",)),
     ],
 )
@@ -300,8 +304,15 @@ def test_parse_ref_forms() -> None:
     assert replay.parse_ref("f1e20abc0123").block_hash is None
     full = "f1e20" + "ab" * 32
     assert str(replay.parse_ref(full).block_hash) == full
+    assert replay.parse_ref("abc123").prefix == "abc123"  # a digest's start, without the header
+    assert replay.parse_ref("ABC123").prefix == "abc123"
+    assert replay.parse_ref("123456").sequence_number == 123456  # digits only: a number
     with pytest.raises(FormatError, match="too short"):
-        replay.parse_ref("f1e20ab")
+        replay.parse_ref("f1e2a")
+    with pytest.raises(FormatError, match="too short"):
+        replay.parse_ref("abcde")
+    with pytest.raises(FormatError, match="longer than a digest"):
+        replay.parse_ref("a" * 66)
     with pytest.raises(FormatError, match="unrecognised ref"):
         replay.parse_ref("²")  # a digit to str.isdigit, not to int()
 
@@ -337,6 +348,47 @@ def test_prefixes_resolve_with_bounded_reads_and_agree_with_select(long_chain: P
         replay.select(entries, prefix)
     with pytest.raises(NotFoundError, match="no block of the chain"):
         replay.select(entries[:1], str(entries[1].hash)[:16])
+
+
+def test_digest_prefixes_without_the_header_resolve_as_the_full_ones(long_chain: Path) -> None:
+    storage = open_storage(long_chain)
+    entries = replay.load_chain(storage)
+    for k in (0, 1, 2500, 4999):
+        digest = str(entries[k].hash)[5:]  # after 'f1e20'
+        for prefix in (digest[:12], digest[:12].upper(), digest[:8], digest):
+            if prefix.isdigit():
+                continue  # a number: a sequence number, which log never prints as a hash
+            counting = CountingStorage(storage)
+            assert replay.state_at(counting, prefix).sequence_number == k
+            assert counting.blocks <= BOUND, (k, counting.blocks)
+            assert replay.select(entries, prefix) == k
+
+
+def test_log_prints_digest_prefixes_of_a_sha3_chain_that_resolve(tmp_path: Path) -> None:
+    ds = Dataset.create(tmp_path / "ds", hash="sha3-256")
+    ds.write(pa.table({"id": pa.array([1, 2], pa.int64())}))
+    ds.append(SetInfo(description="sha3"))
+    names = chain_names_of(ds)
+    assert all(name.startswith("f1620") for name in names)  # sha3-256's header
+    lines = run("log", tmp_path / "ds").stdout.splitlines()[1:]
+    for line in lines:
+        seq, short = line.split()[:2]
+        assert names[int(seq)][5:].startswith(short)
+        p = run("schema", tmp_path / "ds", "--at", short)
+        assert p.returncode == 0, p.stderr
+        assert p.stdout.splitlines()[0] == f"block {seq}  {names[int(seq)]}"
+        assert run("diff", tmp_path / "ds", short).returncode == 0
+
+
+def test_a_short_hash_of_digits_only_is_lengthened_to_its_first_letter() -> None:
+    from odf_chain.format.multihash import Multihash
+    from odf_chain.views.blocks import short_hash
+
+    digits = Multihash("blake3", bytes.fromhex("1234567890123456" + "7a" * 24))
+    assert short_hash(digits) == "12345678901234567a"
+    plain = Multihash("blake3", bytes.fromhex("0123456789ab" + "cd" * 26))
+    assert short_hash(plain) == "0123456789ab"
+    assert replay.parse_ref("12345678901234567a").prefix == "12345678901234567a"
 
 
 def test_a_losing_writers_block_is_told_apart_without_a_rebuild(
@@ -428,7 +480,7 @@ def chain_names_of(ds: Dataset) -> list[str]:
         (("log", "DIR", "-n", "three"), "'three'", "odf-chain log --help"),
         (("schema",), "required", "odf-chain schema --help"),
         (("init", "X", "--hash", "md5"), "invalid choice: 'md5'", "odf-chain init --help"),
-        (("export", "datahub", "DIR"), "-o/--output", "odf-chain export datahub --help"),
+        (("export", "datahub"), "required: dir", "odf-chain export datahub --help"),
         (("lineage", "DIR", "--offset", "x"), "invalid int value", "odf-chain lineage --help"),
         (("--frob",), "required: COMMAND", "odf-chain --help"),
     ],

@@ -65,7 +65,7 @@ def one_line_error(p: subprocess.CompletedProcess[str], *fragments: str) -> str:
     assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
     lines = p.stderr.splitlines()
     assert len(lines) == 1, p.stderr
-    assert lines[0].startswith("odf-chain: error: "), lines[0]
+    assert lines[0].startswith(f"{p.args[0]}: error: "), lines[0]  # the program run
     for fragment in fragments:
         assert fragment in lines[0], (fragment, lines[0])
     return lines[0]

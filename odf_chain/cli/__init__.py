@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from odf_chain.cli import (
     audit,
     derive,
+    diff,
     export,
     fields,
     gc,
@@ -66,7 +67,8 @@ __all__ = [
 ]
 
 COMMANDS = (
-    init, log, index, schema, fields, ingest, derive, gc, export, lineage, receipt, verify, audit,
+    init, log, diff, index, schema, fields, ingest, derive, gc, export, lineage, receipt, verify,
+    audit,
 )  # fmt: skip
 """The commands in the order ``odf-chain --help`` lists them."""
 

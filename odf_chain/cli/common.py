@@ -11,8 +11,9 @@ import argparse
 import json
 import os
 import sys
+import time
 from collections.abc import Callable, Sequence
-from typing import NoReturn
+from typing import NoReturn, TextIO
 
 from odf_chain.errors import OdfChainError
 
@@ -25,8 +26,9 @@ EXIT_INTERRUPTED = 130
 DIR_HELP = "dataset directory or pyarrow.fs URI (s3://..., gs://..., hdfs://...)"
 
 REF_HELP = (
-    "'head' (default), a block hash or a unique prefix of one (the 16 characters 'log' "
-    "prints), a sequence number or an ISO-8601 time (the last block at or before it)"
+    "'head' (default), a block hash or a unique prefix of one (the short hash 'log' prints; "
+    "6 hex digits or more), a sequence number or an ISO-8601 time (the last block at or "
+    "before it)"
 )
 
 VERIFIED_HELP = (
@@ -45,9 +47,33 @@ class UsageError(OdfChainError):
     """A command line that does not make sense."""
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """argparse's formatter, with paragraphs (split by blank lines) filled one by one and those
+    whose lines are indented (examples, lists) kept as written."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        paragraphs = []
+        for paragraph in text.strip("\n").split("\n\n"):
+            if any(line.startswith(" ") for line in paragraph.splitlines()):
+                paragraphs.append("\n".join(indent + line for line in paragraph.splitlines()))
+            else:
+                paragraphs.append(super()._fill_text(paragraph, width, indent))
+        return "\n\n".join(paragraphs)
+
+
+def examples(*lines: str) -> str:
+    """An ``epilog``: the lines under ``examples:``, each a command line or a ``# comment``."""
+    return "examples:\n" + "\n".join(f"  {line}" for line in lines)
+
+
 class Parser(argparse.ArgumentParser):
     """argparse, with its errors as the CLI's other errors: one line (and a hint), exit 2.
-    Subparsers are made of the same class (``add_subparsers`` takes the parent's)."""
+    Subparsers are made of the same class (``add_subparsers`` takes the parent's), and all
+    use :class:`HelpFormatter`."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_ERROR, f"{self.prog}: error: {message}\ntry: {self.prog} --help\n")
@@ -79,6 +105,7 @@ def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argpar
     args, extra = parser.parse_known_args(argv)
     if extra:
         _command_parser(parser, args).error(f"unrecognized arguments: {' '.join(extra)}")
+    args.prog = parser.prog  # the program's name for run_command's messages
     return args
 
 
@@ -94,11 +121,13 @@ def _command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace):
 
 def run_command(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
     """``handler(args)``'s exit code, every error it raises turned into one line on stderr
-    and its exit code (the list in :mod:`odf_chain.cli`)."""
+    and its exit code (the list in :mod:`odf_chain.cli`). The lines begin with the name of the
+    program run (``args.prog``, set by :func:`parse`: ``odf-chain`` or ``chain-verify``)."""
+    prog = getattr(args, "prog", None) or "odf-chain"
     try:
         return handler(args)
     except OdfChainError as exc:
-        print(f"odf-chain: error: {exc}", file=sys.stderr)
+        print(f"{prog}: error: {exc}", file=sys.stderr)
         for note in getattr(exc, "__notes__", ()):  # at most one: where to look next
             print(f"hint: {note}", file=sys.stderr)
         return EXIT_ERROR
@@ -106,17 +135,17 @@ def run_command(handler: Callable[[argparse.Namespace], int], args: argparse.Nam
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - keeps interpreter exit quiet
         return EXIT_OK
     except OSError as exc:  # unreadable paths, permissions, full disks
-        print(f"odf-chain: error: {exc}", file=sys.stderr)
+        print(f"{prog}: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
-        print("odf-chain: interrupted", file=sys.stderr)
+        print(f"{prog}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except Exception as exc:  # a bug of ours: still one line, the traceback on request
         if os.environ.get("ODF_CHAIN_DEBUG"):
             raise
         detail = str(exc).strip().splitlines()
         print(
-            f"odf-chain: internal error: {type(exc).__name__}"
+            f"{prog}: internal error: {type(exc).__name__}"
             f"{': ' + detail[0] if detail else ''} (a bug in odf_chain; "
             "ODF_CHAIN_DEBUG=1 shows the traceback)",
             file=sys.stderr,
@@ -132,6 +161,21 @@ def tolerant_stdout() -> None:
     for stream in (sys.stdout, sys.stderr):
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")
+
+
+def terminal_phases(stream: TextIO | None = None) -> Callable[[str], None] | None:
+    """On a terminal, a function that prints each phase of the command as it starts (one line
+    on stderr: the seconds since the command began, and what it does now); None elsewhere, so
+    what a pipe or a file gets is only the report at the end."""
+    stream = sys.stderr if stream is None else stream
+    if not stream.isatty():
+        return None
+    began = time.monotonic()
+
+    def phase(what: str) -> None:
+        print(f"{time.monotonic() - began:6.1f}s  {what}", file=stream, flush=True)
+
+    return phase
 
 
 def count(n: int, noun: str) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from odf_chain.cli.common import EXIT_OK, UsageError, alias_locations
+from odf_chain.cli.common import EXIT_OK, UsageError, alias_locations, count, terminal_phases
 from odf_chain.dataset import Dataset
 from odf_chain.errors import NotFoundError
 from odf_chain.format.multihash import BLAKE3, SHA3_256
@@ -73,8 +73,13 @@ def run(args: argparse.Namespace) -> int:
             Dataset.open(args.dir)
         except NotFoundError as missing:
             raise NotFoundError(f"{missing}; pass --create to create it") from None
+    phase = terminal_phases()  # on a terminal: what it does now (off one: the report alone)
+    if phase is not None:
+        phase("starting Spark")
     session = args.start_spark(args.master)
     try:
+        if phase is not None:
+            phase(f"running the query over {count(len(inputs), 'input')} and writing its answer")
         result = derive(
             sql, inputs, args.dir, create=args.create, spark=session.spark, hash=args.hash
         )

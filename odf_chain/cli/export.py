@@ -4,8 +4,9 @@ OpenLineage. Each target's writer is imported when it is asked for."""
 from __future__ import annotations
 
 import argparse
+import sys
 
-from odf_chain.cli.common import DIR_HELP, EXIT_OK, REF_HELP
+from odf_chain.cli.common import DIR_HELP, EXIT_OK, REF_HELP, examples
 from odf_chain.dataset import Dataset
 
 TARGETS = (
@@ -23,13 +24,34 @@ INDIRECT_HELP = {
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser(
-        "export", help="write the schema and field lineage for DataHub or OpenLineage"
+        "export",
+        help="write the schema and field lineage for DataHub or OpenLineage",
+        description="The dataset's schema and field lineage as of a block, in the form DataHub "
+        "or OpenLineage reads: to stdout, or to a file given with -o (written whole or not at "
+        "all).",
+        epilog=examples(
+            "odf-chain export datahub DIR -o metadata.json",
+            "odf-chain export openlineage DIR --at 5 | jq .eventType",
+        ),
     )
     targets = parser.add_subparsers(dest="target", required=True, metavar="TARGET")
     for target, what in TARGETS:
-        sub = targets.add_parser(target, help=what)
+        sub = targets.add_parser(
+            target,
+            help=what,
+            description=f"Write {what} of the dataset as of --at (default: head).",
+            epilog=examples(
+                f"odf-chain export {target} DIR -o {target}.json",
+                f"odf-chain export {target} DIR --at 2026-11-24T10:00:00Z > {target}.json",
+            ),
+        )
         sub.add_argument("dir", help=DIR_HELP)
-        sub.add_argument("-o", "--output", required=True, metavar="FILE", help="file to write")
+        sub.add_argument(
+            "-o",
+            "--output",
+            metavar="FILE",
+            help="write to FILE (replaced all at once), not stdout ('-': stdout)",
+        )
         sub.add_argument(
             "--at", default="head", metavar="REF", help=f"block to export as of: {REF_HELP}"
         )
@@ -50,22 +72,24 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     dataset = Dataset.open(args.dir)
     if args.target == "datahub":
-        from odf_chain.export.datahub import write_datahub_file
+        from odf_chain.export.datahub import datahub_text
 
-        count = write_datahub_file(
-            dataset,
-            args.output,
-            at=args.at,
-            platform=args.platform,
-            env=args.env,
-            indirect=args.indirect,
+        text, count = datahub_text(
+            dataset, at=args.at, platform=args.platform, env=args.env, indirect=args.indirect
         )
-        print(f"wrote {count} metadata change proposals to {args.output}")
+        what = "metadata change proposals"
     else:
-        from odf_chain.export.openlineage import write_openlineage_file
+        from odf_chain.export.openlineage import openlineage_text
 
-        count = write_openlineage_file(
-            dataset, args.output, at=args.at, namespace=args.namespace, indirect=args.indirect
+        text, count = openlineage_text(
+            dataset, at=args.at, namespace=args.namespace, indirect=args.indirect
         )
-        print(f"wrote {count} OpenLineage run events to {args.output}")
+        what = "OpenLineage run events"
+    if args.output in (None, "-"):
+        sys.stdout.write(text)
+        return EXIT_OK
+    from odf_chain.export.chain_view import write_text
+
+    write_text(args.output, text)
+    print(f"wrote {count} {what} to {args.output}")
     return EXIT_OK

@@ -5,13 +5,26 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from odf_chain.cli.common import DIR_HELP, EXIT_OK, REF_HELP, VERIFIED_HELP, print_json
+from odf_chain.cli.common import (
+    DIR_HELP,
+    EXIT_OK,
+    REF_HELP,
+    VERIFIED_HELP,
+    examples,
+    print_json,
+)
 from odf_chain.dataset import Dataset
 from odf_chain.schema.fields import FieldInfo
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
-    parser = commands.add_parser("fields", help="DataHub v2 field paths at a block")
+    parser = commands.add_parser(
+        "fields",
+        help="DataHub v2 field paths at a block",
+        description="Every field of the schema in force at a block, nested ones included, by "
+        "its DataHub v2 field path, with its type and nullability (docs/field-paths.md).",
+        epilog=examples("odf-chain fields DIR", "odf-chain fields DIR --at 3 --json"),
+    )
     parser.add_argument("dir", help=DIR_HELP)
     parser.add_argument("--at", default="head", metavar="REF", help=REF_HELP)
     parser.add_argument("--verified", action="store_true", help=VERIFIED_HELP)

@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import argparse
 
-from odf_chain.cli.common import DIR_HELP, EXIT_OK
+from odf_chain.cli.common import DIR_HELP, EXIT_OK, examples
 from odf_chain.errors import OdfChainError
 from odf_chain.gc import DEFAULT_MIN_AGE, check_min_age, collect_garbage_path
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
-    parser = commands.add_parser("gc", help="remove leftovers of interrupted or losing writers")
+    parser = commands.add_parser(
+        "gc",
+        help="remove leftovers of interrupted or losing writers",
+        description="Remove what interrupted or losing writers left behind: staged files, "
+        "blocks no chain reaches, slices no block names. Only leftovers older than --min-age "
+        "go, so a writer still at work keeps its files.",
+        epilog=examples("odf-chain gc DIR --dry-run", "odf-chain gc DIR --min-age 3600"),
+    )
     parser.add_argument("dir", help=DIR_HELP)
     parser.add_argument(
         "--min-age",

@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import argparse
 
-from odf_chain.cli.common import DIR_HELP, EXIT_OK
+from odf_chain.cli.common import DIR_HELP, EXIT_OK, examples
 from odf_chain.index.read import check_index
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser(
-        "index", help="check the derived index (info/odf-chain-index/), repairing it if needed"
+        "index",
+        help="check the derived index (info/odf-chain-index/), repairing it if needed",
+        description="Check the derived index that answers states, schemas and lineage quickly "
+        "(info/odf-chain-index/) against the chain, and rebuild it when it does not check out. "
+        "The index is never trusted: every reader checks it; this only saves the next reader "
+        "the rebuild.",
+        epilog=examples("odf-chain index DIR", "odf-chain index DIR --rebuild"),
     )
     parser.add_argument("dir", help=DIR_HELP)
     parser.add_argument(

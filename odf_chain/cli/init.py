@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from odf_chain.cli.common import EXIT_OK, SINGLE_WRITER_HELP, UsageError
+from odf_chain.cli.common import EXIT_OK, SINGLE_WRITER_HELP, UsageError, examples
 from odf_chain.dataset import Dataset
 from odf_chain.errors import SchemaError
 from odf_chain.format.multihash import BLAKE3, SHA3_256
@@ -14,7 +14,18 @@ from odf_chain.state import Vocabulary
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
-    parser = commands.add_parser("init", help="create a dataset (writes the Seed block)")
+    parser = commands.add_parser(
+        "init",
+        help="create a dataset (writes the Seed block)",
+        description="Create a dataset: its directory (or object-store prefix) and its first "
+        "block, the Seed that names it for its whole life; with --schema, its data schema "
+        "declared up front from an Avro, DataMine or Parquet file.",
+        epilog=examples(
+            "odf-chain init warehouse/sensors",
+            "odf-chain init warehouse/sensors --hash sha3-256 --schema reading.avsc",
+            "odf-chain init s3://bucket/sensors",
+        ),
+    )
     parser.add_argument("dir", help="dataset directory or pyarrow.fs URI to create")
     parser.add_argument(
         "--hash",

@@ -17,6 +17,7 @@ from odf_chain.cli.common import (
     REF_HELP,
     VERIFIED_HELP,
     UsageError,
+    examples,
 )
 from odf_chain.dataset import Dataset
 from odf_chain.views import lineage as lineage_view, lineage_dot
@@ -30,6 +31,11 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "(when they can be opened). Without FIELD: every written field with its direct "
         "sources, drops and runs. With FIELD: where its values come from and go (all the way), "
         "or the fields --upstream/--downstream of it with their distance.",
+        epilog=examples(
+            "odf-chain lineage DIR",
+            "odf-chain lineage DIR total --upstream",
+            "odf-chain lineage DIR --format svg -o lineage.svg",
+        ),
     )
     parser.add_argument("dir", help=DIR_HELP)
     parser.add_argument(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from odf_chain.cli.common import DIR_HELP, EXIT_OK, print_json
+from odf_chain.cli.common import DIR_HELP, EXIT_OK, examples, print_json
 from odf_chain.dataset import Dataset
 from odf_chain.views.blocks import block_to_jsonable, log_header, log_line
 
@@ -14,9 +14,15 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "log",
         help="list blocks, newest first",
         description="Blocks newest first, one line each within 100 columns: sequence number, "
-        "the first 16 characters of the block hash (give them to --at), system time (UTC, "
-        "ISO-8601), event and a summary cut to fit. Streams: a line is printed as its block is "
-        "read.",
+        "the block hash's first 12 hex digits after the header every block shares (a ref: give "
+        "them to --at or diff), system time (UTC, ISO-8601), event and a summary cut to fit "
+        "(what it added first: offsets and rows, then the transaction and the lineage run). "
+        "Streams: a line is printed as its block is read.",
+        epilog=examples(
+            "odf-chain log DIR -n 5",
+            "odf-chain log DIR --full       # whole hashes and summaries",
+            "odf-chain log DIR --json | jq '.[0].event'",
+        ),
     )
     parser.add_argument("dir", help=DIR_HELP)
     parser.add_argument("--json", action="store_true", help="full blocks as JSON")

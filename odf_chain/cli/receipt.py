@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from odf_chain.cli.common import DIR_HELP, EXIT_OK
+from odf_chain.cli.common import DIR_HELP, EXIT_OK, examples
 from odf_chain.dataset import Dataset
 from odf_chain.receipt import write_receipt
 
@@ -14,6 +14,13 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser(
         "receipt",
         help="a JSON receipt of the head, to verify the chain against later (--receipt)",
+        description="A receipt of the head block (its hash, sequence number, time and the "
+        "dataset's id), optionally signed with the dataset's key: kept elsewhere, it lets "
+        "'chain-verify --receipt' prove later that the chain was only appended to since.",
+        epilog=examples(
+            "odf-chain receipt DIR > receipt.json",
+            "odf-chain receipt DIR --key-file key.pem -o receipt.json",
+        ),
     )
     parser.add_argument("dir", help=DIR_HELP)
     parser.add_argument(

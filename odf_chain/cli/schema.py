@@ -12,10 +12,13 @@ from odf_chain.cli.common import (
     REF_HELP,
     VERIFIED_HELP,
     UsageError,
+    count,
+    examples,
     print_json,
 )
 from odf_chain.dataset import Dataset
 from odf_chain.schema.evolution import check_evolution, diff_schemas
+from odf_chain.schema.paths import schema_fields
 from odf_chain.schema_files import load_schema_file
 from odf_chain.views.blocks import schema_to_jsonable, state_to_jsonable
 
@@ -26,11 +29,24 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="the schema at a block, its history, or a compatibility check of two schema files",
         usage="odf-chain schema DIR [--at REF | --history] [--json]\n"
         "       odf-chain schema check OLD NEW [--table NAME] [--json]",
+        description="The schema in force at a block; with --history, every SetDataSchema as "
+        "the fields it adds, removes or changes (v2 paths; the first one as the fields it "
+        "declares); 'schema check OLD NEW': whether a dataset with schema OLD may evolve to NEW "
+        "(exit 1 if not). Schema files: .avsc (Avro), .json (DataMine) or .parquet.",
+        epilog=examples(
+            "odf-chain schema DIR --at 3",
+            "odf-chain schema DIR --history",
+            "odf-chain schema check old.avsc new.avsc",
+        ),
     )
     parser.add_argument("target", nargs="+", metavar="DIR | check OLD NEW")
     parser.add_argument("--at", default="head", metavar="REF", help=REF_HELP)
     parser.add_argument("--verified", action="store_true", help=VERIFIED_HELP)
-    parser.add_argument("--history", action="store_true", help="every SetDataSchema with its diff")
+    parser.add_argument(
+        "--history",
+        action="store_true",
+        help="every SetDataSchema, as the fields it adds, removes or changes",
+    )
     parser.add_argument("--table", help="which table of DataMine documents (check)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.set_defaults(run=run)
@@ -80,10 +96,12 @@ def _history(directory: str, as_json: bool, verified: bool) -> int:
         print(
             f"block {block.sequence_number}  {change.entry.hash}  {block.system_time.isoformat()}"
         )
+        # one form for every version: fields added, removed or changed, by v2 path; the first
+        # version adds every field (nested ones after their parents)
         if change.diff is None:
-            print(f"  initial schema: {len(change.schema)} fields")
-            for line in change.schema.to_string(show_schema_metadata=False).splitlines():
-                print(f"    {line}")
+            print(f"  initial schema: {count(len(change.schema), 'field')}")
+            for info in schema_fields(change.schema):
+                print(f"  + {info.path}")
         for line in change.diff.lines() if change.diff is not None else ():
             print(f"  {line}")
     return EXIT_OK

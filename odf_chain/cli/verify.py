@@ -12,13 +12,31 @@ from odf_chain.cli.common import (
     UsageError,
     alias_locations,
     count,
+    examples,
     print_json,
 )
 from odf_chain.verify import verify_path
 
+VERIFY_DESCRIPTION = (
+    "Prove that a dataset's blocks and data are intact and every rule holds: each block "
+    "against its hash and its predecessor, every rule over the whole chain, every data file "
+    "against its hash. Exit 0: intact; 1: broken (each problem named with its block); 2: an "
+    "error (no dataset there, a bad argument)."
+)
+VERIFY_EXAMPLES = examples(
+    "odf-chain verify DIR                        # or: chain-verify DIR",
+    "odf-chain verify DIR --json > report.json",
+    "odf-chain verify DIR --receipt receipt.json # the chain still extends that receipt",
+)
+
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
-    parser = commands.add_parser("verify", help="check blocks, rules and data (chain-verify)")
+    parser = commands.add_parser(
+        "verify",
+        help="check blocks, rules and data (chain-verify)",
+        description=VERIFY_DESCRIPTION,
+        epilog=VERIFY_EXAMPLES,
+    )
     add_arguments(parser)
     parser.set_defaults(run=run)
 

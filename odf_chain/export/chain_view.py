@@ -250,8 +250,11 @@ class InputOpener:
 
 
 def write_text(out: str | Path, text: str) -> None:
-    """Write an export file, naming it when that fails."""
+    """Write an export file all at once (a reader never sees half of it; on failure the old
+    file, if any, stays), naming it when that fails."""
+    from odf_chain.storage.local_files import write_atomic
+
     try:
-        Path(out).write_text(text, encoding="utf-8")
+        write_atomic(Path(out).absolute(), text.encode("utf-8"))
     except OSError as exc:
         raise StorageError(f"cannot write {out}: {exc}") from exc

@@ -300,6 +300,19 @@ def write_datahub_file(
     """Write the DataHub metadata file of ``dataset`` as of block ``at`` to ``out`` (see the
     module doc); return the number of MCPs written. ``indirect=False``: no INDIRECT edges in
     ``fineGrainedLineages``."""
+    text, count = datahub_text(dataset, at=at, platform=platform, env=env, indirect=indirect)
+    write_text(out, text)
+    return count
+
+
+def datahub_text(
+    dataset: Dataset,
+    *,
+    at: str = "head",
+    platform: str = DEFAULT_PLATFORM,
+    env: str = "PROD",
+    indirect: bool = True,
+) -> tuple[str, int]:
+    """The text :func:`write_datahub_file` writes, and the number of MCPs in it."""
     mcps = datahub_mcps(dataset, at=at, platform=platform, env=env, indirect=indirect)
-    write_text(out, json.dumps(mcps, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
-    return len(mcps)
+    return json.dumps(mcps, indent=2, sort_keys=True, ensure_ascii=False) + "\n", len(mcps)

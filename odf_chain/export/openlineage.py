@@ -504,6 +504,14 @@ def write_openlineage_file(
     ``out``, one JSON event a line (see the module doc); return the number of events.
     ``indirect=False``: INDIRECT inputs go in the ``columnLineage`` facet's ``dataset`` list,
     not under each field."""
+    text, count = openlineage_text(dataset, at=at, namespace=namespace, indirect=indirect)
+    write_text(out, text)
+    return count
+
+
+def openlineage_text(
+    dataset: Dataset, *, at: str = "head", namespace: str | None = None, indirect: bool = True
+) -> tuple[str, int]:
+    """The text :func:`write_openlineage_file` writes, and the number of events in it."""
     events = openlineage_events(dataset, at=at, namespace=namespace, indirect=indirect)
-    write_text(out, "".join(Serde.to_json(event) + "\n" for event in events))
-    return len(events)
+    return "".join(Serde.to_json(event) + "\n" for event in events), len(events)

@@ -88,6 +88,7 @@ def ingest_files(
 
     _check_format(fmt, options)
     use_this_python(spark)
+    phase = write_options.get("_phase")  # the CLI's, on a terminal: each phase as it starts
     files = _expand(paths)
     target: str | Path | Dataset = dataset
     if not isinstance(target, Dataset):
@@ -102,6 +103,8 @@ def ingest_files(
         if allow_duplicates or not isinstance(target, Dataset)
         else ingested_inputs(target.storage, base)
     )
+    if phase is not None:
+        phase(f"reading and hashing {len(files):,} input file{'s' if len(files) != 1 else ''}")
     probes = _run_probe(spark, files, fmt)
 
     kept: list[tuple[_Located, tuple]] = []

@@ -191,7 +191,8 @@ def start_quiet_session(master: str, app_name: str, conf: dict[str, str]) -> Qui
     builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in conf.items():
         builder = builder.config(key, value)
-    builder = builder.config("spark.ui.showConsoleProgress", str(terminal is not None).lower())
+    if "spark.ui.showConsoleProgress" not in conf:  # the caller's choice, else a terminal's bar
+        builder = builder.config("spark.ui.showConsoleProgress", str(terminal is not None).lower())
     try:
         with _stderr_to(write_end), _interrupt_held() as held:
             spark = builder.getOrCreate()

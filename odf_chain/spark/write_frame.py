@@ -189,6 +189,7 @@ def write(
     _check_state: Callable[[Dataset, DatasetState], None] | None = None,
     _input: str | None = None,
     _check_rows: Callable[[dict[str, int]], None] | None = None,
+    _phase: Callable[[str], None] | None = None,
 ) -> IngestResult:
     """Append a Spark DataFrame to ``dataset`` (a path, a ``pyarrow.fs`` URI such as
     ``s3://bucket/sales``, or an open :class:`Dataset`) as Parquet slices. A pandas-on-Spark
@@ -324,6 +325,8 @@ def write(
                     )
                     beside.append(sampling)
                 per_file: dict[str, int] | None = None if _check_rows is None else {}
+                if _phase is not None:  # the CLI on a terminal: each phase as it starts
+                    _phase("counting rows")
                 try:
                     counts = _count_partitions(
                         shaped, vocab, check_timestamps=not truncate_timestamps, per_file=per_file
@@ -343,6 +346,8 @@ def write(
                 # refused once there are rows: a header-only CSV's columns are strings by default
                 refuse_narrowing(narrowed, f"{dataset.location}: {_input or 'the DataFrame'}")
 
+                if _phase is not None:
+                    _phase(f"sizing slices for {total:,} rows")
                 clock = time.perf_counter()
                 # the sample gets as long again as the count took: its first task is as a rule
                 # done by then; cancelling it and sampling anew is for inputs whose first
@@ -355,7 +360,8 @@ def write(
                 framed, counts, records = _size_slices(shaped, counts, vocab, target, row_bytes)
                 planned = planned_slices(counts, state.next_offset, records)
                 timings["sizing"] = time.perf_counter() - clock
-
+                if _phase is not None:
+                    _phase(f"writing {len(planned):,} slice{'s' if len(planned) != 1 else ''}")
                 clock = time.perf_counter()
                 captured: Beside | None = None
 
@@ -397,6 +403,8 @@ def write(
                         staging,
                         timings,
                     )
+            if _phase is not None:
+                _phase("committing blocks")
             with tx:  # the failure policy: what the transaction created is withdrawn
                 clock = time.perf_counter()
                 tx.declare_schema(schema)

@@ -28,7 +28,7 @@ from odf_chain.events import (
 )
 from odf_chain.format.did import DatasetId
 from odf_chain.format.multihash import Multihash
-from odf_chain.state import DatasetState, Vocabulary, lineage_of
+from odf_chain.state import DatasetState, Vocabulary, lineage_of, recorded_transaction
 
 
 def to_jsonable(value: Any) -> Any:
@@ -90,7 +90,7 @@ def summarize_event(event: Any) -> str:
     """One line that says what the event did."""
     match event:
         case Seed():
-            return f"dataset {event.dataset_id} ({event.dataset_kind.name.lower()})"
+            return f"{event.dataset_kind.name.lower()} dataset {event.dataset_id}"
         case SetDataSchema():
             try:
                 schema = event.to_arrow()
@@ -103,18 +103,19 @@ def summarize_event(event: Any) -> str:
             listed = ", ".join(own) + (f" (and {', '.join(rest)})" if own and rest else "")
             return f"{_count(len(schema), 'field')}: {listed or ', '.join(rest)}"
         case AddData() | ExecuteTransform():
+            # what a reader looks for first; the slice's file name (69 characters) last, so a
+            # line cut to fit loses that rather than the lineage or the transaction
             parts = []
             if event.new_data is not None:
                 interval = event.new_data.offset_interval
                 parts.append(
                     f"offsets {interval.start}..{interval.end} "
                     f"({_count(event.new_data.num_records, 'row')}, "
-                    f"{_count(event.new_data.size, 'byte')}) -> data/{event.new_data.physical_hash}"
+                    f"{_count(event.new_data.size, 'byte')})"
                 )
-            if event.new_watermark is not None:
-                parts.append(f"watermark {log_time(event.new_watermark)}")
-            if isinstance(event, AddData) and event.new_source_state is not None:
-                parts.append(f"source {event.new_source_state.source_name}")
+            transaction = recorded_transaction(event)
+            if transaction is not None:
+                parts.append(f"transaction {transaction[0]} v{transaction[1]}")
             if isinstance(event, ExecuteTransform):
                 parts.append(_run_summary(event))
             carried = lineage_of(event)
@@ -123,6 +124,12 @@ def summarize_event(event: Any) -> str:
                     f"lineage of {carried.run.job_name} run {carried.run.run_id} "
                     f"({_count(len(carried.operations), 'operation')})"
                 )
+            if isinstance(event, AddData) and event.new_source_state is not None:
+                parts.append(f"source {event.new_source_state.source_name}")
+            if event.new_watermark is not None:
+                parts.append(f"watermark {log_time(event.new_watermark)}")
+            if event.new_data is not None:
+                parts.append(f"data/{event.new_data.physical_hash}")
             return "; ".join(parts) or "no data"
         case SetTransform():
             sql = event.transform or {}
@@ -167,17 +174,30 @@ def _run_summary(event: ExecuteTransform) -> str:
 
 LOG_WIDTH = 100
 """Columns a ``log`` line fits in (the summary is cut with an ellipsis to fit)."""
-SHORT_HASH = 16
-"""Characters of a block hash ``log`` shows: a prefix of the full text, so it can be pasted
-back as a ref. The first 5 are the same for every block (``f1e20``: base16, BLAKE3, 32 bytes),
-the other 11 are 44 bits of the digest: a chain of a million blocks holds a pair that shares
-them with a chance of about 3%, and such a prefix is refused as ambiguous, never misread."""
+SHORT_HASH = 12
+"""Hex characters of a block hash's digest ``log`` shows (48 bits), without the multibase and
+multihash header every block of a chain shares (``f1e20``: base16, BLAKE3, 32 bytes;
+``f1620`` for SHA3-256); pasted back, it is a ref (:mod:`odf_chain.replay`). A chain of a
+million blocks holds a pair sharing them with a chance of about 0.2%, and such a prefix is
+refused as ambiguous, never misread. One made of digits only would read as a sequence number:
+it is lengthened to its first letter."""
 _EVENT_WIDTH = len("AddFieldLineage")
 _UNPRINTABLE = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
 
 
 def short_hash(block_hash: Multihash) -> str:
-    return str(block_hash)[:SHORT_HASH]
+    """The :data:`SHORT_HASH` first hex digits of the digest (more, up to the first a-f, when
+    those are all digits)."""
+    digest = block_hash.digest_bytes.hex()
+    end = SHORT_HASH
+    while end < len(digest) and digest[:end].isdigit():
+        end += 1
+    return digest[:end]
+
+
+def short_hash_text(block_hash: str) -> str:
+    """:func:`short_hash` of a hash given as its multibase text."""
+    return short_hash(Multihash.from_multibase(block_hash))
 
 
 def log_time(moment: datetime) -> str:
