@@ -26,7 +26,11 @@ def test_phases_are_printed_on_a_terminal_only() -> None:
         phase = terminal_phases(terminal)
         assert phase is not None
         phase("counting rows")
-    shown = os.read(leader, 1024).decode()
+    shown = ""
+    while "\n" not in shown:  # a pseudo-terminal may hand the line over in pieces
+        ready, _, _ = select.select([leader], [], [], 10.0)
+        assert ready, f"the phase line never ended: {shown!r}"
+        shown += os.read(leader, 1024).decode()
     os.close(leader)
     assert re.fullmatch(r" +\d+\.\ds  counting rows\r\n", shown), shown
 
