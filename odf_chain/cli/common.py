@@ -41,6 +41,34 @@ SINGLE_WRITER_HELP = (
 )
 
 
+SPARK_INSTALL = "pip install 'odf_chain[spark]'"
+
+SPARK_COMMANDS = ("ingest", "derive")
+"""The commands that always run Spark; ``verify --reproduce`` runs it too."""
+
+
+def needs_spark(args: argparse.Namespace, prog: str = "odf-chain") -> bool:
+    """True, after one line on stderr naming the extra to install, when the command ``args``
+    chose runs Spark and PySpark is not installed (``pip install odf_chain`` leaves it out)."""
+    command = getattr(args, "command", None)
+    if command in SPARK_COMMANDS:
+        what = f"'{prog} {command}'"
+    elif getattr(args, "reproduce", False):
+        what = f"'{prog} {command or ''}{' ' if command else ''}--reproduce'"
+    else:
+        return False
+    from importlib.util import find_spec
+
+    if find_spec("pyspark") is not None:
+        return False
+    print(f"{prog}: error: {what} needs PySpark, not installed: {SPARK_INSTALL}", file=sys.stderr)
+    return True
+
+
+def _spark_module(name: str | None) -> bool:
+    return (name or "").split(".")[0] in ("pyspark", "py4j")
+
+
 class UsageError(OdfChainError):
     """A command line that does not make sense."""
 
@@ -112,6 +140,10 @@ def run_command(handler: Callable[[argparse.Namespace], int], args: argparse.Nam
         print("odf-chain: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except Exception as exc:  # a bug of ours: still one line, the traceback on request
+        if isinstance(exc, ModuleNotFoundError) and _spark_module(exc.name):
+            # a Spark path needs_spark did not foresee: the install, not a bug
+            print(f"odf-chain: error: this needs PySpark: {SPARK_INSTALL}", file=sys.stderr)
+            return EXIT_ERROR
         if os.environ.get("ODF_CHAIN_DEBUG"):
             raise
         detail = str(exc).strip().splitlines()

@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 
 from odf_chain.cli.common import DIR_HELP, EXIT_OK, REF_HELP
-from odf_chain.dataset import Dataset
 
 TARGETS = (
     ("datahub", "a DataHub metadata file (MCP JSON: schemaMetadata, upstreamLineage)"),
@@ -48,6 +47,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from odf_chain.dataset import Dataset
+
     dataset = Dataset.open(args.dir)
     if args.target == "datahub":
         from odf_chain.export.datahub import write_datahub_file

@@ -23,7 +23,6 @@ from odf_chain.cli.common import (
     SINGLE_WRITER_HELP,
     count,
 )
-from odf_chain.dataset import Dataset
 from odf_chain.errors import NotFoundError
 from odf_chain.format.multihash import BLAKE3, SHA3_256
 
@@ -90,6 +89,7 @@ def start_spark(master: str):
 
 
 def run(args: argparse.Namespace) -> int:
+    from odf_chain.dataset import Dataset
     from odf_chain.spark.input_paths import expand_inputs
     from odf_chain.spark.sizing import target_slice_bytes
 

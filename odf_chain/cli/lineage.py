@@ -18,8 +18,6 @@ from odf_chain.cli.common import (
     VERIFIED_HELP,
     UsageError,
 )
-from odf_chain.dataset import Dataset
-from odf_chain.views import lineage as lineage_view, lineage_dot
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -120,6 +118,9 @@ def _emit(text: str | bytes, output_file: str | None) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from odf_chain.dataset import Dataset
+    from odf_chain.views import lineage as lineage_view
+
     output = _format(args)
     _check_usage(args, output)
     direction = "upstream" if args.upstream else "downstream" if args.downstream else None
@@ -159,6 +160,8 @@ def run(args: argparse.Namespace) -> int:
 def _picture(args, output, view, field, direction, depth) -> int:
     """``--format dot|svg``: the DOT text, or its SVG; without Graphviz, the DOT text (never
     under the SVG's name) and exit 1."""
+    from odf_chain.views import lineage as lineage_view, lineage_dot
+
     if field is None:
         dot = lineage_dot.dot_text(view)
     else:

@@ -14,10 +14,6 @@ from odf_chain.cli.common import (
     UsageError,
     print_json,
 )
-from odf_chain.dataset import Dataset
-from odf_chain.schema.evolution import check_evolution, diff_schemas
-from odf_chain.schema_files import load_schema_file
-from odf_chain.views.blocks import schema_to_jsonable, state_to_jsonable
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -37,6 +33,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from odf_chain.dataset import Dataset
+    from odf_chain.views.blocks import state_to_jsonable
+
     if args.target[0] == "check":
         return _check(args)
     if len(args.target) != 1:
@@ -58,6 +57,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _history(directory: str, as_json: bool, verified: bool) -> int:
+    from odf_chain.dataset import Dataset
+    from odf_chain.views.blocks import schema_to_jsonable
+
     history = Dataset.open(directory).schema_history(verified=verified)
     if as_json:
         print_json(
@@ -90,6 +92,9 @@ def _history(directory: str, as_json: bool, verified: bool) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
+    from odf_chain.schema.evolution import check_evolution, diff_schemas
+    from odf_chain.schema_files import load_schema_file
+
     if len(args.target) != 3:
         raise UsageError("usage: odf-chain schema check OLD NEW")
     old = load_schema_file(args.target[1], table=args.table)

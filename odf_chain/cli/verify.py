@@ -14,7 +14,6 @@ from odf_chain.cli.common import (
     count,
     print_json,
 )
-from odf_chain.verify import verify_path
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -65,6 +64,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from odf_chain.verify import verify_path
+
     if args.deep and args.no_data:
         raise UsageError("--deep reads every row of the data: it cannot go with --no-data")
     if (args.recursive or args.input) and not args.reproduce:
