@@ -46,6 +46,8 @@ if TYPE_CHECKING:
     from odf_chain.format.multihash import Multihash
     from odf_chain.state import DatasetState, Vocabulary
 
+__version__ = "0.1.0"
+
 _HOMES = {
     "AddData": "odf_chain.events",
     "BlockEntry": "odf_chain.chain",
@@ -128,6 +130,7 @@ __all__ = [
     "SourceState",
     "StorageError",
     "Vocabulary",
+    "__version__",
     "decode_block",
     "encode_block",
 ]

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
+from odf_chain import __version__
 from odf_chain.errors import OdfChainError
 
 EXIT_OK = 0
@@ -87,17 +88,8 @@ def top_parser() -> Parser:
         prog="odf-chain",
         description="Tamper-evident ODF metadata chains next to Parquet data slices.",
     )
-    parser.add_argument("--version", action="version", version=f"odf-chain {_version()}")
+    parser.add_argument("--version", action="version", version=f"odf-chain {__version__}")
     return parser
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("odf-chain")
-    except PackageNotFoundError:  # run from a source tree that was never installed
-        return "(not installed)"
 
 
 def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
