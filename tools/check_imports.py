@@ -110,8 +110,8 @@ def _type_checking_only(path: Path) -> set[int]:
     return lines
 
 
-def problems() -> list[str]:
-    extras = declared()
+def problems(pyproject: Path = ROOT / "pyproject.toml") -> list[str]:
+    extras = declared(pyproject)
     core = extras[None]
     stdlib = set(sys.stdlib_module_names) | {"__future__"}
     used: set[str] = set()
@@ -141,7 +141,7 @@ def problems() -> list[str]:
                 continue
             where = f"the core or [{feature}]" if feature else "the core"
             found.append(f"odf_chain/{relative}:{line}: imports {module}, not declared by {where}")
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    project = tomllib.loads(pyproject.read_text())["project"]
     for requirement in project["dependencies"]:
         name, _ = _distribution(requirement)
         if not MODULES.get(name, {name.replace("-", "_")}) & used:
