@@ -1,11 +1,18 @@
 #!/usr/bin/env bash
-# Create ./.venv and install odf_chain with its development tools. Safe to re-run: it only
-# reinstalls when pyproject.toml changed. Needs python3 (3.11+) with venv and pip; everything
-# else comes from the package registry.
+# Create ./.venv and install odf_chain (editable) with an extra: `dev` (the default: the tests'
+# and benchmarks' tools, PySpark included; tools/test.sh) or `spark` (the library and PySpark
+# only: what tools/demo.sh needs). Safe to re-run: it installs only when pyproject.toml changed
+# or the extra asked for is not there yet (dev holds spark). Needs python3 (3.11+) with venv and
+# pip; everything else comes from the package registry.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
 VENV=.venv
+EXTRA="${1:-dev}"
+case "$EXTRA" in
+  dev | spark) ;;
+  *) echo "usage: tools/setup.sh [dev|spark]" >&2; exit 2 ;;
+esac
 if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
   echo "odf_chain needs Python 3.11 or newer (found $("$PYTHON" --version 2>&1))" >&2
   exit 1
@@ -13,10 +20,12 @@ fi
 if [ ! -x "$VENV/bin/python" ]; then
   "$PYTHON" -m venv "$VENV"
 fi
-stamp="$VENV/.installed-$(sha256sum pyproject.toml | cut -c1-16)"
-if [ ! -f "$stamp" ]; then
-  "$VENV/bin/python" -m pip install --quiet --upgrade pip
-  "$VENV/bin/python" -m pip install --quiet -e '.[dev]'
-  rm -f "$VENV"/.installed-*
-  touch "$stamp"
+version="$(sha256sum pyproject.toml | cut -c1-16)"
+if [ -f "$VENV/.installed-$EXTRA-$version" ] || [ -f "$VENV/.installed-dev-$version" ]; then
+  exit 0
 fi
+"$VENV/bin/python" -m pip install --quiet --upgrade pip
+"$VENV/bin/python" -m pip install --quiet -e ".[$EXTRA]"
+# the stamps of an older pyproject.toml go; spark's stays beside dev's (dev holds it)
+find "$VENV" -maxdepth 1 -name '.installed-*' ! -name "*-$version" -delete
+touch "$VENV/.installed-$EXTRA-$version"
