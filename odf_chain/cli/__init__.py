@@ -16,11 +16,22 @@ library call plus formatting. What they share is :mod:`.common`. Exit codes:
 from __future__ import annotations
 
 import argparse
-import importlib
-import sys
 from collections.abc import Sequence
-from types import ModuleType
 
+from odf_chain.cli import (
+    derive,
+    export,
+    fields,
+    gc,
+    index,
+    ingest,
+    init,
+    lineage,
+    log,
+    receipt,
+    schema,
+    verify,
+)
 from odf_chain.cli.common import (
     EXIT_ERROR,
     EXIT_FAILED,
@@ -37,6 +48,7 @@ from odf_chain.cli.common import (
     tolerant_stdout,
     top_parser,
 )
+from odf_chain.cli.ingest import start_spark as _spark_session
 
 __all__ = [
     "EXIT_ERROR",
@@ -52,54 +64,25 @@ __all__ = [
     "main",
 ]
 
-COMMANDS = (
-    "init",
-    "log",
-    "index",
-    "schema",
-    "fields",
-    "ingest",
-    "derive",
-    "gc",
-    "export",
-    "lineage",
-    "receipt",
-    "verify",
-)
-"""The commands in the order ``odf-chain --help`` lists them: each the module
-``odf_chain.cli.<name>`` with its arguments (``add_parser``) and its handler (``run``).
+COMMANDS = (init, log, index, schema, fields, ingest, derive, gc, export, lineage, receipt, verify)
+"""The commands in the order ``odf-chain --help`` lists them.
 
-The command modules are light to import (argparse and :mod:`.common`): what a handler needs
-(the library, pyarrow, Spark) it imports when it runs. So ``--version`` and ``--help`` load
-no library module, and each command loads only its own (tests/test_install.py holds this;
+Each command module is light to import (argparse and :mod:`.common`): what its handler needs
+(the library, pyarrow, Spark) the handler imports when it runs. So ``--version`` and ``--help``
+load no library module and each command loads only its own (tests/test_install.py holds this;
 tools/bench_cli_startup.py measures it)."""
-
-
-def command_module(name: str) -> ModuleType:
-    return importlib.import_module(f"odf_chain.cli.{name}")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = top_parser()
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name in COMMANDS:
-        command_module(name).add_parser(commands)
+    for command in COMMANDS:
+        command.add_parser(commands)
     return parser
-
-
-def _spark_session(master: str):
-    """Start Spark for ingest, derive and verify --reproduce (:func:`.ingest.start_spark`);
-    looked up at each call, so a caller can lend a running session instead (tests/cli_run.py
-    replaces it)."""
-    from odf_chain.cli.ingest import start_spark
-
-    return start_spark(master)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     tolerant_stdout()
-    if list(sys.argv[1:] if argv is None else argv) == ["--version"]:
-        top_parser().parse_args(["--version"])  # prints and exits, no command module loaded
     args = parse(build_parser(), argv)
     if needs_spark(args):
         return EXIT_ERROR
@@ -116,7 +99,6 @@ def chain_verify_main(argv: Sequence[str] | None = None) -> int:
         description="Prove that a dataset's blocks and data are intact and every rule holds "
         "(same as 'odf-chain verify').",
     )
-    verify = command_module("verify")
     verify.add_arguments(parser)
     tolerant_stdout()
     args = parse(parser, argv)
