@@ -31,7 +31,6 @@ from odf_chain.events import (
 from odf_chain.format.did import DatasetId, generate_key
 from odf_chain.format.multihash import BLAKE3, check_algorithm
 from odf_chain.lineage.recorder import LineageRecorder
-from odf_chain.receipt import Receipt, check_key_path, create_key_file, load_key
 from odf_chain.schema.evolution import check_new_columns
 from odf_chain.schema.widening import adopt_schema, refuse_narrowing
 from odf_chain.state import EMPTY, DatasetState
@@ -40,7 +39,10 @@ from odf_chain.transaction import Transaction
 
 if TYPE_CHECKING:
     import pyarrow.dataset as pads
-from odf_chain.verify import VerifyReport, verify
+
+    # verify and receipts are imported by the methods using them: reading needs neither
+    from odf_chain.receipt import Receipt
+    from odf_chain.verify import VerifyReport
 
 
 class Dataset:
@@ -85,6 +87,8 @@ class Dataset:
             dataset = cls(create_storage(location, filesystem, single_writer=single_writer))
             dataset._append(Seed(dataset_id=DatasetId.generate()), algorithm=hash)
             return dataset
+        from odf_chain.receipt import check_key_path, create_key_file
+
         local = filesystem is None or isinstance(filesystem, pafs.LocalFileSystem)
         root = local_path(location) if local else None
         key_path = check_key_path(key_file, root)
@@ -311,6 +315,8 @@ class Dataset:
         ``reproduce`` re-runs every derive run with its engine (:mod:`odf_chain.engines`: Spark,
         with ``spark`` or the active session) and compares; ``recursive`` reproduces derivative
         inputs too; ``inputs`` (alias -> location) opens inputs that moved."""
+        from odf_chain.verify import verify
+
         report = verify(self.storage, check_data=check_data, receipts=receipts, deep=deep)
         if reproduce:
             rerun = engines.reproducer(derived.ENGINE)
@@ -320,6 +326,8 @@ class Dataset:
     def receipt(self, *, key_file: str | Path | None = None) -> Receipt:
         """A receipt of the head, to keep outside the writer's reach and verify with later;
         signed when ``key_file`` holds this dataset's key (any other key is refused)."""
+        from odf_chain.receipt import Receipt, load_key
+
         state = self.refresh()
         head = state.head
         if head is None or state.dataset_id is None or state.system_time is None:

@@ -30,20 +30,18 @@ What makes it safe, in the order it is checked:
 from __future__ import annotations
 
 import contextlib
-import math
-import numbers
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from odf_chain import chain
 from odf_chain.errors import ConflictError, NotFoundError, OdfChainError, StorageError
+from odf_chain.gc_age import DEFAULT_MIN_AGE, check_min_age
 from odf_chain.index.read import open_index
 from odf_chain.storage import Storage, check_name, open_storage
 from odf_chain.storage.base import no_lock
 from odf_chain.verify import VerifyReport, verify
 
-DEFAULT_MIN_AGE = 600.0
 _COLLECTABLE = ("orphan-data", "staging-leftover")
 
 # why something that looked collectable was kept
@@ -137,24 +135,6 @@ def collect_garbage(
             result.removed + again.removed, again.kept, result.bytes_freed + again.bytes_freed
         )
     return result
-
-
-def check_min_age(min_age: object) -> float:
-    """``min_age`` if it is a finite number of seconds, 0 or more; else an OdfChainError.
-
-    Every comparison with a NaN is false, so ``age < min_age`` would call every leftover old
-    and ``min_age < DEFAULT_MIN_AGE`` would let it past the object-store guard; an infinite or
-    negative age is no age a user means either."""
-    if (
-        isinstance(min_age, bool)
-        or not isinstance(min_age, numbers.Real)
-        or not math.isfinite(min_age)
-        or min_age < 0
-    ):
-        raise OdfChainError(
-            f"gc's minimum age must be a finite number of seconds, 0 or more, not {min_age!r}"
-        )
-    return float(min_age)
 
 
 def _pass(storage: Storage, *, min_age: float, dry_run: bool, discard: set[str]) -> GcReport:

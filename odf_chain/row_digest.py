@@ -52,6 +52,7 @@ entry are sorted by Arrow).
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from collections.abc import Sequence
@@ -70,8 +71,13 @@ _KEY_CONTEXT = "odf_chain 2025 row_digest/1 row key"
 _DECIMAL_WIDTH = 32
 _LENGTH = 8  # u64 length and count prefixes
 
-_EMPTY = pa.scalar(b"", pa.large_binary())
-_NULL_ONLY = pa.scalar(b"\x00", pa.large_binary())
+
+@functools.cache
+def _binary(value: bytes) -> pa.Scalar:
+    """A large_binary scalar, made on first use: ``pa.scalar`` at import time would make
+    pyarrow import pandas (~0.4 s) in every process that imports odf_chain."""
+    return pa.scalar(value, pa.large_binary())
+
 
 _INT_NAMES = {
     pa.int8(): "int8",
@@ -261,7 +267,7 @@ def _join(pieces: list[pa.Array], n: int) -> pa.Array:
         return pa.Array.from_buffers(pa.large_binary(), n, [None, offsets, pa.py_buffer(b"")])
     if len(pieces) == 1:
         return pieces[0]
-    return pc.binary_join_element_wise(*pieces, _EMPTY)
+    return pc.binary_join_element_wise(*pieces, _binary(b""))
 
 
 def _decoded(arr: pa.Array) -> pa.Array:
@@ -308,7 +314,7 @@ def _encode(arr: pa.Array) -> list[pa.Array]:
             pieces += _encode(arr.field(i))
         if valid.all():
             return pieces
-        return [pc.if_else(pa.array(valid), _join(pieces, n), _NULL_ONLY)]
+        return [pc.if_else(pa.array(valid), _join(pieces, n), _binary(b"\x00"))]
     canonical_type(t)  # raises for a type without an encoding
     return [_fixed(valid, _raw(arr, t.bit_width // 8))]
 

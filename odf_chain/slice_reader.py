@@ -20,22 +20,25 @@ check.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import BinaryIO, Literal, get_args
+from typing import TYPE_CHECKING, BinaryIO, Literal, get_args
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as pads
 
 from odf_chain.chain import BlockEntry
 from odf_chain.errors import IntegrityError, NotFoundError, OdfChainError, StorageError
 from odf_chain.events import DataSlice
 from odf_chain.format.multihash import Multihash
 from odf_chain.storage import DataStore, Storage
+
+if TYPE_CHECKING:
+    import pyarrow.dataset as pads
 
 SliceCheck = Literal["hash", "size"] | None
 """What a reader checks of each slice before returning its rows: ``"hash"`` its size and
@@ -50,7 +53,15 @@ at most two slices are held beside the result."""
 CHECK_THREADS = 2
 """Threads hashing files for :func:`check_files` (as verify hashes them: two cores' worth)."""
 
-_PARQUET = pads.ParquetFileFormat()
+
+@functools.cache
+def _parquet() -> pads.ParquetFileFormat:
+    """The Parquet format of pyarrow.dataset, imported on first read: importing
+    pyarrow.dataset imports pandas where it is installed (~0.4 s), which the commands that
+    read only blocks (log, schema, fields) do not need."""
+    import pyarrow.dataset as pads
+
+    return pads.ParquetFileFormat()
 
 
 def check_argument(check: object) -> SliceCheck:
@@ -162,7 +173,7 @@ def decode(
     """One slice's rows from its bytes, as of ``schema`` (columns it lacks are nulls), with
     ``columns`` and ``filter`` pushed down to the Parquet reader."""
     try:
-        fragment = _PARQUET.make_fragment(pa.BufferReader(data))
+        fragment = _parquet().make_fragment(pa.BufferReader(data))
         return fragment.to_table(schema=schema, columns=columns, filter=filter)
     except (pa.ArrowException, OSError) as exc:
         raise IntegrityError(
@@ -206,6 +217,8 @@ def read_table(
     as ``check`` says before any of its rows is decoded (see the module)."""
     # an unknown column or an ill-typed filter is the caller's mistake, not a slice's: it
     # fails here, as pyarrow reports it, before any slice is read
+    import pyarrow.dataset as pads
+
     empty = pads.InMemoryDataset(schema.empty_table()).to_table(columns=columns, filter=filter)
     tables = []
     for piece, data in _read_ahead(storage, pieces, check):

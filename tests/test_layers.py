@@ -34,11 +34,16 @@ def test_the_core_imports_no_view_and_no_spark() -> None:
 
 
 def test_the_cli_finds_its_views() -> None:
+    """The probe sees a view when one is loaded: the lineage command loads its view as it
+    runs (the CLI imports a command's modules when it runs, not when it parses)."""
     done = subprocess.run(
         [
             sys.executable,
             "-c",
-            "import odf_chain.cli, sys; print('odf_chain.views.lineage' in sys.modules)",
+            "import sys\n"
+            "from odf_chain.cli import main\n"
+            "main(['lineage', '/nonexistent/odf_chain-dataset'])\n"
+            "print('odf_chain.views.lineage' in sys.modules)",
         ],
         capture_output=True,
         text=True,

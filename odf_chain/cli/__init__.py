@@ -44,6 +44,7 @@ from odf_chain.cli.common import (
     VERIFIED_HELP,
     Parser,
     UsageError,
+    needs_spark,
     parse,
     run_command as _run,
     tolerant_stdout,
@@ -70,7 +71,12 @@ COMMANDS = (
     init, log, diff, index, schema, fields, ingest, derive, gc, export, lineage, receipt, verify,
     audit,
 )  # fmt: skip
-"""The commands in the order ``odf-chain --help`` lists them."""
+"""The commands in the order ``odf-chain --help`` lists them.
+
+Each command module is light to import (argparse and :mod:`.common`): what its handler needs
+(the library, pyarrow, Spark) the handler imports when it runs. So ``--version`` and ``--help``
+load no library module and each command loads only its own (tests/test_install.py holds this;
+tools/bench_cli_startup.py measures it)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -84,6 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     tolerant_stdout()
     args = parse(build_parser(), argv)
+    if needs_spark(args):
+        return EXIT_ERROR
     if hasattr(args, "start_spark"):
         # ingest starts Spark by this module's _spark_session, looked up at each call, so a
         # caller can lend it a running session instead (tests/cli_run.py replaces it)
@@ -105,5 +113,7 @@ def chain_verify_main(argv: Sequence[str] | None = None) -> int:
     parser = chain_verify_parser()
     tolerant_stdout()
     args = parse(parser, argv)
+    if needs_spark(args, prog="chain-verify"):
+        return EXIT_ERROR
     args.start_spark = _spark_session  # for --reproduce (see main)
     return _run(verify.run, args)

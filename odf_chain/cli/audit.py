@@ -18,6 +18,7 @@ from odf_chain.cli.common import (
     UsageError,
     alias_locations,
     count,
+    examples,
 )
 
 
@@ -29,7 +30,11 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "external resources: the verdict with every problem, a timeline of blocks, the schema "
         "history, the field-lineage graph, upstream pins and the receipts checked. "
         "Exit status as chain-verify's: 0 OK, 1 verify failed, 2 usage or input error.",
-        epilog="example: odf-chain audit data/orders --receipt r.json --deep -o report.html",
+        epilog=examples(
+            "odf-chain audit data/orders -o report.html",
+            "odf-chain audit data/orders --deep --receipt r1.json --receipt r2.json -o report.html",
+            "odf-chain audit data/daily --reproduce -o daily.html   # re-runs every derive run",
+        ),
     )
     parser.add_argument("dir", help=DIR_HELP)
     parser.add_argument(

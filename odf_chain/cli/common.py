@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import NoReturn, TextIO
 
+from odf_chain import __version__
 from odf_chain.errors import OdfChainError
 
 EXIT_OK = 0
@@ -41,6 +42,34 @@ SINGLE_WRITER_HELP = (
     "promise no other writer writes this dataset meanwhile (s3://, gs:// and abfs:// "
     "need no promise: the head moves by compare-and-swap)"
 )
+
+
+SPARK_INSTALL = "pip install 'odf_chain[spark]'"
+
+SPARK_COMMANDS = ("ingest", "derive")
+"""The commands that always run Spark; ``verify --reproduce`` runs it too."""
+
+
+def needs_spark(args: argparse.Namespace, prog: str = "odf-chain") -> bool:
+    """True, after one line on stderr naming the extra to install, when the command ``args``
+    chose runs Spark and PySpark is not installed (``pip install odf_chain`` leaves it out)."""
+    command = getattr(args, "command", None)
+    if command in SPARK_COMMANDS:
+        what = f"'{prog} {command}'"
+    elif getattr(args, "reproduce", False):
+        what = f"'{prog} {command or ''}{' ' if command else ''}--reproduce'"
+    else:
+        return False
+    from importlib.util import find_spec
+
+    if find_spec("pyspark") is not None:
+        return False
+    print(f"{prog}: error: {what} needs PySpark, not installed: {SPARK_INSTALL}", file=sys.stderr)
+    return True
+
+
+def _spark_module(name: str | None) -> bool:
+    return (name or "").split(".")[0] in ("pyspark", "py4j")
 
 
 class UsageError(OdfChainError):
@@ -85,17 +114,8 @@ def top_parser() -> Parser:
         prog="odf-chain",
         description="Tamper-evident ODF metadata chains next to Parquet data slices.",
     )
-    parser.add_argument("--version", action="version", version=f"odf-chain {_version()}")
+    parser.add_argument("--version", action="version", version=f"odf-chain {__version__}")
     return parser
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("odf-chain")
-    except PackageNotFoundError:  # run from a source tree that was never installed
-        return "(not installed)"
 
 
 def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
@@ -141,6 +161,10 @@ def run_command(handler: Callable[[argparse.Namespace], int], args: argparse.Nam
         print(f"{prog}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except Exception as exc:  # a bug of ours: still one line, the traceback on request
+        if isinstance(exc, ModuleNotFoundError) and _spark_module(exc.name):
+            # a Spark path needs_spark did not foresee: the install, not a bug
+            print(f"odf-chain: error: this needs PySpark: {SPARK_INSTALL}", file=sys.stderr)
+            return EXIT_ERROR
         if os.environ.get("ODF_CHAIN_DEBUG"):
             raise
         detail = str(exc).strip().splitlines()

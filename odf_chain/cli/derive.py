@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from odf_chain.cli.common import EXIT_OK, UsageError, alias_locations, count, terminal_phases
-from odf_chain.dataset import Dataset
 from odf_chain.errors import NotFoundError
 from odf_chain.format.multihash import BLAKE3, SHA3_256
+
+if TYPE_CHECKING:
+    from odf_chain.dataset import Dataset
 
 EPILOG = """example:
   odf-chain derive warehouse/daily-stats --create \\
@@ -52,10 +55,13 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 def _inputs(given: list[str]) -> dict[str, Dataset]:
     # opened before Spark starts: a typo costs no 15 s
+    from odf_chain.dataset import Dataset
+
     return {alias: Dataset.open(where) for alias, where in alias_locations(given).items()}
 
 
 def run(args: argparse.Namespace) -> int:
+    from odf_chain.dataset import Dataset
     from odf_chain.spark.derivative import derive
 
     if args.sql_file is not None:

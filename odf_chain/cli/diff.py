@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 
 from odf_chain.cli.common import DIR_HELP, EXIT_OK, REF_HELP, examples, print_json
-from odf_chain.dataset import Dataset
-from odf_chain.views.diff import diff_blocks, diff_lines
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -34,6 +32,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from odf_chain.dataset import Dataset
+    from odf_chain.views.diff import diff_blocks, diff_lines
+
     dataset = Dataset.open(args.dir)
     diff = diff_blocks(dataset.storage, args.a, args.b)
     if args.json:

@@ -7,7 +7,6 @@ import argparse
 import sys
 
 from odf_chain.cli.common import DIR_HELP, EXIT_OK, REF_HELP, examples
-from odf_chain.dataset import Dataset
 
 TARGETS = (
     ("datahub", "a DataHub metadata file (MCP JSON: schemaMetadata, upstreamLineage)"),
@@ -70,6 +69,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from odf_chain.dataset import Dataset
+
     dataset = Dataset.open(args.dir)
     if args.target == "datahub":
         from odf_chain.export.datahub import datahub_text

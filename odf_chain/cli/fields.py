@@ -4,17 +4,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from typing import TYPE_CHECKING
 
-from odf_chain.cli.common import (
-    DIR_HELP,
-    EXIT_OK,
-    REF_HELP,
-    VERIFIED_HELP,
-    examples,
-    print_json,
-)
-from odf_chain.dataset import Dataset
-from odf_chain.schema.fields import FieldInfo
+from odf_chain.cli.common import DIR_HELP, EXIT_OK, REF_HELP, VERIFIED_HELP, examples, print_json
+
+if TYPE_CHECKING:
+    from odf_chain.schema.fields import FieldInfo
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -33,6 +28,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from odf_chain.dataset import Dataset
+
     state = Dataset.open(args.dir).state_at(args.at, verified=args.verified)
     fields = state.fields
     if args.json:

@@ -6,7 +6,7 @@ import argparse
 
 from odf_chain.cli.common import DIR_HELP, EXIT_OK, examples
 from odf_chain.errors import OdfChainError
-from odf_chain.gc import DEFAULT_MIN_AGE, check_min_age, collect_garbage_path
+from odf_chain.gc_age import DEFAULT_MIN_AGE, check_min_age
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -55,6 +55,8 @@ def _seconds(text: str) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
+    from odf_chain.gc import collect_garbage_path
+
     result = collect_garbage_path(
         args.dir,
         min_age=args.min_age,

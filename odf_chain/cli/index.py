@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 
 from odf_chain.cli.common import DIR_HELP, EXIT_OK, examples
-from odf_chain.index.read import check_index
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -26,6 +25,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from odf_chain.index.read import check_index
+
     report = check_index(args.dir, from_scratch=args.rebuild)
     print(report.line())
     return EXIT_OK

@@ -25,7 +25,6 @@ from odf_chain.cli.common import (
     examples,
     terminal_phases,
 )
-from odf_chain.dataset import Dataset
 from odf_chain.errors import NotFoundError
 from odf_chain.format.multihash import BLAKE3, SHA3_256
 
@@ -103,6 +102,7 @@ def start_spark(master: str):
 
 
 def run(args: argparse.Namespace) -> int:
+    from odf_chain.dataset import Dataset
     from odf_chain.spark.input_paths import expand_inputs
     from odf_chain.spark.sizing import target_slice_bytes
 

@@ -5,12 +5,8 @@ from __future__ import annotations
 import argparse
 
 from odf_chain.cli.common import EXIT_OK, SINGLE_WRITER_HELP, UsageError, examples
-from odf_chain.dataset import Dataset
 from odf_chain.errors import SchemaError
 from odf_chain.format.multihash import BLAKE3, SHA3_256
-from odf_chain.schema_files import load_schema_file
-from odf_chain.slices import with_system_fields
-from odf_chain.state import Vocabulary
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -50,6 +46,11 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from odf_chain.dataset import Dataset
+    from odf_chain.schema_files import load_schema_file
+    from odf_chain.slices import with_system_fields
+    from odf_chain.state import Vocabulary
+
     if args.table and not args.schema:
         raise UsageError("--table needs --schema")
     schema = load_schema_file(args.schema, table=args.table) if args.schema else None

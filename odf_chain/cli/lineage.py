@@ -19,8 +19,6 @@ from odf_chain.cli.common import (
     UsageError,
     examples,
 )
-from odf_chain.dataset import Dataset
-from odf_chain.views import lineage as lineage_view, lineage_dot
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -153,6 +151,7 @@ def _send(args: argparse.Namespace) -> int:
     ]
     if given:
         raise UsageError(f"--emit sends the outbox: no {', '.join(given)}")
+    from odf_chain.dataset import Dataset
     from odf_chain.emit import send_outbox  # the OpenLineage client: only when asked for
 
     result = send_outbox(Dataset.open(args.dir).storage)
@@ -166,6 +165,9 @@ def _send(args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     if args.emit:
         return _send(args)
+    from odf_chain.dataset import Dataset
+    from odf_chain.views import lineage as lineage_view
+
     output = _format(args)
     _check_usage(args, output)
     direction = "upstream" if args.upstream else "downstream" if args.downstream else None
@@ -205,6 +207,8 @@ def run(args: argparse.Namespace) -> int:
 def _picture(args, output, view, field, direction, depth) -> int:
     """``--format dot|svg``: the DOT text, or its SVG; without Graphviz, the DOT text (never
     under the SVG's name) and exit 1."""
+    from odf_chain.views import lineage as lineage_view, lineage_dot
+
     if field is None:
         dot = lineage_dot.dot_text(view)
     else:

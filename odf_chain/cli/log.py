@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 
 from odf_chain.cli.common import DIR_HELP, EXIT_OK, examples, print_json
-from odf_chain.dataset import Dataset
-from odf_chain.views.blocks import block_to_jsonable, log_header, log_line
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -50,6 +48,9 @@ def _block_count(text: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    from odf_chain.dataset import Dataset
+    from odf_chain.views.blocks import block_to_jsonable, log_header, log_line
+
     entries = Dataset.open(args.dir).log(args.max_count)  # newest first, read as printed
     if args.json:
         print_json([block_to_jsonable(e) for e in entries])

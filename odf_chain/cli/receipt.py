@@ -6,8 +6,6 @@ import argparse
 import sys
 
 from odf_chain.cli.common import DIR_HELP, EXIT_OK, examples
-from odf_chain.dataset import Dataset
-from odf_chain.receipt import write_receipt
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -33,6 +31,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from odf_chain.dataset import Dataset
+    from odf_chain.receipt import write_receipt
+
     taken = Dataset.open(args.dir).receipt(key_file=args.key_file)
     if args.output is None:
         sys.stdout.write(taken.to_json())

@@ -16,11 +16,6 @@ from odf_chain.cli.common import (
     examples,
     print_json,
 )
-from odf_chain.dataset import Dataset
-from odf_chain.schema.evolution import check_evolution, diff_schemas
-from odf_chain.schema.paths import schema_fields
-from odf_chain.schema_files import load_schema_file
-from odf_chain.views.blocks import schema_to_jsonable, state_to_jsonable
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -53,6 +48,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from odf_chain.dataset import Dataset
+    from odf_chain.views.blocks import state_to_jsonable
+
     if args.target[0] == "check":
         return _check(args)
     if len(args.target) != 1:
@@ -74,6 +72,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _history(directory: str, as_json: bool, verified: bool) -> int:
+    from odf_chain.dataset import Dataset
+    from odf_chain.views.blocks import schema_to_jsonable
+
     history = Dataset.open(directory).schema_history(verified=verified)
     if as_json:
         print_json(
@@ -99,6 +100,8 @@ def _history(directory: str, as_json: bool, verified: bool) -> int:
         # one form for every version: fields added, removed or changed, by v2 path; the first
         # version adds every field (nested ones after their parents)
         if change.diff is None:
+            from odf_chain.schema.paths import schema_fields
+
             print(f"  initial schema: {count(len(change.schema), 'field')}")
             for info in schema_fields(change.schema):
                 print(f"  + {info.path}")
@@ -108,6 +111,9 @@ def _history(directory: str, as_json: bool, verified: bool) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
+    from odf_chain.schema.evolution import check_evolution, diff_schemas
+    from odf_chain.schema_files import load_schema_file
+
     if len(args.target) != 3:
         raise UsageError("usage: odf-chain schema check OLD NEW")
     old = load_schema_file(args.target[1], table=args.table)

@@ -15,7 +15,6 @@ from odf_chain.cli.common import (
     examples,
     print_json,
 )
-from odf_chain.verify import verify_path
 
 VERIFY_DESCRIPTION = (
     "Prove that a dataset's blocks and data are intact and every rule holds: each block "
@@ -83,6 +82,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from odf_chain.verify import verify_path
+
     if args.deep and args.no_data:
         raise UsageError("--deep reads every row of the data: it cannot go with --no-data")
     if (args.recursive or args.input) and not args.reproduce:

@@ -85,7 +85,12 @@ class ConditionalStore:
         scheme = urlsplit(uri).scheme.lower()
         if scheme not in CONDITIONAL_SCHEMES:
             return None
-        import obstore.store  # imported here: local datasets never need it
+        try:
+            import obstore.store  # imported here: local datasets never need it
+        except ImportError:
+            raise StorageError(
+                f"{scheme}:// datasets need obstore: pip install 'odf_chain[cloud]'"
+            ) from None
 
         config = dict(config or {})
         options: dict[str, Any] = {}
