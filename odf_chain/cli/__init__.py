@@ -20,6 +20,7 @@ from collections.abc import Sequence
 
 from odf_chain.cli import (
     audit,
+    completion,
     derive,
     diff,
     export,
@@ -69,7 +70,7 @@ __all__ = [
 
 COMMANDS = (
     init, log, diff, index, schema, fields, ingest, derive, gc, export, lineage, receipt, verify,
-    audit,
+    audit, completion,
 )  # fmt: skip
 """The commands in the order ``odf-chain --help`` lists them.
 
@@ -88,8 +89,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    completion.complete(parser)  # a shell asking for completions gets them, and nothing runs
     tolerant_stdout()
-    args = parse(build_parser(), argv)
+    args = parse(parser, argv)
     if needs_spark(args):
         return EXIT_ERROR
     if hasattr(args, "start_spark"):
@@ -111,6 +114,7 @@ def chain_verify_parser() -> argparse.ArgumentParser:
 
 def chain_verify_main(argv: Sequence[str] | None = None) -> int:
     parser = chain_verify_parser()
+    completion.complete(parser)
     tolerant_stdout()
     args = parse(parser, argv)
     if needs_spark(args, prog="chain-verify"):
