@@ -78,8 +78,23 @@ def inputs(tmp_path):
 def test_derive_then_grow_then_derive_equals_duckdb(spark, inputs, tmp_path):
     sensors, stations = inputs
     out = tmp_path / "daily"
-    first = derive(SQL, {"sensors": sensors, "stations": stations}, out, create=True, spark=spark)
+    phases: list[str] = []
+    first = derive(
+        SQL,
+        {"sensors": sensors, "stations": stations},
+        out,
+        create=True,
+        spark=spark,
+        progress=phases.append,
+    )
     assert first.appended == 3 and first.retracted == 0 and first.reproducible
+    assert phases == [
+        "pinning 2 inputs at their heads",
+        "running the query",
+        "comparing its 3 rows with the answer in force",
+        "writing the changes (0 retracted, 3 appended)",
+        "committing",
+    ]
     daily = Dataset.open(out)
     columns = ["station", "region", "day", "n", "total", "mean", "kind"]
     assert sorted(_rows(daily.to_table(), columns)) == sorted(_duck(sensors, stations))

@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from odf_chain.cli.common import EXIT_OK, UsageError, alias_locations, count, terminal_phases
+from odf_chain.cli.common import EXIT_OK, UsageError, alias_locations, terminal_phases
 from odf_chain.errors import NotFoundError
 from odf_chain.format.multihash import BLAKE3, SHA3_256
 
@@ -84,10 +84,14 @@ def run(args: argparse.Namespace) -> int:
         phase("starting Spark")
     session = args.start_spark(args.master)
     try:
-        if phase is not None:
-            phase(f"running the query over {count(len(inputs), 'input')} and writing its answer")
         result = derive(
-            sql, inputs, args.dir, create=args.create, spark=session.spark, hash=args.hash
+            sql,
+            inputs,
+            args.dir,
+            create=args.create,
+            spark=session.spark,
+            hash=args.hash,
+            progress=phase,
         )
     except BaseException as exc:
         if session.stop(failed=True) and isinstance(exc, Exception):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -123,6 +123,7 @@ def derive(
     spark=None,
     hash: str = BLAKE3,
     job_name: str = "odf-chain derive",
+    progress: Callable[[str], None] | None = None,
 ) -> DeriveResult:
     """Run ``sql`` over ``inputs`` (alias -> dataset; each a temporary view under its alias,
     as of its head) and bring the derivative dataset ``output`` up to date with its answer.
@@ -140,7 +141,11 @@ def derive(
 
     The field lineage of the run is captured from the query's analyzed plan (as
     :func:`odf_chain.spark.write` captures it) and carried in the ExecuteTransform's extra
-    attributes (:data:`odf_chain.state.LINEAGE_KEY`), for the run ``job_name``."""
+    attributes (:data:`odf_chain.state.LINEAGE_KEY`), for the run ``job_name``.
+
+    ``progress``, when given, is called with the name of each phase as it starts (pinning the
+    inputs, running the query, comparing with the answer in force, writing the changes,
+    committing): ``odf-chain derive`` prints them on a terminal."""
     from pyspark.sql import SparkSession
 
     spark = spark or SparkSession.getActiveSession()
@@ -150,7 +155,7 @@ def derive(
     out, seed = _open_output(output, create=create, hash=hash)
     emitting = live_run(out.storage, job_name, str(uuid.uuid4()), chain.now())
     try:
-        return _derive(spark, sql, opened, out, seed, emitting)
+        return _derive(spark, sql, opened, out, seed, emitting, progress or _quiet)
     except BaseException as exc:
         emitting.failed(exc, discard=seed is not None)  # a run that began ends with FAIL
         if seed is not None:
@@ -165,6 +170,7 @@ def _derive(
     out: Dataset,
     seed: PreparedBlock | None,
     emitting: LiveRun,
+    progress: Callable[[str], None],
 ) -> DeriveResult:
     hooks = (*POST_COMMIT_HOOKS, emitting.committed)
     if seed is None:
@@ -178,6 +184,7 @@ def _derive(
     else:
         tx = Transaction.create(out.storage, seed, hooks=hooks)
     state = tx.state
+    progress(f"pinning {len(opened)} input{'s' if len(opened) != 1 else ''} at their heads")
     pinned = [transform_run.pin(alias, dataset) for alias, dataset in opened]
     transform = derived.sql_transform(
         [(p.alias, p.state.dataset_id) for p in pinned], sql, spark.version
@@ -192,6 +199,7 @@ def _derive(
     emitting.start(state)  # a run: before Spark runs anything
     if changed:
         tx.add(transform)  # checked by the rules now, before Spark runs anything
+    progress("running the query")
     conf = transform_run.run_conf(spark)
     session = transform_run.isolated_session(spark, conf)
     df = transform_run.run_queries(session, pinned, derived.transform_queries(transform))
@@ -199,14 +207,19 @@ def _derive(
     answer = transform_run.answer_table(df)
     if state.schema is not None:
         answer = derived.comparable(answer, state.schema)
+    progress(f"comparing its {answer.num_rows:,} rows with the answer in force")
     live = None
     if state.num_slices:
         live = out.to_table(at=str(state.head))
     changes = derived.changes(live, answer, state.vocab, tx.system_time)
+    progress(
+        f"writing the changes ({changes.retracted:,} retracted, {changes.appended:,} appended)"
+    )
     run = _Run(
         df, emitting.job_name, emitting.run_id, emitting.started_at, reasons, spark.version, conf
     )
     block = _write_run(tx, out, pinned, pins, answer, changes, run)
+    progress("committing")
     with tx:
         if block is not None:
             tx.commit_data(*block)
@@ -225,6 +238,10 @@ def _derive(
         reasons,
         f"{what} (answer: {answer.num_rows} row(s))",
     )
+
+
+def _quiet(_: str) -> None:
+    """No progress wanted."""
 
 
 @dataclass(frozen=True)
