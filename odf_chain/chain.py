@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import NamedTuple
 
-from odf_chain import rules
 from odf_chain.errors import (
     ConflictError,
     FormatError,
@@ -42,8 +41,22 @@ class BlockEntry:
 
 def advance(state: DatasetState, block: MetadataBlock, block_hash: Multihash) -> DatasetState:
     """The one fold step shared by append, replay and verify: validate, then apply."""
-    rules.validate(state, block, block_hash)
+    (_validate or _rules())(state, block, block_hash)
     return apply(state, block, block_hash)
+
+
+_validate = None
+
+
+def _rules():
+    """:func:`odf_chain.rules.validate`, imported by the first fold step: a read answered from
+    the index at its head folds nothing, and the rules (with the schema logic they use) are a
+    third of a short command's start-up."""
+    global _validate
+    from odf_chain.rules import validate
+
+    _validate = validate
+    return validate
 
 
 def parse_block_name(name: str) -> Multihash:

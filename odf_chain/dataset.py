@@ -11,10 +11,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
-from odf_chain import chain, derived, engines, replay, rules, slice_reader, slice_writer, slices
+from odf_chain import chain, replay, slice_reader, slices
 from odf_chain.chain import BlockEntry
 from odf_chain.errors import (
     NotFoundError,
@@ -28,14 +27,16 @@ from odf_chain.events import (
     OffsetInterval,
     Seed,
 )
-from odf_chain.format.did import DatasetId, generate_key
+from odf_chain.format.did import DatasetId
 from odf_chain.format.multihash import BLAKE3, check_algorithm
-from odf_chain.lineage.recorder import LineageRecorder
-from odf_chain.schema.evolution import check_new_columns
-from odf_chain.schema.widening import adopt_schema, refuse_narrowing
 from odf_chain.state import EMPTY, DatasetState
 from odf_chain.storage import LocalStorage, Storage, create_storage, local_path, open_storage
-from odf_chain.transaction import Transaction
+
+if TYPE_CHECKING:  # pyarrow.compute (~90 ms): the caller who builds a filter has it
+    import pyarrow.compute as pc
+
+    # the writing side is imported by the methods that write: reads start fast
+    from odf_chain.lineage.recorder import LineageRecorder
 
 if TYPE_CHECKING:
     import pyarrow.dataset as pads
@@ -87,6 +88,7 @@ class Dataset:
             dataset = cls(create_storage(location, filesystem, single_writer=single_writer))
             dataset._append(Seed(dataset_id=DatasetId.generate()), algorithm=hash)
             return dataset
+        from odf_chain.format.did import generate_key
         from odf_chain.receipt import check_key_path, create_key_file
 
         local = filesystem is None or isinstance(filesystem, pafs.LocalFileSystem)
@@ -280,6 +282,8 @@ class Dataset:
             return slice_reader.read_table(
                 self.storage, pieces, schema, columns=columns, filter=filter, check=check
             )
+        from odf_chain import derived
+
         ledger = slice_reader.read_table(self.storage, pieces, schema, check=check)
         live = derived.fold(ledger, state.vocab)
         if filter is not None:
@@ -319,6 +323,8 @@ class Dataset:
 
         report = verify(self.storage, check_data=check_data, receipts=receipts, deep=deep)
         if reproduce:
+            from odf_chain import derived, engines
+
             rerun = engines.reproducer(derived.ENGINE)
             rerun(self, report, recursive=recursive, inputs=inputs, spark=spark)
         return report
@@ -343,6 +349,8 @@ class Dataset:
 
     def _append(self, event: MetadataEvent, *, algorithm: str | None = None) -> BlockEntry:
         """``event`` as a transaction of its own (a new dataset's Seed, or any event)."""
+        from odf_chain.transaction import Transaction
+
         if self._state.head is None:
             tx = Transaction.create(self.storage, chain.prepare(EMPTY, event, algorithm=algorithm))
         else:
@@ -361,6 +369,8 @@ class Dataset:
 
         Returns the new block, or None when that schema is already in force.
         """
+        from odf_chain.transaction import Transaction
+
         state = self.refresh()
         tx = Transaction.begin(self.storage, state)
         block = tx.declare_schema(slices.with_system_fields(schema, state.vocab))
@@ -437,6 +447,11 @@ class Dataset:
         :class:`ConflictError` and removes the slices this call created. An empty table appends
         nothing.
         """
+        from odf_chain import rules, slice_writer
+        from odf_chain.schema.evolution import check_new_columns
+        from odf_chain.schema.widening import adopt_schema, refuse_narrowing
+        from odf_chain.transaction import Transaction
+
         started_at = chain.now()
         table = as_arrow_table(table)
         if transaction is not None:

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
@@ -50,10 +51,12 @@ from odf_chain.events import (
 )
 from odf_chain.format.multihash import BLAKE3, SHA3_256, Multihash
 from odf_chain.index import read as index_read
-from odf_chain.lineage.graph import FieldGraph, FieldRef
 from odf_chain.schema.evolution import SchemaDiff, diff_schemas
 from odf_chain.state import EMPTY, SOURCE_KEY, DatasetState, lineage_of, recorded_transaction
 from odf_chain.storage import Storage
+
+if TYPE_CHECKING:  # the field graph is imported by the lineage answers, not by every read
+    from odf_chain.lineage.graph import FieldGraph, FieldRef
 
 Ref = str | int | datetime | Multihash
 
@@ -470,6 +473,7 @@ class LineageReplay:
     def field(self, name: str, dataset: str | None = None) -> FieldRef:
         """The field a user means by ``name``: a v2 path, or a plain dotted name (``id``,
         ``address.city``) that exactly one field has. ``dataset`` defaults to this one."""
+        from odf_chain.lineage.graph import FieldRef
         from odf_chain.lineage.names import resolve_name
         from odf_chain.state import schema_path_set
 
@@ -502,6 +506,7 @@ def lineage_at(
     far as it goes. Each chain is read through its index: the lineage blocks it lists, not
     the whole chain; ``verified``: each by one full fold instead (see :func:`state_at`).
     """
+    from odf_chain.lineage.graph import FieldGraph
     from odf_chain.storage import open_storage
 
     opener = open_input or open_storage

@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, BinaryIO, Literal, get_args
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from odf_chain.chain import BlockEntry
 from odf_chain.errors import IntegrityError, NotFoundError, OdfChainError, StorageError
@@ -38,6 +37,7 @@ from odf_chain.format.multihash import Multihash
 from odf_chain.storage import DataStore, Storage
 
 if TYPE_CHECKING:
+    import pyarrow.compute as pc
     import pyarrow.dataset as pads
 
 SliceCheck = Literal["hash", "size"] | None

@@ -13,7 +13,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from odf_chain.errors import SchemaError
@@ -115,6 +114,8 @@ def max_event_time(table: pa.Table, vocab: Vocabulary) -> datetime | None:
     column = table.column(vocab.event_time_column)
     if not pa.types.is_timestamp(column.type) and not pa.types.is_date(column.type):
         return None
+    import pyarrow.compute as pc  # ~90 ms to import: only where a watermark is computed
+
     value = pc.max(column)
     if not value.is_valid:
         return None
@@ -124,6 +125,8 @@ def max_event_time(table: pa.Table, vocab: Vocabulary) -> datetime | None:
 def event_time_moment(value: pa.Scalar, column: str) -> datetime:
     """A valid timestamp or date scalar of the event time ``column`` as a block records it:
     an aware datetime, to the microsecond; a value outside that range is a SchemaError."""
+    import pyarrow.compute as pc
+
     if pa.types.is_timestamp(value.type) and value.type.unit == "ns":
         # a datetime holds microseconds (as blocks do); as_py() refuses to drop nanoseconds
         value = pc.cast(value, pa.timestamp("us", tz=value.type.tz), safe=False)

@@ -12,9 +12,8 @@ from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import pyarrow as pa
 
 from odf_chain.events import (
@@ -36,11 +35,15 @@ from odf_chain.events import (
     SetTransform,
     SetVocab,
 )
-from odf_chain.format.columns import BlockColumns
 from odf_chain.format.did import DatasetId
 from odf_chain.format.multihash import Multihash
 from odf_chain.schema.fields import FieldInfo
 from odf_chain.schema.paths import schema_fields
+
+if TYPE_CHECKING:  # numpy and the bulk columns are verify's, imported where its fold runs
+    import numpy as np
+
+    from odf_chain.format.columns import BlockColumns
 
 DEFAULT_OFFSET_COLUMN = "offset"
 DEFAULT_OPERATION_TYPE_COLUMN = "op"
@@ -490,6 +493,8 @@ def apply_plain_run(state: DatasetState, run: BlockColumns, hashes: np.ndarray) 
         "data_size": state.data_size + sum(run.size.tolist()),  # Python ints: no wrap
         "num_slices": state.num_slices + len(run),
     }
+    import numpy as np
+
     marked = np.flatnonzero(run.has_watermark)
     if marked.size:
         micros = int(run.watermark_us[marked[-1]])

@@ -113,7 +113,7 @@ def test_version_imports_no_library_module() -> None:
     assert ours <= {
         "odf_chain.errors",
         "odf_chain.format",
-        "odf_chain.format.multihash",
+        "odf_chain.format.algorithms",
         "odf_chain.gc_age",
     }, ours
 

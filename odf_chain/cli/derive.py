@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from odf_chain.cli.common import EXIT_OK, UsageError, alias_locations, terminal_phases
 from odf_chain.errors import NotFoundError
-from odf_chain.format.multihash import BLAKE3, SHA3_256
+from odf_chain.format.algorithms import BLAKE3, SHA3_256
 
 if TYPE_CHECKING:
     from odf_chain.dataset import Dataset

@@ -26,7 +26,7 @@ from odf_chain.cli.common import (
     terminal_phases,
 )
 from odf_chain.errors import NotFoundError
-from odf_chain.format.multihash import BLAKE3, SHA3_256
+from odf_chain.format.algorithms import BLAKE3, SHA3_256
 
 if TYPE_CHECKING:
     from odf_chain.spark.ingest import SkippedInput

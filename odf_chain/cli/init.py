@@ -6,7 +6,7 @@ import argparse
 
 from odf_chain.cli.common import EXIT_OK, SINGLE_WRITER_HELP, UsageError, examples
 from odf_chain.errors import SchemaError
-from odf_chain.format.multihash import BLAKE3, SHA3_256
+from odf_chain.format.algorithms import BLAKE3, SHA3_256
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:

@@ -53,18 +53,20 @@ from odf_chain.format.events import (
     TransformationSubtype,
     TransformationType,
 )
-from odf_chain.format.generated import (
-    AddPushSource as fbAddPushSource,
-    DataSchema as fbDataSchema,
-    SetAttachments as fbSetAttachments,
-    SetPollingSource as fbSetPollingSource,
-    SetTransform as fbSetTransform,
-)
 from odf_chain.format.multihash import Multihash
 from odf_chain.format.timestamp import read_timestamp
 
 # ---------------------------------------------------------------------------------------------
 # Decoding
+
+
+def _object_api(table: str) -> type:
+    """The generated object-API class of ``table`` (``DataSchemaT``...), imported when a block
+    first needs it: each pulls in the generated modules of everything it nests (tens of
+    milliseconds), which reading the common events (AddData, Seed, ...) does not need."""
+    import importlib
+
+    return getattr(importlib.import_module(f"odf_chain.format.generated.{table}"), f"{table}T")
 
 
 _I32 = struct.Struct("<i")
@@ -297,7 +299,7 @@ def _read_set_data_schema(r: TableReader) -> SetDataSchema:
     raw = r.ubytes(0)
     structured = None
     if r.table(1) is not None:
-        structured = _plain_object(r, 1, fbDataSchema.DataSchemaT)
+        structured = _plain_object(r, 1, _object_api("DataSchema"))
     if raw is None and structured is None:
         raise FormatError("SetDataSchema carries neither raw_arrow_schema nor schema")
     return SetDataSchema(raw_arrow_schema=raw, schema=structured)
@@ -424,20 +426,20 @@ def _plain_object(r: TableReader, slot: int | None, cls: Any) -> dict[str, Any]:
 
 
 def _read_set_polling_source(r: TableReader) -> SetPollingSource:
-    data = _plain_object(r, None, fbSetPollingSource.SetPollingSourceT)
+    data = _plain_object(r, None, _object_api("SetPollingSource"))
     return SetPollingSource(**data)
 
 
 def _read_set_transform(r: TableReader) -> SetTransform:
-    return SetTransform(**_plain_object(r, None, fbSetTransform.SetTransformT))
+    return SetTransform(**_plain_object(r, None, _object_api("SetTransform")))
 
 
 def _read_add_push_source(r: TableReader) -> AddPushSource:
-    return AddPushSource(**_plain_object(r, None, fbAddPushSource.AddPushSourceT))
+    return AddPushSource(**_plain_object(r, None, _object_api("AddPushSource")))
 
 
 def _read_set_attachments(r: TableReader) -> SetAttachments:
-    return SetAttachments(**_plain_object(r, None, fbSetAttachments.SetAttachmentsT))
+    return SetAttachments(**_plain_object(r, None, _object_api("SetAttachments")))
 
 
 def _read_disable_polling_source(r: TableReader) -> DisablePollingSource:

@@ -23,7 +23,6 @@ import flatbuffers
 
 from odf_chain.errors import FormatError
 from odf_chain.format.block_decoder import EVENT_READERS, TableReader, as_hash
-from odf_chain.format.block_encoder import BlockEncoder, check_block
 from odf_chain.format.events import MetadataBlock
 from odf_chain.format.generated import Manifest as fbManifest
 from odf_chain.format.multihash import Multihash
@@ -56,6 +55,8 @@ def encode_block(block: MetadataBlock, version: int = MANIFEST_VERSION) -> bytes
     """
     if version != MANIFEST_VERSION:
         raise FormatError(f"can only write manifest version {MANIFEST_VERSION}, not {version}")
+    from odf_chain.format.block_encoder import BlockEncoder, check_block  # readers need none
+
     check_block(block)
     try:
         return _wrap_manifest(BlockEncoder(timestamp_alignment=4).block(block), version)
@@ -69,6 +70,8 @@ def encode_block(block: MetadataBlock, version: int = MANIFEST_VERSION) -> bytes
 
 def _encode_legacy_v2(block: MetadataBlock) -> bytes:
     """Manifest version 2: Timestamp structs at 1-byte alignment. For tests only."""
+    from odf_chain.format.block_encoder import BlockEncoder
+
     return _wrap_manifest(BlockEncoder(timestamp_alignment=1).block(block), 2)
 
 

@@ -13,18 +13,12 @@ caller's business, so ``format/`` stays free of I/O.
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
-from cryptography.hazmat.primitives.serialization import (
-    Encoding,
-    NoEncryption,
-    PrivateFormat,
-    PublicFormat,
-    load_pem_private_key,
-)
+from typing import TYPE_CHECKING
 
 from odf_chain.errors import FormatError
+
+if TYPE_CHECKING:  # cryptography is imported by what signs, verifies or makes keys (~20 ms)
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 _ED25519_PUB = b"\xed\x01"
 _KEY_SIZE = 32
@@ -52,12 +46,17 @@ class DatasetId:
     @classmethod
     def of_key(cls, key: Ed25519PrivateKey) -> DatasetId:
         """The identity a private key signs for."""
+        from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
         return cls(key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw))
 
     def verify_signature(self, message: bytes, signature: bytes) -> bool:
         """Whether ``signature`` is this identity's ed25519 signature of ``message``."""
         if len(signature) != SIGNATURE_SIZE:
             return False
+        from cryptography.exceptions import InvalidSignature
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
         try:
             Ed25519PublicKey.from_public_bytes(self.public_key).verify(signature, message)
         except (InvalidSignature, ValueError):  # ValueError: bytes that are no curve point
@@ -96,11 +95,15 @@ class DatasetId:
 
 def generate_key() -> Ed25519PrivateKey:
     """A new ed25519 private key: the secret behind a new dataset id."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
     return Ed25519PrivateKey.generate()
 
 
 def key_to_pem(key: Ed25519PrivateKey) -> bytes:
     """The unencrypted PKCS#8 PEM form (``-----BEGIN PRIVATE KEY-----``) of ``key``."""
+    from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
+
     return key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption())
 
 
@@ -112,6 +115,10 @@ def key_from_pem(data: bytes, source: str) -> Ed25519PrivateKey:
     PEM labelled X448 or Ed25519 with a key of the wrong length), and no list of its
     exceptions is promised. So whatever it raises is this file's fault, said as one
     FormatError. RSA keys are not validated (that costs time, and any RSA key is refused)."""
+    from cryptography.exceptions import UnsupportedAlgorithm
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from cryptography.hazmat.primitives.serialization import load_pem_private_key
+
     try:
         key = load_pem_private_key(data, password=None, unsafe_skip_rsa_key_validation=True)
     except TypeError:  # cryptography's way of saying "this one is encrypted"

@@ -16,9 +16,7 @@ from typing import BinaryIO
 import blake3
 
 from odf_chain.errors import FormatError
-
-BLAKE3 = "blake3"
-SHA3_256 = "sha3-256"
+from odf_chain.format.algorithms import BLAKE3, SHA3_256
 
 _CODES: dict[str, int] = {BLAKE3: 0x1E, SHA3_256: 0x16}
 _NAMES: dict[int, str] = {code: name for name, code in _CODES.items()}

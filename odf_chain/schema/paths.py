@@ -16,8 +16,7 @@ from typing import Any
 import pyarrow as pa
 
 from odf_chain.schema.arrow_paths import arrow_field_index, arrow_fields
-from odf_chain.schema.avro_paths import avro_fields
-from odf_chain.schema.convert import AVRO_SCHEMA_KEY, arrow_to_avro
+from odf_chain.schema.avro_terms import AVRO_SCHEMA_KEY
 from odf_chain.schema.fields import FieldInfo
 from odf_chain.schema.names import ITEM, KEY, VALUE, NamePath, children
 
@@ -43,9 +42,19 @@ def as_avro(schema: pa.Schema) -> Any:
     return arrow_to_avro(schema)
 
 
+def arrow_to_avro(schema: pa.Schema, **names: Any) -> Any:
+    """:func:`odf_chain.schema.convert.arrow_to_avro`, imported when a dataset with an Avro
+    writer schema is met (the converters cost tens of milliseconds at start-up)."""
+    from odf_chain.schema.convert import arrow_to_avro as convert
+
+    return convert(schema, **names)
+
+
 def schema_fields(schema: pa.Schema) -> list[FieldInfo]:
     """The schema's v2 fields, in the convention that applies to it."""
     if (schema.metadata or {}).get(AVRO_SCHEMA_KEY) is not None:
+        from odf_chain.schema.avro_paths import avro_fields
+
         return avro_fields(as_avro(schema))
     return arrow_fields(schema)
 

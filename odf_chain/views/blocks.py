@@ -13,7 +13,6 @@ from typing import Any
 import pyarrow as pa
 
 from odf_chain.chain import BlockEntry
-from odf_chain.derived import RunRecord
 from odf_chain.errors import FormatError
 from odf_chain.events import (
     AddData,
@@ -166,6 +165,8 @@ def summarize_event(event: Any) -> str:
 
 def _run_summary(event: ExecuteTransform) -> str:
     """What a run read: each input's offsets, and whether it can be re-run."""
+    from odf_chain.derived import RunRecord  # derive's record: only for its runs
+
     ends = ", ".join(str(i.new_offset) for i in event.query_inputs)
     record = RunRecord.of(event)
     verdict = "" if record is None or record.reproducible else " (not reproducible)"
