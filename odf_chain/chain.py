@@ -59,6 +59,14 @@ def _rules():
     return validate
 
 
+def newest_first(storage: ChainStore, limit: int | None = None) -> Iterator[BlockEntry]:
+    """The blocks from the head back, each checked against its hash and read one at a time as
+    the caller asks (at most ``limit``): what ``odf-chain log`` streams. Needs no index, no
+    fold and none of the reading side, so a short log starts fast."""
+    walker = walk_back(storage, read_head(storage))
+    return walker if limit is None else itertools.islice(walker, max(limit, 0))
+
+
 def parse_block_name(name: str) -> Multihash:
     try:
         return Multihash.from_multibase(name)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import itertools
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
@@ -178,8 +177,7 @@ class Dataset:
     def log(self, limit: int | None = None) -> Iterator[BlockEntry]:
         """Blocks newest first, each checked against its hash, read one at a time as the
         caller asks (at most ``limit``): what ``odf-chain log`` streams."""
-        walker = chain.walk_back(self.storage, chain.read_head(self.storage))
-        return walker if limit is None else itertools.islice(walker, max(limit, 0))
+        return chain.newest_first(self.storage, limit)
 
     def state_at(self, ref: replay.Ref = "head", *, verified: bool = False) -> DatasetState:
         """The state as of ``ref`` (see :mod:`odf_chain.replay`), through the index: a bounded
