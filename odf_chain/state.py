@@ -14,8 +14,6 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-
 from odf_chain.events import (
     AddData,
     AddFieldLineage,
@@ -37,13 +35,14 @@ from odf_chain.events import (
 )
 from odf_chain.format.did import DatasetId
 from odf_chain.format.multihash import Multihash
-from odf_chain.schema.fields import FieldInfo
-from odf_chain.schema.paths import schema_fields
 
-if TYPE_CHECKING:  # numpy and the bulk columns are verify's, imported where its fold runs
+if TYPE_CHECKING:
+    # numpy and the bulk columns are verify's, imported where its fold runs
     import numpy as np
+    import pyarrow as pa
 
     from odf_chain.format.columns import BlockColumns
+    from odf_chain.schema.fields import FieldInfo  # the field paths: on first use
 
 DEFAULT_OFFSET_COLUMN = "offset"
 DEFAULT_OPERATION_TYPE_COLUMN = "op"
@@ -129,6 +128,8 @@ def _schema_paths(schema: pa.Schema) -> tuple[tuple[FieldInfo, ...], frozenset[s
         if hit is not None and hit[0] is schema:
             _paths_cache.move_to_end(key)
             return hit[1], hit[2]
+    from odf_chain.schema.paths import schema_fields
+
     fields = tuple(schema_fields(schema))
     paths = frozenset(f.path for f in fields)
     with _paths_lock:

@@ -16,25 +16,13 @@ library call plus formatting. What they share is :mod:`.common`. Exit codes:
 from __future__ import annotations
 
 import argparse
+import importlib
+import sys
 from collections.abc import Sequence
+from types import ModuleType
+from typing import Any
 
-from odf_chain.cli import (
-    audit,
-    completion,
-    derive,
-    diff,
-    export,
-    fields,
-    gc,
-    index,
-    ingest,
-    init,
-    lineage,
-    log,
-    receipt,
-    schema,
-    verify,
-)
+from odf_chain.cli import completion
 from odf_chain.cli.common import (
     EXIT_ERROR,
     EXIT_FAILED,
@@ -51,7 +39,6 @@ from odf_chain.cli.common import (
     tolerant_stdout,
     top_parser,
 )
-from odf_chain.cli.ingest import start_spark as _spark_session
 
 __all__ = [
     "EXIT_ERROR",
@@ -68,28 +55,62 @@ __all__ = [
     "main",
 ]
 
-COMMANDS = (
-    init, log, diff, index, schema, fields, ingest, derive, gc, export, lineage, receipt, verify,
-    audit, completion,
+COMMAND_NAMES = (
+    "init", "log", "diff", "index", "schema", "fields", "ingest", "derive", "gc", "export",
+    "lineage", "receipt", "verify", "audit", "completion",
 )  # fmt: skip
-"""The commands in the order ``odf-chain --help`` lists them.
+"""The commands in the order ``odf-chain --help`` lists them; each is the module
+``odf_chain.cli.<name>`` (``add_parser`` beside ``run``).
 
 Each command module is light to import (argparse and :mod:`.common`): what its handler needs
-(the library, pyarrow, Spark) the handler imports when it runs. So ``--version`` and ``--help``
-load no library module and each command loads only its own (tests/test_install.py holds this;
+(the library, pyarrow, Spark) the handler imports when it runs. And a command line that names
+its command builds that command's parser only. So ``--version`` and ``--help`` load no library
+module and each command loads only its own (tests/test_install.py holds this;
 tools/bench_cli_startup.py measures it)."""
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _command(name: str) -> ModuleType:
+    return importlib.import_module(f"{__name__}.{name}")
+
+
+def __getattr__(name: str) -> Any:
+    """``COMMANDS``: every command's module, in ``--help`` order (imported when asked for)."""
+    if name == "COMMANDS":
+        return tuple(_command(n) for n in COMMAND_NAMES)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def build_parser(only: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The ``odf-chain`` parser with every command, or with the commands ``only`` (what a
+    command line naming one needs: the other commands' modules stay unimported)."""
     parser = top_parser()
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for command in COMMANDS:
-        command.add_parser(commands)
+    for name in COMMAND_NAMES if only is None else only:
+        _command(name).add_parser(commands)
     return parser
 
 
+def _spark_session(master: str | None):
+    """Start the CLI's Spark session (looked up at each call, so a caller can lend a running
+    session instead: tests/cli_run.py replaces this name)."""
+    from odf_chain.cli.ingest import start_spark
+
+    return start_spark(master)
+
+
+def _commands_needed(argv: Sequence[str] | None) -> tuple[str, ...] | None:
+    """The commands whose parsers a command line needs: the one it names (its first word that
+    is not an option, when it is one of ours), none for ``--version`` alone, and None (every
+    one) for anything else: help, a mistyped command, a shell asking for completions."""
+    words = list(sys.argv[1:] if argv is None else argv)
+    if words == ["--version"]:
+        return ()
+    first = next((w for w in words if not w.startswith("-")), None)
+    return (first,) if first in COMMAND_NAMES else None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    parser = build_parser(_commands_needed(argv))
     completion.complete(parser)  # a shell asking for completions gets them, and nothing runs
     tolerant_stdout()
     args = parse(parser, argv)
@@ -103,6 +124,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def chain_verify_parser() -> argparse.ArgumentParser:
+    from odf_chain.cli import verify
+
     parser = Parser(
         prog="chain-verify",
         description="Prove that a dataset's blocks and data are intact and every rule holds "
@@ -120,4 +143,6 @@ def chain_verify_main(argv: Sequence[str] | None = None) -> int:
     if needs_spark(args, prog="chain-verify"):
         return EXIT_ERROR
     args.start_spark = _spark_session  # for --reproduce (see main)
+    from odf_chain.cli import verify
+
     return _run(verify.run, args)

@@ -19,12 +19,9 @@ from __future__ import annotations
 
 import struct
 
-import flatbuffers
-
 from odf_chain.errors import FormatError
 from odf_chain.format.block_decoder import EVENT_READERS, TableReader, as_hash
 from odf_chain.format.events import MetadataBlock
-from odf_chain.format.generated import Manifest as fbManifest
 from odf_chain.format.multihash import Multihash
 
 MANIFEST_KIND_METADATA_BLOCK = 0x400000
@@ -37,6 +34,10 @@ _Reader = TableReader
 
 
 def _wrap_manifest(content: bytes, version: int) -> bytes:
+    import flatbuffers  # writing only: the package imports numpy (~80 ms), reading needs neither
+
+    from odf_chain.format.generated import Manifest as fbManifest
+
     b = flatbuffers.Builder(len(content) + 64)
     payload = b.CreateByteVector(content)
     fbManifest.Start(b)

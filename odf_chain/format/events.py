@@ -16,16 +16,15 @@ import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any
 
 from odf_chain.errors import SchemaError
-from odf_chain.format.arrow_schema import schema_from_bare_flatbuffer, schema_to_bare_flatbuffer
-from odf_chain.format.data_schema import arrow_to_data_schema, data_schema_to_arrow
 from odf_chain.format.did import DatasetId
 from odf_chain.format.multihash import Multihash
 from odf_chain.format.plain_tables import normalise_event
+
+if TYPE_CHECKING:  # pyarrow (~130 ms with numpy) loads where a schema is decoded or built
+    import pyarrow as pa
 
 # ---------------------------------------------------------------------------------------------
 # Parts
@@ -202,6 +201,9 @@ class SetDataSchema:
         the field (ODF says the structured form becomes required after its migration; such a
         dataset will need a schema change then).
         """
+        from odf_chain.format.arrow_schema import schema_to_bare_flatbuffer
+        from odf_chain.format.data_schema import arrow_to_data_schema
+
         raw = schema_to_bare_flatbuffer(schema)
         try:
             structured = arrow_to_data_schema(schema)
@@ -220,9 +222,14 @@ class SetDataSchema:
         return self.to_arrow()
 
     def to_arrow(self) -> pa.Schema:
-        """The schema as pyarrow sees it."""
+        """The schema as pyarrow sees it (pyarrow and the schema codecs load here: reading the
+        chain needs them only where a schema is looked at)."""
         if self.raw_arrow_schema is not None:
+            from odf_chain.format.arrow_schema import schema_from_bare_flatbuffer
+
             return schema_from_bare_flatbuffer(self.raw_arrow_schema)
+        from odf_chain.format.data_schema import data_schema_to_arrow
+
         return data_schema_to_arrow(self.schema)
 
 

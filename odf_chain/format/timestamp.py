@@ -10,10 +10,12 @@ from __future__ import annotations
 import functools
 import struct
 from datetime import UTC, datetime, timedelta
-
-import flatbuffers
+from typing import TYPE_CHECKING
 
 from odf_chain.errors import FormatError
+
+if TYPE_CHECKING:  # the writer's: flatbuffers imports numpy (~80 ms); reading needs neither
+    import flatbuffers
 
 _TIMESTAMP_SIZE = 16
 

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
-
-import pyarrow.fs as pafs
 
 from odf_chain.errors import StorageError
 from odf_chain.storage.base import (
@@ -27,11 +26,14 @@ from odf_chain.storage.base import (
     Place,
     Storage,
 )
-from odf_chain.storage.conditional import ConditionalStore
-from odf_chain.storage.fs import FsStorage, one_put_per_small_file
 from odf_chain.storage.layout import check_name
 from odf_chain.storage.local import LocalStorage
 from odf_chain.storage.local_files import fsync_dir, write_atomic
+
+if TYPE_CHECKING:  # pyarrow.fs and the filesystem storage load when a URI or filesystem is given
+    import pyarrow.fs as pafs
+
+    from odf_chain.storage.fs import FsStorage
 
 _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+://")
 
@@ -59,6 +61,23 @@ __all__ = [
 ]
 
 
+def __getattr__(name: str) -> Any:
+    """``FsStorage`` on first use: a local dataset never needs ``pyarrow.fs``."""
+    if name == "FsStorage":
+        from odf_chain.storage.fs import FsStorage
+
+        return FsStorage
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _is_local_filesystem(filesystem: object) -> bool:
+    if filesystem is None:
+        return False
+    import pyarrow.fs as pafs
+
+    return isinstance(filesystem, pafs.LocalFileSystem)
+
+
 def is_uri(location: str | Path) -> bool:
     return isinstance(location, str) and bool(_URI.match(location))
 
@@ -74,6 +93,10 @@ def local_path(location: str | Path) -> Path | None:
 
 
 def _filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
+    import pyarrow.fs as pafs
+
+    from odf_chain.storage.fs import one_put_per_small_file
+
     try:
         filesystem, path = pafs.FileSystem.from_uri(uri)
     except (OSError, ValueError, TypeError) as exc:
@@ -87,6 +110,8 @@ def _fs_storage(
 ) -> Storage:
     """An FsStorage for a URI (with the conditional writes its store offers) or for a path in
     a filesystem given in code (none: writing there needs ``single_writer``)."""
+    from odf_chain.storage.conditional import ConditionalStore
+
     if filesystem is not None:
         return factory(filesystem, location, single_writer=single_writer)
     return factory(
@@ -104,11 +129,13 @@ def create_storage(
     (for a filesystem configured in code, say an ``S3FileSystem`` with its own credentials).
     ``single_writer`` allows writing on a filesystem without conditional writes (see
     :mod:`odf_chain.storage.fs`)."""
-    if isinstance(filesystem, pafs.LocalFileSystem):  # fsync, rename and a real head lock
+    if _is_local_filesystem(filesystem):  # fsync, rename and a real head lock
         return LocalStorage.create(Path(location))
     path = local_path(location) if filesystem is None else None
     if path is not None:
         return LocalStorage.create(path)
+    from odf_chain.storage.fs import FsStorage
+
     return _fs_storage(FsStorage.create, str(location), filesystem, single_writer)
 
 
@@ -116,9 +143,11 @@ def open_storage(
     location: str | Path, filesystem: pafs.FileSystem | None = None, *, single_writer: bool = False
 ) -> Storage:
     """Open the dataset at ``location`` (a path or a URI, or a path in ``filesystem``)."""
-    if isinstance(filesystem, pafs.LocalFileSystem):
+    if _is_local_filesystem(filesystem):
         return LocalStorage.open(Path(location))
     path = local_path(location) if filesystem is None else None
     if path is not None:
         return LocalStorage.open(path)
+    from odf_chain.storage.fs import FsStorage
+
     return _fs_storage(FsStorage.open, str(location), filesystem, single_writer)

@@ -18,12 +18,13 @@ import contextlib
 import re
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
-from typing import BinaryIO, NamedTuple, Protocol
-
-import pyarrow.fs as pafs
+from typing import TYPE_CHECKING, BinaryIO, NamedTuple, Protocol
 
 from odf_chain.errors import FormatError, IntegrityError, StorageError
 from odf_chain.storage.block_pass import Hashes, Pass
+
+if TYPE_CHECKING:  # pyarrow.fs loads when a filesystem is asked for
+    import pyarrow.fs as pafs
 
 STAGING = ".staging"
 HEAD_LOG = "logs/head"

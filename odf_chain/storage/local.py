@@ -27,9 +27,7 @@ import shutil
 import stat
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import BinaryIO
-
-import pyarrow.fs as pafs
+from typing import TYPE_CHECKING, BinaryIO
 
 from odf_chain.errors import IntegrityError, NotFoundError, OdfChainError, StorageError
 from odf_chain.storage import block_pass
@@ -55,6 +53,9 @@ from odf_chain.storage.local_files import (
     write_atomic,
 )
 from odf_chain.storage.local_head import LOCK_TIMEOUT, LocalHead
+
+if TYPE_CHECKING:  # pyarrow.fs loads when a filesystem is asked for
+    import pyarrow.fs as pafs
 
 # names callers and tests import from here, from before the split by job
 _is_name = is_name
@@ -128,6 +129,8 @@ class LocalStorage(LocalHead, LocalDerived):
 
     @property
     def filesystem(self) -> pafs.FileSystem:
+        import pyarrow.fs as pafs
+
         return pafs.LocalFileSystem()
 
     def fs_path(self, relative: str) -> str:

@@ -8,9 +8,7 @@ import enum
 import unicodedata
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any
 
 from odf_chain.chain import BlockEntry
 from odf_chain.errors import FormatError
@@ -28,6 +26,9 @@ from odf_chain.events import (
 from odf_chain.format.did import DatasetId
 from odf_chain.format.multihash import Multihash
 from odf_chain.state import DatasetState, Vocabulary, lineage_of, recorded_transaction
+
+if TYPE_CHECKING:  # pyarrow (~130 ms with numpy) loads where a schema is decoded or built
+    import pyarrow as pa
 
 
 def to_jsonable(value: Any) -> Any:
