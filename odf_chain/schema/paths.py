@@ -32,6 +32,9 @@ def avro_writer_schema(schema: pa.Schema) -> Any | None:
 
 def as_avro(schema: pa.Schema) -> Any:
     """The Avro schema whose paths a dataset with an Avro writer schema shows."""
+    # the converters (tens of milliseconds to import) load only when such a dataset is met
+    from odf_chain.schema.convert import arrow_to_avro
+
     writer = avro_writer_schema(schema)
     if isinstance(writer, dict) and writer.get("type") == "record":
         name = str(writer.get("name", "Record"))
@@ -40,14 +43,6 @@ def as_avro(schema: pa.Schema) -> Any:
             namespace, name = name.rsplit(".", 1)
         return arrow_to_avro(schema, name=name, namespace=namespace)
     return arrow_to_avro(schema)
-
-
-def arrow_to_avro(schema: pa.Schema, **names: Any) -> Any:
-    """:func:`odf_chain.schema.convert.arrow_to_avro`, imported when a dataset with an Avro
-    writer schema is met (the converters cost tens of milliseconds at start-up)."""
-    from odf_chain.schema.convert import arrow_to_avro as convert
-
-    return convert(schema, **names)
 
 
 def schema_fields(schema: pa.Schema) -> list[FieldInfo]:
