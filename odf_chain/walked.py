@@ -15,6 +15,7 @@ decode, and :meth:`WalkedChain.plain_run` for the fold's bulk step.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import fields
 from datetime import UTC, datetime, timedelta
 from typing import NamedTuple, overload
 
@@ -28,7 +29,7 @@ from odf_chain.format import extra_json
 from odf_chain.format.codec import decode_block
 from odf_chain.format.columns import HASH_SIZE, BlockColumns, decode_columns
 from odf_chain.format.multihash import BLAKE3, SHA3_256, Multihash
-from odf_chain.storage.block_pass import Found, Hashes, Pass
+from odf_chain.storage.block_pass import Hashes, Pass, Spill
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # A block name is "f" + hex(code, 0x20, 32 digest bytes): its first five characters name the
@@ -40,83 +41,76 @@ BLOCK_NAMES = Hashes({str(Multihash(a, bytes(32)))[:5]: a for a in (BLAKE3, SHA3
 JSON_HELPER_MIN_TEXTS = 20_000
 
 
+_JSON_BATCH = 32_768  # ExtraAttributes texts judged together (by a helper, from the threshold)
+_JSON_IN_FLIGHT = 2  # batches being judged before the pass waits for the oldest
+
+
 class BlockFiles:
-    """One pass over ``blocks/``: every readable block file, hashed and decoded into columns.
+    """One pass over ``blocks/``: every readable block file, hashed and decoded into columns,
+    kept in compact form (about 250 bytes a block: columns, its name's hash, where its bytes
+    are in the pass's spill files), never as a Python object per block.
 
     ``hash_ok[k]``: file ``k``'s name is the canonical name of its content's hash (anything
     else, a wrong hash or a name in another form, is left to the walk's checks by name).
-    ``plain[k]``: the columns vouch for block ``k``; until :meth:`settle`, as far as its layout
-    goes (its ExtraAttributes may still be refused: the walk only needs its link).
+    ``plain[k]``: the columns vouch for block ``k``, its ExtraAttributes judged.
     """
 
     def __init__(self, found: Pass) -> None:
         """From :meth:`Storage.read_all_blocks` (given :data:`BLOCK_NAMES`). Each share of the
-        pass is decoded as columns as soon as it is read (the first while the pass's helper
-        still reads the rest) and its ExtraAttributes handed to a helper process of their own,
-        while this one goes on: the walk only needs the blocks' links."""
-        self._parts: list[BlockColumns] = []
-        self._judging: list[_Judgement] = []
-        self.listed: list[str] = []  # every block file name of the listing, read or not
-        self.unread: list[str] = []  # those of them the pass left out (see block_pass)
+        pass is decoded as columns as it arrives and its ExtraAttributes handed, in batches, to
+        a helper process of their own while the pass goes on; only the columns stay."""
+        self.unread: list[str] = []  # the block files the pass left out (see block_pass)
+        self._odd: dict[int, str] = {}  # rows whose names are not in the canonical form
+        self._spills: list[Spill] = []
+        parts: list[dict[str, np.ndarray]] = []
+        judging = _Judging()
+        rows = 0
+        for share in found.shares():
+            read = [i for i, content in enumerate(share.contents) if content is not None]
+            if len(read) < len(share.names):
+                pairs = zip(share.names, share.contents, strict=True)
+                self.unread += [n for n, c in pairs if c is None]
+            names = [share.names[i] for i in read]
+            hashes, canonical = _name_hashes(names)
+            for i in np.flatnonzero(~canonical).tolist():
+                self._odd[rows + i] = names[i]
+            if share.spill not in self._spills:
+                self._spills.append(share.spill)
+            columns = decode_columns([share.contents[i] for i in read])
+            part = {
+                "name_hashes": hashes,
+                "hash_ok": np.array([share.matches[i] for i in read], bool),
+                "spill_of": np.full(len(read), self._spills.index(share.spill), np.uint8),
+                "spill_at": np.array([share.offsets[i] for i in read], np.int64),
+                "sizes": np.array([len(share.contents[i]) for i in read], np.int64),
+            }
+            parts.append(part)
+            judging.add(part, columns)
+            rows += len(read)
+            del share, columns
+        judging.finish()
         self.irregular = found.irregular  # what else the listing found (symlinks, FIFOs...)
-        self.names: list[str] = []  # the files read, by row
-        self.data: list[bytes] = []
-        self.hash_ok: list[bool] = []
-        try:
-            self._add(found.first)
-        except BaseException:
-            found.rest()  # the pass's helper is waited for, its descriptor closed
-            raise
-        self._add(found.rest())
-        columns = BlockColumns.concat(self._parts)
-        self.columns = columns
-        self.plain: list[bool] = columns.plain.tolist()
-        self.sequence_numbers: list[int] = columns.sequence_number.tolist()
-        # each rightly named file's hash (its name as bytes), zeros for the others
-        named = np.flatnonzero(np.array(self.hash_ok, bool))
-        self.name_hashes = np.zeros((len(self.names), HASH_SIZE), np.uint8)
-        text = bytes.fromhex("".join([self.names[k][1:] for k in named.tolist()]))
-        self.name_hashes[named] = np.frombuffer(text, np.uint8).reshape(-1, HASH_SIZE)
-        self._by_hash = _HashIndex(self.name_hashes, named)
-        self.sizes = np.fromiter(map(len, self.data), np.int64, len(self.data))
-        if not any(j.pending for j in self._judging):
-            self.settle()
+        joined = _concat(parts)
+        self.name_hashes: np.ndarray = joined.pop("name_hashes")
+        self.hash_ok: np.ndarray = joined.pop("hash_ok")
+        self._spill_of: np.ndarray = joined.pop("spill_of")
+        self._spill_at: np.ndarray = joined.pop("spill_at")
+        self.sizes: np.ndarray = joined.pop("sizes")
+        self.columns = BlockColumns(**joined, extra_rows=np.zeros(0, np.int64), extras=[])
+        self.plain: np.ndarray = self.columns.plain
+        self._by_hash = _HashIndex(self.name_hashes, np.flatnonzero(self.hash_ok))
 
-    def _add(self, share: Found) -> None:
-        """The files of ``share`` after those added; its readable files decoded as columns,
-        their ExtraAttributes texts sent to be judged."""
-        first = len(self.data)
-        names, data, hash_ok = self.names, self.data, self.hash_ok
-        unread = self.unread.append
-        for name, (content, matches) in share.items():
-            if content is not None:
-                names.append(name)
-                data.append(content)
-                hash_ok.append(matches)
-            else:
-                unread(name)
-        self.listed.extend(share)
-        part = decode_columns(data[first:])
-        self._parts.append(part)
-        self._judging.append(_Judgement(part.extras))
+    def __len__(self) -> int:
+        return len(self.hash_ok)
 
-    def settle(self) -> set[int]:
-        """Take the ExtraAttributes verdicts in (waiting for the helpers, or judging here where
-        one failed); return the rows that turned out not plain. Once only: later calls return
-        nothing."""
-        if not self._judging:
-            return set()
-        verdicts = b"".join(j.verdicts() for j in self._judging)
-        self._judging = []
-        return self._apply(verdicts)
+    def name(self, k: int) -> str:
+        """The name of the file read as row ``k``."""
+        odd = self._odd.get(k)
+        return "f" + self.name_hashes[k].tobytes().hex() if odd is None else odd
 
-    def _apply(self, verdicts: bytes) -> set[int]:
-        before = self.columns.plain
-        self.columns = self.columns.judged(verdicts)
-        lost = np.flatnonzero(before & ~self.columns.plain).tolist()
-        for k in lost:
-            self.plain[k] = False
-        return set(lost)
+    def read(self, k: int) -> bytes:
+        """The bytes of row ``k`` as the pass read (and hashed) them."""
+        return self._spills[self._spill_of[k]].read(int(self._spill_at[k]), int(self.sizes[k]))
 
     def prev_name(self, k: int) -> str | None:
         """The name of plain block ``k``'s predecessor (None: it names none)."""
@@ -125,15 +119,14 @@ class BlockFiles:
         return "f" + self.columns.prev_hash[k].tobytes().hex()
 
     def runs(self) -> Runs:
-        """Where the walk can leap: see :class:`Runs` (as the rows stand now: :meth:`settle`
-        may take some out)."""
+        """Where the walk can leap: see :class:`Runs`."""
         columns = self.columns
-        rows = np.flatnonzero(columns.plain & np.array(self.hash_ok, bool))
+        rows = np.flatnonzero(columns.plain & self.hash_ok)
         # newest first; among equal sequence numbers (a fork), by row: a run then stops there
         order = rows[np.argsort(columns.sequence_number[rows], kind="stable")[::-1]]
-        place = np.full(len(self.data), -1, np.int64)
+        place = np.full(len(self), -1, np.int64)
         place[order] = np.arange(len(order))
-        prev = np.full(len(self.data), -1, np.int64)
+        prev = np.full(len(self), -1, np.int64)
         if not len(order):
             return Runs(order, place, np.zeros(0, np.int64), prev)
         # a block names the next one in this order as its predecessor: compared as whole hashes
@@ -163,9 +156,68 @@ class BlockFiles:
 
         def read(name: str) -> bytes:
             k = self.row(name)
-            return by_name(name) if k is None else self.data[k]
+            return by_name(name) if k is None else self.read(k)
 
         return read
+
+
+def _concat(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """The parts' arrays joined, one name at a time, each part's array released as it is
+    joined: the peak is the parts plus one joined array, not twice the whole."""
+    joined: dict[str, np.ndarray] = {}
+    for key in list(parts[0]) if parts else []:
+        joined[key] = np.concatenate([p.pop(key) for p in parts])
+    if not parts:  # no block file at all
+        empty = decode_columns([])
+        joined = {f.name: getattr(empty, f.name) for f in fields(BlockColumns)[:-2]}
+        joined |= {
+            "name_hashes": np.zeros((0, HASH_SIZE), np.uint8),
+            "hash_ok": np.zeros(0, bool),
+            "spill_of": np.zeros(0, np.uint8),
+            "spill_at": np.zeros(0, np.int64),
+            "sizes": np.zeros(0, np.int64),
+        }
+    return joined
+
+
+class _Judging:
+    """The ExtraAttributes texts of the pass's shares, judged in batches while the pass goes
+    on (at most :data:`_JSON_IN_FLIGHT` batches at once, so the texts held stay bounded); each
+    part's columns are kept, verdicts applied, as its batch is judged."""
+
+    def __init__(self) -> None:
+        self._batch: list[tuple[dict[str, np.ndarray], BlockColumns]] = []
+        self._texts = 0
+        self._flying: list[tuple[list[tuple[dict[str, np.ndarray], BlockColumns]], _Judgement]] = []
+
+    def add(self, part: dict[str, np.ndarray], columns: BlockColumns) -> None:
+        self._batch.append((part, columns))
+        self._texts += len(columns.extras)
+        if self._texts >= _JSON_BATCH:
+            self._send()
+
+    def _send(self) -> None:
+        texts = [t for _, columns in self._batch for t in columns.extras]
+        self._flying.append((self._batch, _Judgement(texts)))
+        self._batch, self._texts = [], 0
+        while len(self._flying) > _JSON_IN_FLIGHT:
+            self._land()
+
+    def _land(self) -> None:
+        batch, judgement = self._flying.pop(0)
+        verdicts = judgement.verdicts()
+        at = 0
+        for part, columns in batch:
+            count = len(columns.extras)
+            judged = columns.judged(verdicts[at : at + count])
+            at += count
+            part.update({f.name: getattr(judged, f.name) for f in fields(BlockColumns)[:-2]})
+
+    def finish(self) -> None:
+        if self._batch:
+            self._send()
+        while self._flying:
+            self._land()
 
 
 def _name_hashes(names: list[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -261,58 +313,53 @@ class _Judgement:
 class WalkedChain(Sequence[BlockEntry]):
     """The blocks a walk read, oldest first once :meth:`finish` is called.
 
-    Each is either a row of :class:`BlockFiles` (a plain block, decoded only on request) or a
-    :class:`BlockEntry` the walk decoded. Once finished, the plain blocks' columns are kept in
-    chain order, so a run of them is a slice.
+    Each is either a row of :class:`BlockFiles` (a plain block, decoded only on request, from
+    the pass's spill) or a :class:`BlockEntry` the walk decoded (every other event: few). What
+    it holds per plain block is its row number: the columns stay in :class:`BlockFiles`, and
+    a run of them is taken out when the fold asks for it.
     """
 
     def __init__(self, files: BlockFiles | None = None) -> None:
         self._files = files
-        self._items: list[int | BlockEntry] = []
-        self._cache: dict[int, BlockEntry] = {}
+        self._parts: list[np.ndarray | BlockEntry] = []  # newest first while walking
+        self._count = 0
+        self._rows = np.zeros(0, np.int64)  # by position once finished; -1: a decoded entry
         self._plain = np.zeros(0, bool)
-        self._ordered: BlockColumns | None = None
-        self._hashes = np.zeros((0, 34), np.uint8)
+        self._entries: dict[int, BlockEntry] = {}
         self._decoded: list[tuple[int, BlockEntry]] = []
-        self._added: list[int] = []  # where the decoded entries are among the items
 
     # -- building (newest first) ------------------------------------------------------------
 
     def add(self, entry: BlockEntry) -> None:
         """A block the walk decoded, after those taken."""
-        self._added.append(len(self._items))
-        self._items.append(entry)
+        self._parts.append(entry)
+        self._count += 1
 
-    def extend_rows(self, rows: list[int]) -> None:
+    def extend_rows(self, rows: np.ndarray) -> None:
         """Rows of plain blocks, newest first, after those taken."""
-        self._items.extend(rows)
-
-    def plain_rows(self) -> set[int]:
-        """The rows of :class:`BlockFiles` taken as plain blocks."""
-        return {k for k in self._items if isinstance(k, int)}
+        self._parts.append(np.asarray(rows, np.int64))
+        self._count += len(rows)
 
     def finish(self) -> None:
         """The walk is done: oldest first from now on."""
-        items = self._items
-        items.reverse()
-        rows = items.copy()
-        last = len(items) - 1
-        for i in reversed(self._added):
-            self._decoded.append((last - i, items[last - i]))
-            rows[last - i] = -1
-        files = self._files
-        if files is None:
-            return
-        picked = np.array(rows, np.int64)
-        self._plain = picked >= 0
-        self._ordered = files.columns.take(np.where(self._plain, picked, 0))
-        self._hashes = files.name_hashes[np.where(self._plain, picked, 0)]
-        self._hashes[~self._plain] = 0  # a plain block's was rightly named: the walk checked
+        rows = np.full(self._count, -1, np.int64)
+        at = self._count
+        for part in self._parts:  # newest first: filled from the end
+            if isinstance(part, BlockEntry):
+                at -= 1
+                self._entries[at] = part
+            else:
+                rows[at - len(part) : at] = part[::-1]
+                at -= len(part)
+        self._parts = []
+        self._rows = rows
+        self._plain = rows >= 0
+        self._decoded = sorted(self._entries.items(), key=lambda item: item[0])
 
     # -- Sequence[BlockEntry] ---------------------------------------------------------------
 
     def __len__(self) -> int:
-        return len(self._items)
+        return self._count
 
     @overload
     def __getitem__(self, i: int) -> BlockEntry: ...
@@ -321,52 +368,68 @@ class WalkedChain(Sequence[BlockEntry]):
     def __getitem__(self, i: int | slice) -> BlockEntry | list[BlockEntry]:
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self)))]
-        item = self._items[i]
-        if not isinstance(item, int):
-            return item
-        entry = self._cache.get(item)
-        if entry is None:
-            files = self._files
-            assert files is not None
-            data, name = files.data[item], files.names[item]
-            try:
-                block = decode_block(data)
-            except FormatError as exc:  # cannot happen: the columns vouched for it
-                raise FormatError(f"block {name}: {exc}") from None
-            entry = BlockEntry(parse_block_name(name), block, len(data))
-            self._cache[item] = entry
-        return entry
+        i = self._position(i)
+        row = int(self._rows[i])
+        if row < 0:
+            return self._entries[i]
+        files = self._files
+        assert files is not None
+        data, name = files.read(row), files.name(row)
+        try:
+            block = decode_block(data)
+        except FormatError as exc:  # cannot happen: the columns vouched for it
+            raise FormatError(f"block {name}: {exc}") from None
+        return BlockEntry(parse_block_name(name), block, len(data))
 
     def __iter__(self) -> Iterator[BlockEntry]:
         for i in range(len(self)):
             yield self[i]
 
+    def _position(self, i: int) -> int:
+        if i < 0:
+            i += self._count
+        if not 0 <= i < self._count:
+            raise IndexError(i)
+        return i
+
     # -- without decoding ------------------------------------------------------------------
 
+    def _last(self) -> int | BlockEntry:
+        """While walking: the oldest block taken so far (a row, or an entry)."""
+        part = self._parts[-1]
+        return part if isinstance(part, BlockEntry) else int(part[-1])
+
+    def _item(self, i: int) -> int | BlockEntry:
+        if self._parts and (i == -1 or i == self._count - 1):
+            return self._last()
+        i = self._position(i)
+        row = int(self._rows[i])
+        return self._entries[i] if row < 0 else row
+
     def is_plain(self, i: int) -> bool:
-        return isinstance(self._items[i], int)
+        return isinstance(self._item(i), int)
 
     def name(self, i: int) -> str:
-        item = self._items[i]
+        item = self._item(i)
         if isinstance(item, int):
-            return self._files.names[item]  # type: ignore[union-attr]
+            return self._files.name(item)  # type: ignore[union-attr]
         return str(item.hash)
 
     def hash(self, i: int) -> Multihash:
-        item = self._items[i]
+        item = self._item(i)
         return parse_block_name(self.name(i)) if isinstance(item, int) else item.hash
 
     def hash_bytes(self, i: int) -> bytes:
         return bytes.fromhex(self.name(i)[1:])
 
     def sequence_number(self, i: int) -> int:
-        item = self._items[i]
+        item = self._item(i)
         if isinstance(item, int):
-            return self._files.sequence_numbers[item]  # type: ignore[union-attr]
+            return int(self._files.columns.sequence_number[item])  # type: ignore[union-attr]
         return item.block.sequence_number
 
     def system_time_us(self, i: int) -> int:
-        item = self._items[i]
+        item = self._item(i)
         if isinstance(item, int):
             return int(self._files.columns.system_time_us[item])  # type: ignore[union-attr]
         return (item.block.system_time - _EPOCH) // timedelta(microseconds=1)
@@ -377,11 +440,12 @@ class WalkedChain(Sequence[BlockEntry]):
 
     def plain_positions(self) -> tuple[np.ndarray, np.ndarray]:
         """Positions of the plain blocks, and of those of them that set a watermark."""
-        if self._ordered is None:
+        plain = np.flatnonzero(self._plain)
+        if self._files is None or not len(plain):
             empty = np.zeros(0, np.int64)
             return empty, empty
-        marked = self._plain & self._ordered.has_watermark
-        return np.flatnonzero(self._plain), np.flatnonzero(marked)
+        marked = self._files.columns.has_watermark[self._rows[plain]]
+        return plain, plain[marked]
 
     def plain_run_end(self, start: int, stop: int) -> int:
         """The end (exclusive, at most ``stop``) of the run of plain blocks from ``start``."""
@@ -391,28 +455,34 @@ class WalkedChain(Sequence[BlockEntry]):
         return start + int(np.argmin(segment))
 
     def plain_run(self, start: int, stop: int) -> tuple[BlockColumns, np.ndarray]:
-        """The columns of plain blocks ``start..stop-1`` (views, in chain order) and their own
-        hashes (as multihash bytes, one row each)."""
-        assert self._ordered is not None
-        return self._ordered.rows(start, stop), self._hashes[start:stop]
+        """The columns of plain blocks ``start..stop-1`` (in chain order) and their own hashes
+        (as multihash bytes, one row each): taken out of the pass's columns for this run."""
+        assert self._files is not None
+        rows = self._rows[start:stop]
+        return self._files.columns.take(rows), self._files.name_hashes[rows]
 
     def with_slices(self) -> Iterator[int]:
-        """Positions of the blocks that add a data slice."""
-        for i, item in enumerate(self._items):
-            if isinstance(item, int) or _slice_of(item) is not None:
-                yield i
+        """Positions of the blocks that add a data slice, in order."""
+        decoded = [i for i, e in self._decoded if _slice_of(e) is not None]
+        positions = np.union1d(np.flatnonzero(self._plain), np.array(decoded, np.int64))
+        yield from positions.tolist()
 
     def has_slices(self) -> bool:
         """Does some block of the chain add a data slice?"""
         return bool(self._plain.any()) or any(_slice_of(e) for _, e in self._decoded)
+
+    def _plain_slice_hashes(self) -> np.ndarray:
+        if self._files is None:
+            return np.zeros((0, HASH_SIZE), np.uint8)
+        return self._files.columns.physical_hash[self._rows[self._plain]]
 
     def names_slices(self, names: list[str]) -> list[bool]:
         """For each of ``names`` (of data files), does a block of the chain name it? Looked up
         in the plain blocks' hash column; the set of :meth:`slice_names` is built only when
         some name is not found there."""
         found = np.zeros(len(names), bool)
-        if self._ordered is not None and len(names):
-            column = self._ordered.physical_hash[self._plain]
+        if self._plain.any() and len(names):
+            column = self._plain_slice_hashes()
             index = _HashIndex(column, np.arange(len(column)))
             found = index.rows(*_name_hashes(names)) >= 0
         if found.all():
@@ -423,10 +493,9 @@ class WalkedChain(Sequence[BlockEntry]):
     def slice_names(self) -> set[str]:
         """The data files the chain names (every plain block names one)."""
         names = {str(data.physical_hash) for _, e in self._decoded if (data := _slice_of(e))}
-        if self._ordered is not None:
-            text = self._ordered.physical_hash[self._plain].tobytes().hex()
-            width = 2 * 34
-            names.update("f" + text[at : at + width] for at in range(0, len(text), width))
+        text = self._plain_slice_hashes().tobytes().hex()
+        width = 2 * HASH_SIZE
+        names.update("f" + text[at : at + width] for at in range(0, len(text), width))
         return names
 
 

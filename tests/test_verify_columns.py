@@ -474,7 +474,7 @@ def test_the_walk_takes_a_run_whole_and_stops_at_forks(tmp_path: Path) -> None:
     runs = files.runs()
     assert len(runs.order) == N + 6
     # every block's predecessor row, inside a run or at its end (a fork): the row named by it
-    named = {name: k for k, name in enumerate(files.names)}
+    named = {files.name(k): k for k in range(len(files))}
     for k in runs.order.tolist():
         assert runs.prev[k] == named.get(files.prev_name(k), -1)  # type: ignore[arg-type]
     assert (runs.prev[runs.order] >= 0).all()  # every predecessor was read, rightly named
@@ -584,13 +584,26 @@ def test_block_pass_helper_reads_what_the_parent_reads(tmp_path: Path, monkeypat
     found = storage.read_all_blocks(BLOCK_NAMES)
     assert found is not None
     alone = found.all()
+    with pytest.raises(RuntimeError):  # a pass is read once
+        found.all()
+    # chunks of 4 names, the helper from the first: it takes every chunk while it has fewer
+    # than HELPER_BACKLOG waiting, this process the others
+    monkeypatch.setattr(block_pass, "CHUNK_FILES", 4)
     monkeypatch.setattr(block_pass, "HELPER_MIN_FILES", 2)
-    for share in (0.3, 0.9):
-        monkeypatch.setattr(block_pass, "HELPER_SHARE", share)
-        shared = storage.read_all_blocks(BLOCK_NAMES)
-        assert shared is not None and shared.rest() and shared.rest() == {}  # once
+    for backlog in (1, 2, 1000):
+        monkeypatch.setattr(block_pass, "HELPER_BACKLOG", backlog)
         shared = storage.read_all_blocks(BLOCK_NAMES)
         assert shared is not None and shared.all() == alone
+    # every byte handed out is where the share says it is in its spill
+    shared = storage.read_all_blocks(BLOCK_NAMES)
+    assert shared is not None
+    spills = set()
+    for share in shared.shares():
+        spills.add(id(share.spill))
+        for data, at in zip(share.contents, share.offsets, strict=True):
+            assert (data is None) == (at < 0)
+            assert data is None or share.spill.read(at, len(data)) == data
+    assert len(spills) == 1  # the helper's: with this backlog it took every chunk
     assert alone[names[3]] == (b"altered", False)
     assert alone[names[9]] == (None, False)  # left to be read by name, which says why
     assert {names[5], names[7], "notes.txt"}.isdisjoint(alone)  # not listed as block files
@@ -600,10 +613,36 @@ def test_block_pass_helper_reads_what_the_parent_reads(tmp_path: Path, monkeypat
 
 def test_block_pass_answer_is_checked() -> None:
     header = struct.Struct("<BI")
-    good = header.pack(0, 3) + header.pack(2, 0) + b"abc"
-    assert block_pass._parse(good, 2) == [(b"abc", True), (None, False)]
-    for bad in (good[:-1], good + b"x", good[:4], header.pack(7, 0) * 2):
-        assert block_pass._parse(bad, 2) is None
+    good = header.pack(0, 3) + header.pack(2, 0)
+    assert block_pass._parse_frame(good, 2) == [(0, 3), (2, 0)]
+    for bad in (good[:-1], good + b"x", good[:4], header.pack(7, 0) * 2, header.pack(2, 1) * 2):
+        assert block_pass._parse_frame(bad, 2) is None
+
+
+def test_a_helper_that_fails_mid_pass_leaves_its_chunks_to_this_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The helper killed after its first answer: every chunk it had not answered is read here,
+    and the pass hands out exactly what a pass without a helper does."""
+    root = tmp_path / "ds"
+    _write_chain(root, _run_events(60))
+    storage = LocalStorage(root)
+    monkeypatch.setattr(block_pass, "HELPER_MIN_FILES", 10**9)
+    alone = storage.read_all_blocks(BLOCK_NAMES).all()  # type: ignore[union-attr]
+    monkeypatch.setattr(block_pass, "CHUNK_FILES", 4)
+    monkeypatch.setattr(block_pass, "HELPER_MIN_FILES", 2)
+    monkeypatch.setattr(block_pass, "HELPER_BACKLOG", 1000)  # every chunk after the first
+    answered = block_pass._Helper._share
+
+    def answer_then_die(helper, raw):  # the real answer; then the helper process is killed
+        share = answered(helper, raw)
+        helper._proc.kill()
+        return share
+
+    monkeypatch.setattr(block_pass._Helper, "_share", answer_then_die)
+    found = storage.read_all_blocks(BLOCK_NAMES)
+    assert found is not None
+    assert found.all() == alone
 
 
 TEXTS = [

@@ -1,35 +1,52 @@
-"""One pass over a local ``blocks/`` directory: every block file read and hashed, on two cores.
+"""One pass over a local ``blocks/`` directory: every block file read and hashed, on two cores,
+in memory that does not grow with the chain.
 
-Verify of a long chain reads every block file once; with 100k files that is 400k system calls
-and as many hashes, most of the time a structural verify takes. Reading and hashing a file is
-independent of every other, so a share of the files goes to a helper process: this file run
-as a script (standard library and ``blake3`` only, so it starts in a few tens of milliseconds,
-and started fresh, never forked), given the directory as an inherited descriptor and the names
-on its standard input. It returns each file's bytes and whether its content hashes to its name.
+Verify of a long chain reads every block file once; with a million files that is four million
+system calls and as many hashes, most of the time a structural verify takes. The pass goes
+through the directory listing a chunk of :data:`CHUNK_FILES` names at a time and hands each
+chunk either to this process or, from :data:`HELPER_MIN_FILES` names on, to a helper process
+(this file run as a script: standard library and ``blake3`` only, started fresh, never forked)
+whenever the helper has fewer than :data:`HELPER_BACKLOG` chunks waiting: the two share the
+work by speed, not by a fixed split.
+
+Nothing here holds the files' bytes: each chunk's bytes are appended to a :class:`Spill`, an
+unnamed temporary file (the page cache holds it, not this process), and read back by offset
+when asked for. A consumer decodes each :class:`Share` as it arrives and keeps what it needs in
+compact form, so the whole pass holds one chunk at a time (the helper's answers are a few bytes
+a file until they are consumed).
 
 The checks are those of every block read: entries the listing says are regular files, opened
 without following a symlink and without waiting on a FIFO, the opened file checked to be
 regular and at most ``limit`` bytes, read in one call, and kept only when it did not change
 size meanwhile. A file that fails any check is left out (``None``): reading it by name reports
-exactly what is wrong. Should the helper fail in any way, the parent reads its share itself.
+exactly what is wrong. Should the helper fail in any way, the parent reads its chunks itself.
 
 This file imports nothing from odf_chain: it runs as the helper's whole program.
 """
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import hashlib
 import os
+import queue
 import stat
 import struct
+import subprocess
 import sys
-from collections.abc import Callable, Mapping
+import tempfile
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 
 # Below this many files, starting a helper costs more than it saves.
 HELPER_MIN_FILES = 20_000
-HELPER_SHARE = 0.45  # of the files, to the helper: the parent has the decoding to do after
+CHUNK_FILES = 8192  # names per chunk: about 6 MB of block bytes held at a time
+HELPER_BACKLOG = 2  # chunks waiting for the helper before this process reads one itself
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _HEADER = struct.Struct("<BI")  # status, length
+_COUNT = struct.Struct("<I")  # frames: a count (of names' bytes, or of answers) first
 _READ, _MISMATCH, _SKIPPED = 0, 1, 2
 
 
@@ -57,7 +74,7 @@ def read_share(
     dir_fd: int, names: list[str], limit: int, hashes: Hashes | None
 ) -> list[tuple[bytes | None, bool]]:
     """(bytes or None, does it hash to its name) for each of ``names``: one loop with every
-    call bound locally, since it runs a hundred thousand times."""
+    call bound locally, since it runs a million times."""
     out: list[tuple[bytes | None, bool]] = []
     append, is_regular = out.append, stat.S_ISREG
     open_, fstat, read, close = os.open, os.fstat, os.read, os.close
@@ -89,115 +106,310 @@ def read_share(
     return out
 
 
-class _Helper:
-    """The helper process reading ``names``; :meth:`result` is its answer, or None."""
+def _write_all(fd: int, data: bytes | memoryview) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
-    def __init__(self, dir_fd: int, names: list[str], limit: int, hashes: Hashes) -> None:
+
+class Spill:
+    """Bytes appended, then read back by offset, in an unnamed temporary file: what a pass read
+    stays available (for decoding a block on request) without staying in memory."""
+
+    def __init__(self) -> None:
+        self._file = tempfile.TemporaryFile(prefix="odf-chain-pass-")  # noqa: SIM115 (kept open)
+        self.fd = self._file.fileno()
+        self.size = 0  # what this process appended (a helper's spill grows behind its back)
+
+    def append(self, parts: list[bytes]) -> int:
+        """Append ``parts`` one after the other; return where the first starts."""
+        base = self.size
+        data = b"".join(parts)
+        _write_all(self.fd, data)
+        self.size += len(data)
+        return base
+
+    def read(self, offset: int, size: int) -> bytes:
+        data = os.pread(self.fd, size, offset)
+        if len(data) != size:
+            end = offset + len(data)
+            raise OSError(f"the pass's spill file ended at {end}, not {offset + size}")
+        return data
+
+    def close(self) -> None:
+        self._file.close()
+
+
+@dataclass
+class Share:
+    """One chunk of the pass: each name's bytes (None: left to be read by name), whether they
+    hash to the name, and where they are in :attr:`spill` (-1 where not read)."""
+
+    names: list[str]
+    contents: list[bytes | None]
+    matches: list[bool]
+    spill: Spill
+    offsets: list[int]
+
+
+def _own_share(dir_fd: int, names: list[str], limit: int, hashes: Hashes, spill: Spill) -> Share:
+    found = read_share(dir_fd, names, limit, hashes)
+    contents = [data for data, _ in found]
+    read = [data for data in contents if data is not None]
+    at = spill.append(read)
+    offsets = []
+    for data in contents:
+        if data is None:
+            offsets.append(-1)
+        else:
+            offsets.append(at)
+            at += len(data)
+    return Share(names, contents, [ok for _, ok in found], spill, offsets)
+
+
+def _parse_frame(headers: bytes, count: int) -> list[tuple[int, int]] | None:
+    """A helper's answer for ``count`` names: (status, length) each; None if malformed."""
+    if len(headers) != count * _HEADER.size:
+        return None
+    parsed = list(_HEADER.iter_unpack(headers))
+    if any(status not in (_READ, _MISMATCH, _SKIPPED) for status, _ in parsed):
+        return None
+    if any(status == _SKIPPED and length for status, length in parsed):
+        return None
+    return parsed
+
+
+class _Helper:
+    """The helper process, fed chunks of names through a writer thread; a reader thread
+    collects its answers (a status and a length per name: the bytes go to its spill)."""
+
+    def __init__(self, dir_fd: int, limit: int, hashes: Hashes) -> None:
+        self.spill = Spill()
+        self.failed = False
+        arguments = [str(dir_fd), str(self.spill.fd), str(limit), str(hashes.name_length)]
+        arguments += [f"{p}={a}" for p, a in hashes.prefixes.items()]
+        self._proc = subprocess.Popen(
+            [sys.executable, "-I", __file__, *arguments],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            pass_fds=(dir_fd, self.spill.fd),
+        )
+        self._waiting: collections.deque[list[str]] = collections.deque()  # sent, unanswered
+        self._answers: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        self._outbox: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        self._offset = 0  # where the next answer's bytes start in the helper's spill
+        self._files = 0
+        threading.Thread(target=self._write, daemon=True).start()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _write(self) -> None:
+        stdin = self._proc.stdin
+        assert stdin is not None
+        try:
+            while (frame := self._outbox.get()) is not None:
+                stdin.write(frame)
+                stdin.flush()
+        except (OSError, ValueError):
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                stdin.close()
+
+    def _read(self) -> None:
+        stdout = self._proc.stdout
+        assert stdout is not None
+        try:
+            while len(head := stdout.read(_COUNT.size)) == _COUNT.size:
+                (count,) = _COUNT.unpack(head)
+                self._answers.put(head + stdout.read(count * _HEADER.size))
+        except (OSError, ValueError):
+            pass
+        finally:
+            self._answers.put(None)
+
+    @property
+    def backlog(self) -> int:
+        return len(self._waiting)
+
+    def send(self, names: list[str]) -> None:
+        frame = "\n".join(names).encode("ascii")
+        self._waiting.append(names)
+        self._files += len(names)
+        self._outbox.put(_COUNT.pack(len(frame)) + frame)
+
+    def answered(self, *, wait: bool = False) -> Iterator[Share]:
+        """The shares answered so far (``wait``: all of them, until the helper ends)."""
+        while self._waiting and not self.failed:
+            try:
+                raw = self._answers.get(block=wait)
+            except queue.Empty:
+                return
+            share = None if raw is None else self._share(raw)
+            if share is None:
+                self.failed = True
+                return
+            yield share
+
+    def _share(self, raw: bytes) -> Share | None:
+        (count,) = _COUNT.unpack(raw[: _COUNT.size])
+        names = self._waiting[0]
+        parsed = _parse_frame(raw[_COUNT.size :], count) if count == len(names) else None
+        if parsed is None:
+            return None
+        total = sum(length for _, length in parsed)
+        try:
+            data = self.spill.read(self._offset, total)
+        except OSError:
+            return None
+        self._waiting.popleft()
+        contents: list[bytes | None] = []
+        offsets, matches, at = [], [], 0
+        for status, length in parsed:
+            if status == _SKIPPED:
+                contents.append(None)
+                offsets.append(-1)
+            else:
+                contents.append(data[at : at + length])
+                offsets.append(self._offset + at)
+                at += length
+            matches.append(status == _READ)  # its word is taken: it runs this very code
+        self._offset += total
+        return Share(names, contents, matches, self.spill, offsets)
+
+    def finish(self) -> Iterator[Share]:
+        """Every answer still to come; then the chunks it did not answer are :meth:`left`."""
+        self._outbox.put(None)
         from odf_chain import helper_process  # not at the top: the helper runs this file alone
 
-        self._names = names
-        arguments = [str(dir_fd), str(limit), str(hashes.name_length)]
-        arguments += [f"{p}={a}" for p, a in hashes.prefixes.items()]
-        self._helper = helper_process.Helper(
-            __file__,
-            arguments,
-            "\n".join(names).encode("ascii"),
-            timeout=helper_process.seconds_for(len(names)),
-            pass_fds=(dir_fd,),
-        )
+        timer = threading.Timer(helper_process.seconds_for(self._files), self.stop)
+        timer.start()
+        try:
+            yield from self.answered(wait=True)
+        finally:
+            timer.cancel()
+            self.stop()
 
-    def result(self) -> list[tuple[bytes | None, bool]] | None:
-        out = self._helper.result()
-        # Its word that a file hashes to its name is taken: it runs this very file's code.
-        return None if out is None else _parse(out, len(self._names))
+    def left(self) -> list[list[str]]:
+        """The chunks sent and not answered (the helper failed): this process reads them."""
+        left = list(self._waiting)
+        self._waiting.clear()
+        return left
 
-
-def _parse(out: bytes, count: int) -> list[tuple[bytes | None, bool]] | None:
-    """The helper's answer: a header per file, then the bytes of those it read."""
-    if len(out) < count * _HEADER.size:
-        return None
-    headers = list(_HEADER.iter_unpack(out[: count * _HEADER.size]))
-    at = count * _HEADER.size
-    result: list[tuple[bytes | None, bool]] = []
-    for status, length in headers:
-        if status == _SKIPPED:
-            result.append((None, False))
-            continue
-        if status not in (_READ, _MISMATCH) or at + length > len(out):
-            return None
-        result.append((out[at : at + length], status == _READ))
-        at += length
-    return result if at == len(out) else None
-
-
-Found = dict[str, tuple[bytes | None, bool]]  # name: (its bytes or None, hashes to its name)
+    def stop(self) -> None:
+        if self._proc.poll() is None:
+            self._proc.kill()
+        self._proc.wait()
+        for pipe in (self._proc.stdout,):
+            if pipe is not None:
+                pipe.close()
 
 
 class Pass:
-    """A pass over ``names`` in ``dir_fd``: :attr:`first` is read when this returns (the
-    parent's share, or all of it), :meth:`rest` waits for the helper's share. The caller can
-    decode the first share while the helper still reads.
-
-    Holds its own descriptor of the directory until :meth:`rest` (should the helper fail, its
-    share is read here)."""
+    """A pass over the block files of ``dir_fd`` (a descriptor of ``blocks/``, duplicated
+    here): :meth:`shares` yields them a chunk at a time, once. ``block_name`` says which
+    regular files are listed as block files; ``irregular_of`` words what the listing found
+    beside regular files (see Storage.irregular_entries), set as :attr:`irregular` once the
+    listing is done."""
 
     def __init__(
         self,
         dir_fd: int,
-        names: list[str],
         limit: int,
         hashes: Hashes,
-        irregular: list[tuple[str, str]] | None = None,
+        block_name: Callable[[str], bool],
+        irregular_of: Callable[[list[os.DirEntry]], list[tuple[str, str]]],
     ) -> None:
-        from odf_chain import helper_process  # not at the top: the helper runs this file alone
-
-        # what the storage's listing found beside regular files (see Storage.irregular_entries)
-        self.irregular = irregular
-
-        self._helper: _Helper | None = None
-        self._theirs: list[str] = []
-        own = names
-        if len(names) >= HELPER_MIN_FILES and helper_process.available():
-            cut = int(len(names) * (1 - HELPER_SHARE))
-            own, self._theirs = names[:cut], names[cut:]
-            self._helper = _Helper(dir_fd, self._theirs, limit, hashes)
-        self._fd = os.dup(dir_fd) if self._helper is not None else -1
+        self._fd = os.dup(dir_fd)
         self._limit, self._hashes = limit, hashes
-        self.first: Found = dict(zip(own, read_share(dir_fd, own, limit, hashes), strict=True))
+        self._block_name, self._irregular_of = block_name, irregular_of
+        self.irregular: list[tuple[str, str]] | None = None
+        self._used = False
 
-    def rest(self) -> Found:
-        """The helper's share ({} when there was none); call once."""
-        if self._helper is None:
-            return {}
+    def _listing(self) -> Iterator[list[str]]:
+        """The block file names, a chunk at a time, in the directory's own order."""
+        others: list[os.DirEntry] = []
+        names: list[str] = []
+        is_block_name = self._block_name
+        with os.scandir(self._fd) as entries:
+            for entry in entries:
+                if not entry.is_file(follow_symlinks=False):
+                    others.append(entry)
+                elif is_block_name(entry.name):
+                    names.append(entry.name)
+                    if len(names) == CHUNK_FILES:
+                        yield names
+                        names = []
+            self.irregular = self._irregular_of(others)
+        if names:
+            yield names
+
+    def shares(self) -> Iterator[Share]:
+        """Every block file, a chunk at a time (the helper's chunks as it answers them)."""
+        if self._used:
+            raise RuntimeError("a pass over blocks/ is read once")
+        self._used = True
+        own = Spill()
+        helper: _Helper | None = None
+        fd, limit, hashes = self._fd, self._limit, self._hashes
         try:
-            answer = self._helper.result()
-            if answer is None:  # the helper failed: its share is read here
-                answer = read_share(self._fd, self._theirs, self._limit, self._hashes)
+            listed = 0
+            for names in self._listing():
+                listed += len(names)
+                if helper is None and listed >= HELPER_MIN_FILES and _helper_available():
+                    try:
+                        helper = _Helper(fd, limit, hashes)
+                    except (OSError, ValueError):
+                        helper = None
+                if helper is not None and not helper.failed and helper.backlog < HELPER_BACKLOG:
+                    helper.send(names)
+                else:
+                    yield _own_share(fd, names, limit, hashes, own)
+                if helper is not None:
+                    yield from helper.answered()
+            if helper is not None:
+                yield from helper.finish()
+                for names in helper.left():
+                    yield _own_share(fd, names, limit, hashes, own)
         finally:
-            os.close(self._fd)
-            self._helper = None
-        return dict(zip(self._theirs, answer, strict=True))
+            if helper is not None:
+                helper.stop()
+            os.close(fd)
 
-    def all(self) -> Found:
-        """Both shares in one mapping."""
-        return {**self.first, **self.rest()}
+    def all(self) -> dict[str, tuple[bytes | None, bool]]:
+        """Every file in one mapping (name: bytes or None, hashes to its name): small
+        directories and tests."""
+        return {
+            name: (data, ok)
+            for share in self.shares()
+            for name, data, ok in zip(share.names, share.contents, share.matches, strict=True)
+        }
+
+
+def _helper_available() -> bool:
+    from odf_chain import helper_process  # not at the top: the helper runs this file alone
+
+    return helper_process.available()
 
 
 def _main(argv: list[str]) -> None:
-    dir_fd, limit, name_length = int(argv[0]), int(argv[1]), int(argv[2])
-    hashes = Hashes(dict(a.split("=", 1) for a in argv[3:]), name_length)
-    names = sys.stdin.buffer.read().decode("ascii").split("\n")
-    headers, chunks = bytearray(), []
-    for data, matches in read_share(dir_fd, names, limit, hashes):
-        if data is None:
-            headers += _HEADER.pack(_SKIPPED, 0)
-        else:
-            headers += _HEADER.pack(_READ if matches else _MISMATCH, len(data))
-            chunks.append(data)
-    out = sys.stdout.buffer
-    out.write(headers)
-    out.write(b"".join(chunks))
-    out.flush()
+    dir_fd, spill_fd, limit, name_length = (int(a) for a in argv[:4])
+    hashes = Hashes(dict(a.split("=", 1) for a in argv[4:]), name_length)
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    while len(head := stdin.read(_COUNT.size)) == _COUNT.size:
+        (size,) = _COUNT.unpack(head)
+        names = stdin.read(size).decode("ascii").split("\n")
+        headers, chunks = bytearray(_COUNT.pack(len(names))), []
+        for data, matches in read_share(dir_fd, names, limit, hashes):
+            if data is None:
+                headers += _HEADER.pack(_SKIPPED, 0)
+            else:
+                headers += _HEADER.pack(_READ if matches else _MISMATCH, len(data))
+                chunks.append(data)
+        _write_all(spill_fd, b"".join(chunks))  # the bytes first: the answer says they are there
+        stdout.write(headers)
+        stdout.flush()
 
 
 if __name__ == "__main__":

@@ -217,22 +217,21 @@ class LocalStorage(LocalHead, LocalDerived):
             yield read
 
     def read_all_blocks(self, hashes: Hashes) -> block_pass.Pass | None:
-        """Every block file at once (verify of a long chain reads them all anyway), by name:
-        its bytes, or None when it fails a check (reading it by name reports it exactly), and
-        whether it hashes to its name. The same checks as :meth:`block_reader` in fewer system
-        calls, on two cores for a long chain (:mod:`odf_chain.storage.block_pass`). None when
-        ``blocks/`` cannot be opened (the walk then reports that per block)."""
+        """Every block file (verify of a long chain reads them all anyway), a chunk at a time
+        as the listing goes: its bytes, or None when it fails a check (reading it by name
+        reports it exactly), and whether it hashes to its name. The same checks as
+        :meth:`block_reader` in fewer system calls, on two cores for a long chain
+        (:mod:`odf_chain.storage.block_pass`). None when ``blocks/`` cannot be opened (the walk
+        then reports that per block)."""
         try:
-            with self._dir("blocks") as dir_fd, os.scandir(dir_fd) as it:
-                names, others = [], []
-                keep, other = names.append, others.append
-                for entry in it:  # 100k entries: _is_name inlined
-                    if not entry.is_file(follow_symlinks=False):
-                        other(entry)
-                    elif (name := entry.name).isascii() and name.isalnum():
-                        keep(name)
-                irregular = self._irregular("blocks", others)
-                return block_pass.Pass(dir_fd, names, MAX_BLOCK_BYTES, hashes, irregular)
+            with self._dir("blocks") as dir_fd:
+                return block_pass.Pass(
+                    dir_fd,
+                    MAX_BLOCK_BYTES,
+                    hashes,
+                    lambda name: name.isascii() and name.isalnum(),
+                    lambda others: self._irregular("blocks", others),
+                )
         except (OSError, OdfChainError):
             return None
 

@@ -108,8 +108,8 @@ def check_leftovers(storage: Storage, walk: Walk, report: VerifyReport) -> None:
             "block is not reachable from the head (the walk stopped early: it may be in the chain)"
         )
     # a damaged block the chain names is not a leftover
-    listing = walk.listed  # the one pass's, else a listing now
-    if listing is None:
+    listing = None  # the one pass's, else a listing now
+    if not walk.listed:
         listing = _listing(storage.block_names, "blocks/", report, needed=True)
     orphans = walk.visited.others(listing)
     descendants = _descendants(storage, walk, orphans, report)

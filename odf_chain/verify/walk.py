@@ -30,7 +30,7 @@ class _Visited:
 
     def __init__(self, files: BlockFiles | None = None) -> None:
         self._files = files
-        self.rows = np.zeros(0 if files is None else len(files.data), bool)
+        self.rows = np.zeros(0 if files is None else len(files), bool)
         self.names: set[str] = set()
 
     def __contains__(self, name: object) -> bool:
@@ -55,13 +55,13 @@ class _Visited:
             for name, seen in zip(names, by_row.tolist(), strict=True)
         ]
 
-    def others(self, listing: list[str]) -> list[str]:
-        """The names of ``listing`` (a listing of ``blocks/``) not visited, sorted."""
+    def others(self, listing: list[str] | None = None) -> list[str]:
+        """The names of ``listing`` (a listing of ``blocks/``; None: the one pass's) not
+        visited, sorted."""
         files = self._files
-        if files is None or listing is not files.listed:
-            return sorted(name for name in listing if name not in self)
-        names = files.names  # the pass's own listing: its rows not visited, and its unread
-        unvisited = [names[k] for k in np.flatnonzero(~self.rows).tolist()]
+        if listing is not None or files is None:
+            return sorted(name for name in listing or [] if name not in self)
+        unvisited = [files.name(k) for k in np.flatnonzero(~self.rows).tolist()]
         return sorted(n for n in unvisited + files.unread if n not in self.names)
 
 
@@ -71,7 +71,7 @@ class Walk:
 
     chain: WalkedChain = field(default_factory=WalkedChain)  # oldest first once done
     complete: bool = False  # reached the Seed
-    listed: list[str] | None = None  # the block files the one pass over blocks/ listed
+    listed: bool = False  # the one pass over blocks/ listed its block files (see others())
     irregular: list[tuple[str, str]] | None = None  # and the other entries it found there
     visited: _Visited = field(default_factory=_Visited)  # every block the chain referenced
 
@@ -95,17 +95,7 @@ def walk_chain(storage: ChainStore, report: VerifyReport) -> Walk:
         return walk
     everything = storage.read_all_blocks(BLOCK_NAMES)
     files = BlockFiles(everything) if everything else None
-    hashed, found = report.bytes_hashed, len(report.problems)
     _walk_down(head_name, current, storage, files, walk, report)
-    # the verdicts on ExtraAttributes (a helper process may still be judging them; without
-    # one, they were taken in already and this finds nothing)
-    if files is not None and (lost := files.settle()) and lost & walk.chain.plain_rows():
-        # a block the walk took as plain has ExtraAttributes the decoder refuses: walk again,
-        # decoding it, so that the walk reports it as it reports any malformed block
-        del report.problems[found:]
-        report.bytes_hashed = hashed
-        walk = Walk(listed=walk.listed, irregular=walk.irregular)
-        _walk_down(head_name, current, storage, files, walk, report)
     walk.chain.finish()
     return walk
 
@@ -121,7 +111,7 @@ def _walk_down(
     """The walk from the head: through the one pass's blocks while it can, then by name."""
     walk.chain = WalkedChain(files)
     walk.visited = _Visited(files)
-    walk.listed = None if files is None else files.listed
+    walk.listed = files is not None
     walk.irregular = None if files is None else files.irregular
     current: Multihash | None = head
     with storage.block_reader() as by_name:
@@ -143,15 +133,15 @@ def _walk_files(
     return the name where the walk block by block must take over (it reports what is wrong
     there), or None when the Seed was reached."""
     find, hash_ok, plain = files.row, files.hash_ok, files.plain
-    prev_name, names, data = files.prev_name, files.names, files.data
+    prev_name, name_of, read = files.prev_name, files.name, files.read
     order, place, run_end, prev_rows = files.runs()
-    seen = np.zeros(len(data), bool)  # by row: the walk starts here, nothing is visited yet
+    seen = np.zeros(len(files), bool)  # by row: the walk starts here, nothing is visited yet
     chain = walk.chain
     take, add = chain.extend_rows, chain.add
     k = None if name is None else find(name)
     while k is not None:
         if not hash_ok[k] or seen[k]:
-            name = names[k]
+            name = name_of(k)
             break
         if plain[k]:  # its link is in the columns: follow it by row, no name built
             at = place[k]
@@ -159,24 +149,25 @@ def _walk_files(
                 run = order[at:last]
                 if not seen[run].any():
                     seen[run] = True
-                    take(run.tolist())
+                    take(run)
                     k = int(order[last])
                     continue
             seen[k] = True
-            take([k])
+            take(np.array([k]))
             following = int(prev_rows[k])
             if following >= 0:
                 k = following
                 continue
             name = prev_name(k)  # None: no predecessor; else one the pass did not read
         else:
+            data = read(k)
             try:
-                block = decode_block(data[k])
+                block = decode_block(data)
             except FormatError:
-                name = names[k]
+                name = name_of(k)
                 break
             seen[k] = True
-            add(BlockEntry(parse_block_name(names[k]), block, len(data[k])))
+            add(BlockEntry(parse_block_name(name_of(k)), block, len(data)))
             prev = block.prev_block_hash
             name = None if prev is None else str(prev)
         k = None if name is None else find(name)
