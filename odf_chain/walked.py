@@ -29,6 +29,7 @@ from odf_chain.format import extra_json
 from odf_chain.format.codec import decode_block
 from odf_chain.format.columns import HASH_SIZE, BlockColumns, decode_columns
 from odf_chain.format.multihash import BLAKE3, SHA3_256, Multihash
+from odf_chain.memory import release_free_memory
 from odf_chain.storage.block_pass import Hashes, Pass, Spill
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -43,6 +44,8 @@ JSON_HELPER_MIN_TEXTS = 20_000
 
 _JSON_BATCH = 32_768  # ExtraAttributes texts judged together (by a helper, from the threshold)
 _JSON_IN_FLIGHT = 2  # batches being judged before the pass waits for the oldest
+_TRIM_EVERY = 16  # shares of the pass between two returns of freed memory to the system
+_LINK_CHECK_ROWS = 65_536  # rows compared at a time when runs are found (bounded temporaries)
 
 
 class BlockFiles:
@@ -88,6 +91,8 @@ class BlockFiles:
             judging.add(part, columns)
             rows += len(read)
             del share, columns
+            if len(parts) % _TRIM_EVERY == 0:
+                release_free_memory()  # the chunks' freed buffers, kept by the allocator
         judging.finish()
         self.irregular = found.irregular  # what else the listing found (symlinks, FIFOs...)
         joined = _concat(parts)
@@ -99,6 +104,7 @@ class BlockFiles:
         self.columns = BlockColumns(**joined, extra_rows=np.zeros(0, np.int64), extras=[])
         self.plain: np.ndarray = self.columns.plain
         self._by_hash = _HashIndex(self.name_hashes, np.flatnonzero(self.hash_ok))
+        release_free_memory()
 
     def __len__(self) -> int:
         return len(self.hash_ok)
@@ -131,9 +137,11 @@ class BlockFiles:
             return Runs(order, place, np.zeros(0, np.int64), prev)
         # a block names the next one in this order as its predecessor: compared as whole hashes
         newer, older = order[:-1], order[1:]
-        linked = columns.has_prev[newer] & (
-            columns.prev_hash[newer] == self.name_hashes[older]
-        ).all(axis=1)
+        linked = columns.has_prev[newer]
+        for at in range(0, len(newer), _LINK_CHECK_ROWS):
+            part = slice(at, at + _LINK_CHECK_ROWS)
+            same = columns.prev_hash[newer[part]] == self.name_hashes[older[part]]
+            linked[part] &= same.all(axis=1)
         prev[newer[linked]] = older[linked]
         breaks = np.append(np.flatnonzero(~linked), len(order) - 1)
         ends = order[breaks]  # where a run ends, the predecessor is found by its hash
@@ -167,6 +175,7 @@ def _concat(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     joined: dict[str, np.ndarray] = {}
     for key in list(parts[0]) if parts else []:
         joined[key] = np.concatenate([p.pop(key) for p in parts])
+        release_free_memory()  # the parts' arrays just freed, scattered among the others
     if not parts:  # no block file at all
         empty = decode_columns([])
         joined = {f.name: getattr(empty, f.name) for f in fields(BlockColumns)[:-2]}

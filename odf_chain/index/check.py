@@ -16,7 +16,7 @@ the index) is no finding: readers catch up.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import fields
 
 import numpy as np
@@ -73,38 +73,54 @@ def report_index(
     _check_table(storage, entries, names, add)
     wanted = {
         int(n[5:]): n for n in names if n.startswith("snap-") and n[5:].isdigit()
-    }  # periodic snapshots by block
-    snapshots: dict[str, Snapshot] = {}
-    for name in [*(f"{INDEX_DIR}/{n}" for n in wanted.values()), HEAD_SNAPSHOT]:
-        try:
-            raw = storage.read_derived(name, MAX_SNAPSHOT_BYTES)
-            if raw is not None:
-                snapshots[name] = Snapshot.decode(raw, name)
-        except (OdfChainError, IndexDamage) as exc:
-            add("warning", "index-damaged", f"{exc}", path=f"info/{name}")
-    states = dict(periodic)
-    behind = snapshots.get(HEAD_SNAPSHOT)
-    if behind is not None and behind.sequence_number < len(entries) - 1:
+    }  # periodic snapshots by block: read, compared and dropped one at a time
+    head_snapshot = _read(storage, HEAD_SNAPSHOT, add)
+    positions = _kind_positions(entries)
+    head_seq = len(entries) - 1
+    behind_state: tuple[int, DatasetState] | None = None
+    if head_snapshot is not None and head_snapshot.sequence_number < head_seq:
         # a head snapshot left behind (a writer that does not keep the index): the state
         # there, from the periodic one below it and the few blocks between (rules already run)
-        seq = behind.sequence_number
+        seq = head_snapshot.sequence_number
         base = seq - seq % SNAPSHOT_INTERVAL
         if base in periodic:
             state = periodic[base]
             for entry in entries[base + 1 : seq + 1]:
                 state = apply(state, entry.block, entry.hash)
-            states[seq] = state
-    pointers = _pointers_at(entries, states)
-    for name, snapshot in snapshots.items():
+            behind_state = (seq, state)
+    covered = -1  # the lists must be whole up to the last block a snapshot of this chain describes
+    for name in [*(f"{INDEX_DIR}/{wanted[seq]}" for seq in sorted(wanted)), HEAD_SNAPSHOT]:
+        snapshot = head_snapshot if name == HEAD_SNAPSHOT else _read(storage, name, add)
+        if snapshot is None:
+            continue
         seq = snapshot.sequence_number
+        ours = seq < len(entries) and snapshot.block_hash == entries.hash(seq)
+        if ours:
+            covered = max(covered, seq)
         if seq >= len(entries):
-            continue  # reported as stale below
-        if name == HEAD_SNAPSHOT and seq == len(entries) - 1:
+            add(
+                "warning",
+                "index-stale",
+                f"{name} describes block {seq}, past the head "
+                f"(block {head_seq}): a rolled-back head, or another chain",
+                path=f"info/{name}",
+            )
+            continue
+        if name == HEAD_SNAPSHOT and seq == head_seq:
             derived = Snapshot.of_state(head, _pointers(entries))
-        elif snapshot.block_hash != entries.hash(seq):
-            continue  # names another block: reported as stale below (head) or here
-        elif seq in states:
-            derived = Snapshot.of_state(states[seq], pointers[seq])
+        elif not ours:
+            if name != HEAD_SNAPSHOT:
+                add(
+                    "error",
+                    "index-mismatch",
+                    f"{name} names {snapshot.block_hash}, not block {seq} of the chain",
+                    sequence_number=seq,
+                    path=f"info/{name}",
+                )
+            continue
+        elif seq in periodic or (behind_state is not None and behind_state[0] == seq):
+            state = periodic[seq] if seq in periodic else behind_state[1]  # type: ignore[index]
+            derived = Snapshot.of_state(state, _pointers_from(entries, positions, seq))
         else:
             add(
                 "warning",
@@ -116,6 +132,19 @@ def report_index(
             continue
         # compared field by field with the state verify's own fold derived there
         _compare_snapshot(name, snapshot, derived, add)
+    behind = (
+        head_snapshot is not None
+        and head_snapshot.sequence_number < len(entries)
+        and head_snapshot.block_hash == entries.hash(head_snapshot.sequence_number)
+    )  # a writer that does not keep the index (another tool, a crash): readers catch up
+    if head_snapshot is not None and entries and not behind:
+        add(
+            "warning",
+            "index-stale",
+            f"{HEAD_SNAPSHOT} names block {head_snapshot.sequence_number} "
+            f"({head_snapshot.block_hash}), which is not in this chain: readers rebuild the index",
+            path=f"info/{HEAD_SNAPSHOT}",
+        )
     decoded = [e for _, e in entries.decoded()]  # neither kind is ever a plain block
     schemas = [
         Pointer(e.block.sequence_number, e.hash)
@@ -125,52 +154,6 @@ def report_index(
     lineage = [
         Pointer(e.block.sequence_number, e.hash) for e in decoded if carries_lineage(e.block.event)
     ]
-    for name, snapshot in snapshots.items():
-        seq = snapshot.sequence_number
-        if (
-            seq < len(entries)
-            and name != HEAD_SNAPSHOT
-            and snapshot.block_hash != entries.hash(seq)
-        ):
-            add(
-                "error",
-                "index-mismatch",
-                f"{name} names {snapshot.block_hash}, not block {snapshot.sequence_number} "
-                "of the chain",
-                sequence_number=snapshot.sequence_number,
-                path=f"info/{name}",
-            )
-        if snapshot.sequence_number >= len(entries):
-            add(
-                "warning",
-                "index-stale",
-                f"{name} describes block {snapshot.sequence_number}, past the head "
-                f"(block {len(entries) - 1}): a rolled-back head, or another chain",
-                path=f"info/{name}",
-            )
-    head = snapshots.get(HEAD_SNAPSHOT)
-    behind = (
-        head is not None
-        and head.sequence_number < len(entries)
-        and head.block_hash == entries.hash(head.sequence_number)
-    )  # a writer that does not keep the index (another tool, a crash): readers catch up
-    if head is not None and entries and not behind:
-        add(
-            "warning",
-            "index-stale",
-            f"{HEAD_SNAPSHOT} names block {head.sequence_number} ({head.block_hash}), which "
-            "is not in this chain: readers rebuild the index",
-            path=f"info/{HEAD_SNAPSHOT}",
-        )
-    covered = max(
-        (
-            snapshot.sequence_number
-            for snapshot in snapshots.values()
-            if snapshot.sequence_number < len(entries)
-            and snapshot.block_hash == entries.hash(snapshot.sequence_number)
-        ),
-        default=-1,
-    )  # the lists must be whole up to the last block a snapshot of this chain describes
     for name, derived in ((SCHEMA_LIST, schemas), (LINEAGE_LIST, lineage)):
         _check_list(storage, name, derived, len(entries), covered, add)
 
@@ -196,6 +179,16 @@ def _compare_snapshot(name: str, stored: Snapshot, derived: Snapshot, add: Add) 
             block_hash=str(derived.block_hash),
             path=f"info/{name}",
         )
+
+
+def _read(storage: Storage, name: str, add: Add) -> Snapshot | None:
+    """The snapshot ``name``, or None (missing; or damaged, which is reported)."""
+    try:
+        raw = storage.read_derived(name, MAX_SNAPSHOT_BYTES)
+        return None if raw is None else Snapshot.decode(raw, name)
+    except (OdfChainError, IndexDamage) as exc:
+        add("warning", "index-damaged", f"{exc}", path=f"info/{name}")
+        return None
 
 
 def _check_table(storage: Storage, entries: WalkedChain, names: list[str], add: Add) -> None:
@@ -314,12 +307,7 @@ def _pointers(entries: WalkedChain) -> Pointers:
     return Pointers(**pointers)
 
 
-def _pointers_at(entries: WalkedChain, wanted: Iterable[int]) -> dict[int, Pointers]:
-    """The pointers at each block of ``wanted``, by place (a damaged chain's numbers lie)."""
-    positions = _kind_positions(entries)
-    out: dict[int, Pointers] = {}
-    for seq in set(wanted):
-        if seq < len(entries):
-            found = _latest(positions, seq)
-            out[seq] = Pointers(**{k: Pointer(i, entries.hash(i)) for k, i in found.items()})
-    return out
+def _pointers_from(entries: WalkedChain, positions: dict[str, np.ndarray], at: int) -> Pointers:
+    """The pointers at block ``at``, by place (a damaged chain's numbers lie)."""
+    found = _latest(positions, at)
+    return Pointers(**{k: Pointer(i, entries.hash(i)) for k, i in found.items()})

@@ -36,9 +36,6 @@ from odf_chain.index.check import report_index
 from odf_chain.receipt import Receipt, load_receipts
 from odf_chain.state import EMPTY, DatasetState
 from odf_chain.storage import Storage, open_storage
-from odf_chain.verify.changelog import check_changelog
-from odf_chain.verify.data import DATA_THREADS, check_slice, hashed_slices
-from odf_chain.verify.deep import OPERATION_CODES
 from odf_chain.verify.fold import refold
 from odf_chain.verify.head_log import check_head_log, read_head_log
 from odf_chain.verify.leftovers import check_leftovers
@@ -90,7 +87,10 @@ def verify(
             "error", "chain-incomplete", "rules not re-run: the chain could not be read to the Seed"
         )
         with_data = [(range(i, i + 1), EMPTY) for i in chain.with_slices()]
-    if check_data:
+    if check_data:  # the data side (pyarrow's Parquet reader) loads only for a data check
+        from odf_chain.verify.changelog import check_changelog
+        from odf_chain.verify.data import check_slice, hashed_slices
+
         entries = ((chain[i], state) for positions, state in with_data for i in positions)
         for entry, state, hashed in hashed_slices(storage, entries):
             check_slice(entry, state, hashed, report, report.deep)
@@ -98,6 +98,19 @@ def verify(
             check_changelog(storage, chain, head_state, report)
     check_leftovers(storage, walk, report)
     return report
+
+
+def __getattr__(name: str) -> object:
+    """The data side's constants, loaded with it on first use (see :func:`verify`)."""
+    if name == "DATA_THREADS":
+        from odf_chain.verify.data import DATA_THREADS
+
+        return DATA_THREADS
+    if name == "OPERATION_CODES":
+        from odf_chain.verify.deep import OPERATION_CODES
+
+        return OPERATION_CODES
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def verify_path(

@@ -6,7 +6,7 @@ input that cannot be opened is only a warning (a dataset may move), never proof 
 
 from __future__ import annotations
 
-import pyarrow as pa
+from typing import TYPE_CHECKING
 
 from odf_chain.chain import BlockEntry, advance
 from odf_chain.errors import OdfChainError
@@ -17,6 +17,9 @@ from odf_chain.state import EMPTY, lineage_of
 from odf_chain.storage import open_storage
 from odf_chain.verify.report import VerifyReport
 from odf_chain.walked import WalkedChain
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 class _Upstream:
