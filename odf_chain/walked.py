@@ -15,7 +15,7 @@ decode, and :meth:`WalkedChain.plain_run` for the fold's bulk step.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import fields
+from dataclasses import fields, replace
 from datetime import UTC, datetime, timedelta
 from typing import NamedTuple, overload
 
@@ -58,7 +58,7 @@ class BlockFiles:
     ``plain[k]``: the columns vouch for block ``k``, its ExtraAttributes judged.
     """
 
-    def __init__(self, found: Pass) -> None:
+    def __init__(self, found: Pass, progress: Callable[[int], None] | None = None) -> None:
         """From :meth:`Storage.read_all_blocks` (given :data:`BLOCK_NAMES`). Each share of the
         pass is decoded as columns as it arrives and its ExtraAttributes handed, in batches, to
         a helper process of their own while the pass goes on; only the columns stay."""
@@ -79,13 +79,13 @@ class BlockFiles:
                 self._odd[rows + i] = names[i]
             if share.spill not in self._spills:
                 self._spills.append(share.spill)
-            columns = decode_columns([share.contents[i] for i in read])
+            columns = _kept(decode_columns([share.contents[i] for i in read]))
             part = {
                 "name_hashes": hashes,
                 "hash_ok": np.array([share.matches[i] for i in read], bool),
                 "spill_of": np.full(len(read), self._spills.index(share.spill), np.uint8),
                 "spill_at": np.array([share.offsets[i] for i in read], np.int64),
-                "sizes": np.array([len(share.contents[i]) for i in read], np.int64),
+                "sizes": np.array([len(share.contents[i]) for i in read], np.uint32),
             }
             parts.append(part)
             judging.add(part, columns)
@@ -93,6 +93,8 @@ class BlockFiles:
             del share, columns
             if len(parts) % _TRIM_EVERY == 0:
                 release_free_memory()  # the chunks' freed buffers, kept by the allocator
+            if progress is not None:
+                progress(rows)
         judging.finish()
         self.irregular = found.irregular  # what else the listing found (symlinks, FIFOs...)
         joined = _concat(parts)
@@ -103,7 +105,8 @@ class BlockFiles:
         self.sizes: np.ndarray = joined.pop("sizes")
         self.columns = BlockColumns(**joined, extra_rows=np.zeros(0, np.int64), extras=[])
         self.plain: np.ndarray = self.columns.plain
-        self._by_hash = _HashIndex(self.name_hashes, np.flatnonzero(self.hash_ok))
+        named = None if self.hash_ok.all() else np.flatnonzero(self.hash_ok)
+        self._by_hash = _HashIndex(self.name_hashes, named)
         release_free_memory()
 
     def __len__(self) -> int:
@@ -130,9 +133,10 @@ class BlockFiles:
         rows = np.flatnonzero(columns.plain & self.hash_ok)
         # newest first; among equal sequence numbers (a fork), by row: a run then stops there
         order = rows[np.argsort(columns.sequence_number[rows], kind="stable")[::-1]]
-        place = np.full(len(self), -1, np.int64)
-        place[order] = np.arange(len(order))
-        prev = np.full(len(self), -1, np.int64)
+        small = np.int32 if len(self) < 2**31 else np.int64  # half the memory, a million rows
+        place = np.full(len(self), -1, small)
+        place[order] = np.arange(len(order), dtype=small)
+        prev = np.full(len(self), -1, small)
         if not len(order):
             return Runs(order, place, np.zeros(0, np.int64), prev)
         # a block names the next one in this order as its predecessor: compared as whole hashes
@@ -169,6 +173,13 @@ class BlockFiles:
         return read
 
 
+def _kept(columns: BlockColumns) -> BlockColumns:
+    """What the pass keeps of a share's columns: all of them but the logical hash, of which
+    the rules read the first byte only (its algorithm's code; the data checks read the block):
+    33 bytes a block, 33 MB at a million."""
+    return replace(columns, logical_hash=np.ascontiguousarray(columns.logical_hash[:, :1]))
+
+
 def _concat(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     """The parts' arrays joined, one name at a time, each part's array released as it is
     joined: the peak is the parts plus one joined array, not twice the whole."""
@@ -184,7 +195,7 @@ def _concat(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
             "hash_ok": np.zeros(0, bool),
             "spill_of": np.zeros(0, np.uint8),
             "spill_at": np.zeros(0, np.int64),
-            "sizes": np.zeros(0, np.int64),
+            "sizes": np.zeros(0, np.uint32),
         }
     return joined
 
@@ -258,13 +269,14 @@ def _name_hashes(names: list[str]) -> tuple[np.ndarray, np.ndarray]:
 
 
 class _HashIndex:
-    """The rows ``named`` by their name hashes (multihash bytes), sorted by 8 digest bytes: a
-    row is found by a binary search and a comparison of the whole hash (two names sharing those
-    8 bytes leave a -1, which only means "look it up by name")."""
+    """The rows ``named`` (None: every row) by their name hashes (multihash bytes), sorted by 8
+    digest bytes: a row is found by a binary search and a comparison of the whole hash (two
+    names sharing those 8 bytes leave a -1, which only means "look it up by name")."""
 
-    def __init__(self, name_hashes: np.ndarray, named: np.ndarray) -> None:
+    def __init__(self, name_hashes: np.ndarray, named: np.ndarray | None) -> None:
         self._hashes, self._named = name_hashes, named
-        keys = np.ascontiguousarray(name_hashes[named, 2:10]).view("<u8").ravel()
+        picked = name_hashes[:, 2:10] if named is None else name_hashes[named, 2:10]
+        keys = np.ascontiguousarray(picked).view("<u8").ravel()
         self._order = np.argsort(keys, kind="stable")
         self._keys = keys[self._order]
 
@@ -272,11 +284,13 @@ class _HashIndex:
         """For each row of ``hashes`` where ``wanted``, the row named by it, else -1."""
         found = np.full(len(hashes), -1, np.int64)
         rows = np.flatnonzero(wanted)
-        if not len(rows) or not len(self._named):
+        if not len(rows) or not len(self._keys):
             return found
         probes = np.ascontiguousarray(hashes[rows, 2:10]).view("<u8").ravel()
         at = np.minimum(np.searchsorted(self._keys, probes), len(self._keys) - 1)
-        candidates = self._named[self._order[at]]
+        candidates = self._order[at]
+        if self._named is not None:
+            candidates = self._named[candidates]
         same = (self._hashes[candidates] == hashes[rows]).all(axis=1)
         found[rows[same]] = candidates[same]
         return found
@@ -443,18 +457,34 @@ class WalkedChain(Sequence[BlockEntry]):
             return int(self._files.columns.system_time_us[item])  # type: ignore[union-attr]
         return (item.block.system_time - _EPOCH) // timedelta(microseconds=1)
 
+    def hashes_and_times(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every block's own hash (multihash bytes, one row each) and system time (in
+        microseconds), by position: the index's sequence-number table, without decoding."""
+        hashes = np.zeros((self._count, HASH_SIZE), np.uint8)
+        times = np.zeros(self._count, np.int64)
+        if self._files is not None and self._plain.any():
+            rows = self._rows[self._plain]
+            hashes[self._plain] = self._files.name_hashes[rows]
+            times[self._plain] = self._files.columns.system_time_us[rows]
+        for i, entry in self._decoded:
+            raw = bytes(entry.hash)
+            if len(raw) != HASH_SIZE:
+                raise FormatError(f"block {entry.hash}: a hash of {len(raw)} bytes")
+            hashes[i] = np.frombuffer(raw, np.uint8)
+            times[i] = self.system_time_us(i)
+        return hashes, times
+
     def decoded(self) -> list[tuple[int, BlockEntry]]:
         """The blocks that are not plain (every event but AddData, mostly), with positions."""
         return self._decoded
 
-    def plain_positions(self) -> tuple[np.ndarray, np.ndarray]:
-        """Positions of the plain blocks, and of those of them that set a watermark."""
-        plain = np.flatnonzero(self._plain)
-        if self._files is None or not len(plain):
-            empty = np.zeros(0, np.int64)
-            return empty, empty
-        marked = self._files.columns.has_watermark[self._rows[plain]]
-        return plain, plain[marked]
+    def plain_masks(self) -> tuple[np.ndarray, np.ndarray]:
+        """By position: is the block plain, and is it a plain one that sets a watermark?"""
+        if self._files is None or not self._plain.any():
+            return self._plain, self._plain
+        marked = self._plain.copy()
+        marked[self._plain] = self._files.columns.has_watermark[self._rows[self._plain]]
+        return self._plain, marked
 
     def plain_run_end(self, start: int, stop: int) -> int:
         """The end (exclusive, at most ``stop``) of the run of plain blocks from ``start``."""
@@ -492,7 +522,7 @@ class WalkedChain(Sequence[BlockEntry]):
         found = np.zeros(len(names), bool)
         if self._plain.any() and len(names):
             column = self._plain_slice_hashes()
-            index = _HashIndex(column, np.arange(len(column)))
+            index = _HashIndex(column, None)
             found = index.rows(*_name_hashes(names)) >= 0
         if found.all():
             return found.tolist()

@@ -19,10 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import fields
 
-import numpy as np
-
 from odf_chain.errors import OdfChainError
-from odf_chain.events import SetDataSchema
+from odf_chain.index.derive import kind_positions, lists_of, pointers_from, pointers_of
 from odf_chain.index.records import (
     HEAD_SNAPSHOT,
     INDEX_DIR,
@@ -40,7 +38,7 @@ from odf_chain.index.records import (
     decode_list,
     raw_seq,
 )
-from odf_chain.state import DatasetState, apply, carries_lineage
+from odf_chain.state import DatasetState, apply
 from odf_chain.storage import Storage
 from odf_chain.walked import WalkedChain
 
@@ -75,7 +73,7 @@ def report_index(
         int(n[5:]): n for n in names if n.startswith("snap-") and n[5:].isdigit()
     }  # periodic snapshots by block: read, compared and dropped one at a time
     head_snapshot = _read(storage, HEAD_SNAPSHOT, add)
-    positions = _kind_positions(entries)
+    positions = kind_positions(entries)
     head_seq = len(entries) - 1
     behind_state: tuple[int, DatasetState] | None = None
     if head_snapshot is not None and head_snapshot.sequence_number < head_seq:
@@ -107,7 +105,7 @@ def report_index(
             )
             continue
         if name == HEAD_SNAPSHOT and seq == head_seq:
-            derived = Snapshot.of_state(head, _pointers(entries))
+            derived = Snapshot.of_state(head, pointers_of(entries))
         elif not ours:
             if name != HEAD_SNAPSHOT:
                 add(
@@ -120,7 +118,7 @@ def report_index(
             continue
         elif seq in periodic or (behind_state is not None and behind_state[0] == seq):
             state = periodic[seq] if seq in periodic else behind_state[1]  # type: ignore[index]
-            derived = Snapshot.of_state(state, _pointers_from(entries, positions, seq))
+            derived = Snapshot.of_state(state, pointers_from(entries, positions, seq))
         else:
             add(
                 "warning",
@@ -145,15 +143,7 @@ def report_index(
             f"({head_snapshot.block_hash}), which is not in this chain: readers rebuild the index",
             path=f"info/{HEAD_SNAPSHOT}",
         )
-    decoded = [e for _, e in entries.decoded()]  # neither kind is ever a plain block
-    schemas = [
-        Pointer(e.block.sequence_number, e.hash)
-        for e in decoded
-        if isinstance(e.block.event, SetDataSchema)
-    ]
-    lineage = [
-        Pointer(e.block.sequence_number, e.hash) for e in decoded if carries_lineage(e.block.event)
-    ]
+    schemas, lineage = lists_of(entries)
     for name, derived in ((SCHEMA_LIST, schemas), (LINEAGE_LIST, lineage)):
         _check_list(storage, name, derived, len(entries), covered, add)
 
@@ -267,47 +257,3 @@ def _check_list(
             + (f" (differs at blocks {extra[:_SHOWN]})" if extra else ""),
             path=f"info/{name}",
         )
-
-
-def _kind_positions(entries: WalkedChain) -> dict[str, np.ndarray]:
-    """For each of the index's kinds (:data:`index.read._KINDS`), the positions of the blocks
-    of that kind, ascending: cheap type tests on the decoded blocks, and the columns for the
-    plain ones (each an AddData with data, and with a watermark when it sets one)."""
-    from odf_chain.index.read import _KINDS
-
-    found: dict[str, list[int]] = {kind: [] for kind in _KINDS}
-    for i, entry in entries.decoded():
-        for kind, test in _KINDS.items():
-            if test(entry.block.event):
-                found[kind].append(i)
-    plain, marked = entries.plain_positions()
-    merged = {kind: np.array(found[kind], np.int64) for kind in _KINDS}
-    merged["data"] = np.union1d(merged["data"], plain)
-    merged["watermark"] = np.union1d(merged["watermark"], marked)
-    return merged
-
-
-def _latest(positions: dict[str, np.ndarray], at: int) -> dict[str, int]:
-    """For each kind, the last position at or before ``at`` that is of it."""
-    out = {}
-    for kind, where in positions.items():
-        k = int(np.searchsorted(where, at, side="right"))
-        if k:
-            out[kind] = int(where[k - 1])
-    return out
-
-
-def _pointers(entries: WalkedChain) -> Pointers:
-    """The head's pointers: for each kind, the last block of that kind (by its sequence number),
-    from cheap type tests only (a second fold would double verify's time)."""
-    found = _latest(_kind_positions(entries), len(entries) - 1)
-    pointers = {k: Pointer(entries.sequence_number(i), entries.hash(i)) for k, i in found.items()}
-    if len(entries) and "seed" not in found:
-        pointers["seed"] = Pointer(0, entries.hash(0))
-    return Pointers(**pointers)
-
-
-def _pointers_from(entries: WalkedChain, positions: dict[str, np.ndarray], at: int) -> Pointers:
-    """The pointers at block ``at``, by place (a damaged chain's numbers lie)."""
-    found = _latest(positions, at)
-    return Pointers(**{k: Pointer(i, entries.hash(i)) for k, i in found.items()})

@@ -38,27 +38,22 @@ full fold.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from odf_chain.chain import BlockEntry, advance, load_block, read_head, walk_back
 from odf_chain.errors import IntegrityError, NotFoundError, OdfChainError
 from odf_chain.events import (
-    AddData,
-    ExecuteTransform,
-    Seed,
     SetDataSchema,
-    SetInfo,
-    SetLicense,
-    SetTransform,
-    SetVocab,
 )
 from odf_chain.format.multihash import Multihash
 from odf_chain.index import update
 from odf_chain.index.records import (
     HEAD_SNAPSHOT,
+    KINDS,
     LINEAGE_LIST,
     MAX_LIST_BYTES,
     MAX_SNAPSHOT_BYTES,
@@ -70,6 +65,7 @@ from odf_chain.index.records import (
     Pointer,
     Pointers,
     SeqEntry,
+    SeqTable,
     Snapshot,
     decode_list,
     decode_seq,
@@ -78,6 +74,10 @@ from odf_chain.index.records import (
 )
 from odf_chain.state import EMPTY, DatasetState, Vocabulary, carries_lineage, lineage_of
 from odf_chain.storage import Storage
+
+if TYPE_CHECKING:
+    from odf_chain.index.derive import Positions
+    from odf_chain.walked import WalkedChain
 
 CATCH_UP = 2 * SNAPSHOT_INTERVAL
 """Blocks a reader walks back from the head to meet a stale index before rebuilding it."""
@@ -95,24 +95,6 @@ def _checked(action: Callable[[], T]) -> T:
         raise IndexDamage(str(exc)) from None
 
 
-def _data(event: object) -> bool:
-    return isinstance(event, AddData | ExecuteTransform)
-
-
-_KINDS: dict[str, Callable[[object], bool]] = {
-    "seed": lambda e: isinstance(e, Seed),
-    "schema": lambda e: isinstance(e, SetDataSchema),
-    "vocab": lambda e: isinstance(e, SetVocab),
-    "info": lambda e: isinstance(e, SetInfo),
-    "license": lambda e: isinstance(e, SetLicense),
-    "data": lambda e: _data(e) and e.new_data is not None,
-    "checkpoint": lambda e: _data(e) and e.new_checkpoint is not None,
-    "watermark": lambda e: _data(e) and e.new_watermark is not None,
-    "transform": lambda e: isinstance(e, SetTransform),
-    "run": lambda e: isinstance(e, ExecuteTransform),
-}
-
-
 @dataclass
 class ChainIndex:
     """A checked view of the index for one head. Built by :func:`open_index`; ``rebuilt``
@@ -127,6 +109,7 @@ class ChainIndex:
     _segments: dict[int, list[SeqEntry]] = field(default_factory=dict)
     _states: dict[int, DatasetState] = field(default_factory=dict)  # checked or derived
     _lists: dict[str, list[Pointer]] = field(default_factory=dict)
+    _table: SeqTable | None = None  # a bulk rebuild's table, compact
     block_reads: int = 0
 
     # -- the sequence-number table -------------------------------------------------------------
@@ -140,6 +123,8 @@ class ChainIndex:
         known = self._entries.get(seq)
         if known is not None:
             return known
+        if self._table is not None and 0 <= seq < len(self._table):
+            return self._table[seq]
         if self.rebuilt:
             raise IndexDamage(f"block {seq} is not in the rebuilt index")
         number = seq // SEGMENT_ENTRIES
@@ -339,7 +324,7 @@ def restore(index: ChainIndex, snapshot: Snapshot) -> tuple[DatasetState, Pointe
             raise IndexDamage(f"snapshot of block {seq}: {kind} points past it")
         loaded = named if pointer.block_hash == named.hash else index._load(pointer.block_hash)
         event = loaded.block.event
-        if loaded.block.sequence_number != pointer.sequence_number or not _KINDS[kind](event):
+        if loaded.block.sequence_number != pointer.sequence_number or not KINDS[kind](event):
             raise IndexDamage(f"snapshot of block {seq}: {kind} names the wrong block")
         events[kind] = event
     seed = events.get("seed")
@@ -519,11 +504,118 @@ class _Derived:
         )
 
 
+REBUILD_PROGRESS: ContextVar[Callable[[str], None] | None] = ContextVar(
+    "odf_chain_rebuild_progress", default=None
+)
+"""Who hears how a rebuild of the index goes (the command line, on a terminal): a rebuild of a
+long chain takes a while, and a reader should not go silent meanwhile."""
+
+
+class _Findings:
+    """What a bulk rebuild wants of verify's walk and fold: was there an error? (The fold
+    block by block then words it, as a rebuild always did.)"""
+
+    def __init__(self) -> None:
+        self.head: str | None = None
+        self.bytes_hashed = self.blocks_checked = 0
+        self.errors = 0
+
+    def add(self, severity: str, rule: str, message: str, **where: object) -> None:
+        self.errors += severity == "error"
+
+
 def rebuild(storage: Storage, head: Multihash | None = None, *, save: bool = False) -> ChainIndex:
-    """Derive the whole index by one full fold (the chain's own errors propagate: a missing
-    or altered block, a broken rule) and return it; ``save``: also write it (best effort: a
-    dataset that cannot be written still answers)."""
+    """Derive the whole index (the chain's own errors propagate: a missing or altered block, a
+    broken rule) and return it; ``save``: also write it (best effort: a dataset that cannot be
+    written still answers).
+
+    In bulk where it can (:func:`_rebuild_in_bulk`: verify's one pass over ``blocks/`` and its
+    fold, in memory that holds columns, not objects); by one fold block by block otherwise."""
     head = read_head(storage) if head is None else head
+    progress = REBUILD_PROGRESS.get()
+    if progress is not None:
+        progress(f"{storage.location}: building the index (none usable found)")
+    index = _rebuild_in_bulk(storage, head, save=save, progress=progress)
+    if index is None:
+        index = _rebuild_by_fold(storage, head, save=save)
+    if progress is not None:
+        progress(f"{storage.location}: index of {index.length} blocks built")
+    return index
+
+
+def _rebuild_in_bulk(
+    storage: Storage, head: Multihash, *, save: bool, progress: Callable[[str], None] | None
+) -> ChainIndex | None:
+    """The index from verify's walk and fold (every rule runs, runs of plain blocks at a
+    time), or None where those found anything wrong (the fold block by block then says
+    what) or the chain is too short to pay for a pass over ``blocks/``."""
+    from odf_chain.chain_fold import refold
+    from odf_chain.chain_walk import walk_chain
+    from odf_chain.index.derive import kind_positions, lists_of, pointers_of
+
+    findings = _Findings()
+    read = None if progress is None else (lambda n: progress(f"read {n:,} block files"))
+    walk = walk_chain(storage, findings, head=str(head), progress=read)
+    chain = walk.chain
+    if findings.errors or not walk.complete or not len(chain):
+        return None
+    if progress is not None:
+        progress(f"checking the rules over {len(chain):,} blocks")
+    _, state, periodic = refold(chain, findings)
+    if findings.errors or state.head != head:
+        return None
+    try:
+        table = SeqTable(*chain.hashes_and_times())
+    except OdfChainError:
+        return None
+    positions = kind_positions(chain)
+    head_pointers = pointers_of(chain)
+    schemas, lineage = lists_of(chain)
+    if save:
+        if progress is not None:
+            progress(f"writing the index of {len(chain):,} blocks")
+        snapshots = _Snapshots(chain, positions, periodic)
+        update.save_all(
+            storage,
+            table,
+            snapshots,
+            Snapshot.of_state(state, head_pointers),
+            schemas,
+            lineage,
+        )
+    index = ChainIndex(storage, state, head_pointers, rebuilt=True, how="rebuilt")
+    index.block_reads = len(chain)
+    index._table = table
+    index._states.update(periodic)
+    index._lists.update({SCHEMA_LIST: schemas, LINEAGE_LIST: lineage})
+    return index
+
+
+class _Snapshots(Mapping[int, Snapshot]):
+    """The periodic snapshots of a bulk rebuild, each made when it is asked for (as it is
+    written): never all at once."""
+
+    def __init__(
+        self, chain: WalkedChain, positions: dict[str, Positions], periodic: dict[int, DatasetState]
+    ) -> None:
+        self._chain, self._positions, self._periodic = chain, positions, periodic
+
+    def __getitem__(self, seq: int) -> Snapshot:
+        from odf_chain.index.derive import pointers_from
+
+        pointers = pointers_from(self._chain, self._positions, seq)
+        return Snapshot.of_state(self._periodic[seq], pointers)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(sorted(self._periodic))
+
+    def __len__(self) -> int:
+        return len(self._periodic)
+
+
+def _rebuild_by_fold(storage: Storage, head: Multihash, *, save: bool) -> ChainIndex:
+    """One fold block by block from the Seed (every block an object: memory grows with the
+    chain): where the bulk rebuild found something wrong, this words it."""
     entries = list(walk_back(storage, head))
     entries.reverse()
     derived = _Derived(EMPTY, Pointers())

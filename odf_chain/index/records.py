@@ -19,8 +19,10 @@ from __future__ import annotations
 import json
 import struct
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
 from odf_chain.errors import FormatError
 from odf_chain.events import (
@@ -38,6 +40,9 @@ from odf_chain.events import (
 from odf_chain.format.multihash import Multihash
 from odf_chain.state import DatasetState, PendingLineage, TransactionVersions
 
+if TYPE_CHECKING:
+    import numpy as np
+
 INDEX_DIR = "odf-chain-index"
 HEAD_SNAPSHOT = f"{INDEX_DIR}/head"
 SCHEMA_LIST = f"{INDEX_DIR}/schemas"
@@ -51,6 +56,7 @@ MAX_LIST_BYTES = 256 * 1024 * 1024
 _SEQ = struct.Struct("<Qq34sI")
 _LIST = struct.Struct("<Q34sI")
 SEQ_RECORD_BYTES = _SEQ.size
+_SEQ_DTYPE = [("seq", "<u8"), ("time", "<i8"), ("hash", f"S{HASH_BYTES}"), ("crc", "<u4")]
 LIST_RECORD_BYTES = _LIST.size
 SEGMENT_BYTES = SEGMENT_ENTRIES * SEQ_RECORD_BYTES
 _MAGIC = b"odf-chain-index-snapshot 3 "  # 3: a derivative's transform and last run
@@ -129,6 +135,36 @@ def encode_seq(entries: list[SeqEntry]) -> bytes:
     return bytes(out)
 
 
+class SeqTable:
+    """The sequence-number table of a whole chain in columns (44 bytes a block, no object per
+    block): what a bulk rebuild derives, holds and writes (:meth:`encode`)."""
+
+    def __init__(self, hashes: np.ndarray, times: np.ndarray) -> None:
+        self.hashes, self.times = hashes, times  # (n, 34) multihash bytes; microseconds
+
+    def __len__(self) -> int:
+        return len(self.times)
+
+    def __getitem__(self, seq: int) -> SeqEntry:
+        return SeqEntry(seq, Multihash.from_bytes(self.hashes[seq].tobytes()), int(self.times[seq]))
+
+    def encode(self, start: int, stop: int) -> bytes:
+        """Records ``start..stop-1`` as :func:`encode_seq` writes them, built in columns."""
+        import numpy as np
+
+        count = max(0, min(stop, len(self)) - start)
+        records = np.zeros(count, _SEQ_DTYPE)
+        records["seq"] = np.arange(start, start + count, dtype=np.uint64)
+        records["time"] = self.times[start : start + count]
+        records["hash"] = self.hashes[start : start + count].view(f"S{HASH_BYTES}").ravel()
+        raw = records.tobytes()
+        body = SEQ_RECORD_BYTES - 4
+        records["crc"] = [
+            zlib.crc32(raw[at : at + body]) for at in range(0, len(raw), SEQ_RECORD_BYTES)
+        ]
+        return records.tobytes()
+
+
 def decode_seq(data: bytes, first: int, where: str) -> list[SeqEntry]:
     """The records of a segment whose first record is block ``first``; any damage raises."""
     if len(data) % SEQ_RECORD_BYTES:
@@ -180,6 +216,25 @@ def decode_list(data: bytes, where: str) -> list[Pointer]:
 
 
 # -- snapshots ----------------------------------------------------------------------------------
+
+
+def _data(event: object) -> bool:
+    return isinstance(event, AddData | ExecuteTransform)
+
+
+KINDS: dict[str, Callable[[object], bool]] = {
+    "seed": lambda e: isinstance(e, Seed),
+    "schema": lambda e: isinstance(e, SetDataSchema),
+    "vocab": lambda e: isinstance(e, SetVocab),
+    "info": lambda e: isinstance(e, SetInfo),
+    "license": lambda e: isinstance(e, SetLicense),
+    "data": lambda e: _data(e) and e.new_data is not None,  # type: ignore[attr-defined]
+    "checkpoint": lambda e: _data(e) and e.new_checkpoint is not None,  # type: ignore[attr-defined]
+    "watermark": lambda e: _data(e) and e.new_watermark is not None,  # type: ignore[attr-defined]
+    "transform": lambda e: isinstance(e, SetTransform),
+    "run": lambda e: isinstance(e, ExecuteTransform),
+}
+"""Each field of :class:`Pointers`: is an event of that kind (the block it names is one)?"""
 
 
 @dataclass(frozen=True, slots=True)

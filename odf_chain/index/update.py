@@ -14,7 +14,7 @@ a power loss, and appends must not slow down.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from odf_chain.errors import OdfChainError
@@ -32,6 +32,7 @@ from odf_chain.index.records import (
     Pointer,
     Pointers,
     SeqEntry,
+    SeqTable,
     Snapshot,
     decode_list,
     encode_list,
@@ -192,8 +193,8 @@ def drop_from(storage: DerivedStore, first: int, head: Snapshot | None = None) -
 
 def save_all(
     storage: DerivedStore,
-    entries: Sequence[SeqEntry],
-    snapshots: dict[int, Snapshot],
+    entries: Sequence[SeqEntry] | SeqTable,
+    snapshots: Mapping[int, Snapshot],
     head: Snapshot,
     schemas: list[Pointer],
     lineage: list[Pointer],
@@ -202,8 +203,12 @@ def save_all(
     with contextlib.suppress(OdfChainError, OSError, ValueError):
         storage.remove_derived(INDEX_DIR)
         for start in range(0, len(entries), SEGMENT_ENTRIES):
-            chunk = entries[start : start + SEGMENT_ENTRIES]
-            storage.write_derived(segment_name(start), encode_seq(list(chunk)))
+            stop = start + SEGMENT_ENTRIES
+            if isinstance(entries, SeqTable):  # a bulk rebuild's columns
+                raw = entries.encode(start, stop)
+            else:
+                raw = encode_seq(list(entries[start:stop]))
+            storage.write_derived(segment_name(start), raw)
         for seq, snapshot in snapshots.items():
             storage.write_derived(snapshot_name(seq), snapshot.encode())
         storage.write_derived(SCHEMA_LIST, encode_list(schemas))

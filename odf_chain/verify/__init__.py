@@ -2,10 +2,12 @@
 
 One module per step, run in this order by :func:`verify` (the numbers are the steps' own):
 
-1. :mod:`.walk`: walk from the head to the Seed, hashing every stored block as stored (never
-   re-encoded).
-2. :mod:`.fold`: fold the chain oldest first with the same step append uses
+1. :mod:`odf_chain.chain_walk`: walk from the head to the Seed, hashing every stored block as
+   stored (never re-encoded).
+2. :mod:`odf_chain.chain_fold`: fold the chain oldest first with the same step append uses
    (:func:`chain.advance`), so every rule is re-run exactly as it ran when the block was written.
+
+(Those two serve the index rebuild too: :func:`odf_chain.index.read.rebuild`.)
 3. :mod:`.data`: check each data slice the chain names: present, size, physical hash, row count
    equal to its offset interval, columns as the schema in force says.
 4. :mod:`.upstream`: follow the datasets lineage events pin: the pinned block must be in their
@@ -32,17 +34,17 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
+from odf_chain.chain_fold import refold
+from odf_chain.chain_walk import walk_chain
 from odf_chain.index.check import report_index
 from odf_chain.receipt import Receipt, load_receipts
 from odf_chain.state import EMPTY, DatasetState
 from odf_chain.storage import Storage, open_storage
-from odf_chain.verify.fold import refold
 from odf_chain.verify.head_log import check_head_log, read_head_log
 from odf_chain.verify.leftovers import check_leftovers
 from odf_chain.verify.receipts import check_receipt_blocks
 from odf_chain.verify.report import Problem, RunVerdict, Severity, VerifyReport
 from odf_chain.verify.upstream import check_lineage_inputs
-from odf_chain.verify.walk import walk_chain
 
 __all__ = [
     "DATA_THREADS",

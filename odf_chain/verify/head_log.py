@@ -9,12 +9,12 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from odf_chain.chain import parse_block_name
+from odf_chain.chain_walk import Walk
 from odf_chain.errors import FormatError, OdfChainError
 from odf_chain.format.codec import decode_block
 from odf_chain.storage import BlockStore, HeadStore
 from odf_chain.storage.base import HEAD_LOG, HeadMove
 from odf_chain.verify.report import VerifyReport
-from odf_chain.verify.walk import Walk
 
 
 def read_head_log(storage: HeadStore, report: VerifyReport) -> list[HeadMove] | None:

@@ -9,6 +9,7 @@ descend from the head may be a rolled-back head's, and are kept as evidence.
 from __future__ import annotations
 
 from odf_chain.chain import parse_block_name
+from odf_chain.chain_walk import Walk
 from odf_chain.errors import NotFoundError, OdfChainError
 from odf_chain.events import AddData, ExecuteTransform
 from odf_chain.format.codec import decode_block
@@ -16,7 +17,6 @@ from odf_chain.format.multihash import Multihash
 from odf_chain.storage import Storage
 from odf_chain.storage.base import STAGING
 from odf_chain.verify.report import VerifyReport
-from odf_chain.verify.walk import Walk
 
 
 def _listing(list_names, directory: str, report: VerifyReport, *, needed: bool) -> list:

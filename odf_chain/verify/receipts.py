@@ -7,9 +7,9 @@ the blocks the walk already read; this step puts its findings in the report.
 
 from __future__ import annotations
 
+from odf_chain.chain_walk import Walk
 from odf_chain.receipt import Receipt, check_receipts
 from odf_chain.verify.report import VerifyReport
-from odf_chain.verify.walk import Walk
 
 
 def check_receipt_blocks(walk: Walk, receipts: list[Receipt], report: VerifyReport) -> None:

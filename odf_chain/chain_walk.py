@@ -1,4 +1,5 @@
-"""Step 1: walk from the head to the Seed, hashing every stored block as stored (never re-encoded).
+"""Walk a whole chain from the head to the Seed, hashing every stored block as stored (never
+re-encoded): verify's step 1, and the first half of an index rebuild.
 
 A long chain is walked through the one pass over ``blocks/`` (:meth:`Storage.read_all_blocks`),
 following rows rather than names and keeping plain AddData blocks as columns
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
 
 import numpy as np
 
@@ -19,9 +21,22 @@ from odf_chain.errors import FormatError, NotFoundError, OdfChainError
 from odf_chain.events import MetadataBlock
 from odf_chain.format.codec import decode_block
 from odf_chain.format.multihash import Multihash
+from odf_chain.memory import release_free_memory
 from odf_chain.storage import ChainStore
-from odf_chain.verify.report import VerifyReport
 from odf_chain.walked import BLOCK_NAMES, BlockFiles, WalkedChain
+
+Severity = Literal["error", "warning"]
+
+
+class Findings(Protocol):
+    """Where a walk or a fold reports what it finds (verify's :class:`VerifyReport`; an index
+    rebuild's own, which only asks whether there was an error)."""
+
+    head: str | None
+    bytes_hashed: int
+    blocks_checked: int
+
+    def add(self, severity: Severity, rule: str, message: str, **where: Any) -> None: ...
 
 
 class _Visited:
@@ -76,11 +91,18 @@ class Walk:
     visited: _Visited = field(default_factory=_Visited)  # every block the chain referenced
 
 
-def walk_chain(storage: ChainStore, report: VerifyReport) -> Walk:
-    """Blocks from the head back, each hash-checked before it is decoded."""
+def walk_chain(
+    storage: ChainStore,
+    report: Findings,
+    *,
+    head: str | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> Walk:
+    """Blocks from the head (or from ``head``) back, each hash-checked before it is decoded.
+    ``progress`` hears how many block files the pass over ``blocks/`` has read, as it goes."""
     walk = Walk()
     try:
-        head_name = storage.read_head()
+        head_name = storage.read_head() if head is None else head
     except OdfChainError as exc:  # not a block name, or the filesystem refused the read
         report.add("error", "head", str(exc), path="refs/head")
         return walk
@@ -94,9 +116,10 @@ def walk_chain(storage: ChainStore, report: VerifyReport) -> Walk:
         report.add("error", "head", str(exc), path="refs/head")
         return walk
     everything = storage.read_all_blocks(BLOCK_NAMES)
-    files = BlockFiles(everything) if everything else None
+    files = BlockFiles(everything, progress) if everything else None
     _walk_down(head_name, current, storage, files, walk, report)
     walk.chain.finish()
+    release_free_memory()  # what finding the runs freed
     return walk
 
 
@@ -106,7 +129,7 @@ def _walk_down(
     storage: ChainStore,
     files: BlockFiles | None,
     walk: Walk,
-    report: VerifyReport,
+    report: Findings,
 ) -> None:
     """The walk from the head: through the one pass's blocks while it can, then by name."""
     walk.chain = WalkedChain(files)
@@ -125,9 +148,7 @@ def _walk_down(
             _walk_from(current, read_block, walk, report)
 
 
-def _walk_files(
-    name: str | None, files: BlockFiles, walk: Walk, report: VerifyReport
-) -> str | None:
+def _walk_files(name: str | None, files: BlockFiles, walk: Walk, report: Findings) -> str | None:
     """Follow the chain from block ``name`` through the blocks of the one pass over
     ``blocks/``, while each is there, hashes to its name, decodes and was not seen before;
     return the name where the walk block by block must take over (it reports what is wrong
@@ -177,7 +198,7 @@ def _walk_files(
 
 
 def _walk_from(
-    current: Multihash | None, read_block: Callable[[str], bytes], walk: Walk, report: VerifyReport
+    current: Multihash | None, read_block: Callable[[str], bytes], walk: Walk, report: Findings
 ) -> None:
     chain = walk.chain  # newest first while walking
     expected_seq: int | None = None

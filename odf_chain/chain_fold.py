@@ -1,5 +1,5 @@
-"""Step 2: fold the chain oldest first with the step append uses, so every rule is re-run exactly
-as it ran when the block was written.
+"""Fold a whole walked chain oldest first with the step append uses, so every rule is re-run
+exactly as it ran when the block was written: verify's step 2, and an index rebuild's fold.
 
 Verify has no rules of its own: a block goes through :func:`chain.advance` (or, for a run of
 plain AddData blocks, :func:`rules.plain_run_passes` and :func:`state.apply_plain_run`, which
@@ -14,17 +14,17 @@ from __future__ import annotations
 import numpy as np
 
 from odf_chain.chain import advance
+from odf_chain.chain_walk import Findings
 from odf_chain.errors import FormatError, OdfChainError, RuleViolation
 from odf_chain.events import AddData, ExecuteTransform
 from odf_chain.index.records import SNAPSHOT_INTERVAL
 from odf_chain.rules import plain_run_passes
 from odf_chain.state import EMPTY, DatasetState, apply, apply_plain_run
-from odf_chain.verify.report import VerifyReport
 from odf_chain.walked import WalkedChain
 
 
 def refold(
-    chain: WalkedChain, report: VerifyReport, every: int = SNAPSHOT_INTERVAL
+    chain: WalkedChain, report: Findings, every: int = SNAPSHOT_INTERVAL
 ) -> tuple[list[tuple[range, DatasetState]], DatasetState, dict[int, DatasetState]]:
     """Re-run every rule; return the positions of the data-carrying blocks with the state after
     them (its schema and vocab are what their slices must have), the state at the head, and
@@ -86,7 +86,7 @@ def refold(
     return with_data, state, periodic
 
 
-def _check_head_lineage(state: DatasetState, report: VerifyReport) -> None:
+def _check_head_lineage(state: DatasetState, report: Findings) -> None:
     """A lineage event's promise that no block after it kept: no later block can break the rule
     when the chain ends right there, so it is checked at the head."""
     pending = state.lineage_pending
