@@ -9,6 +9,8 @@ and key then sign the requests). Without Node.js or the package the tests skip, 
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 import subprocess
 import time
@@ -19,8 +21,10 @@ from pathlib import Path
 from tests.s3_server import _free_port
 
 ROOT = Path(__file__).resolve().parent.parent
-# the version tools/setup.sh installs (its docs say what it enforces)
-AZURITE_VERSION = "3.37.0"
+# the version tools/setup.sh pins and installs
+AZURITE_VERSION = re.search(
+    r"^AZURITE_VERSION=(\S+)$", (ROOT / "tools" / "setup.sh").read_text(), re.M
+).group(1)
 BINARY = ROOT / ".node" / "node_modules" / ".bin" / "azurite-blob"
 
 
@@ -28,12 +32,20 @@ def missing() -> str:
     """Why Azurite cannot start here (empty when it can)."""
     if shutil.which("node") is None:
         return "Node.js (node) is not installed: Azurite runs on it (apt-get install nodejs npm)"
-    if not BINARY.exists():
+    if not BINARY.exists() or installed_version() != AZURITE_VERSION:
         return (
-            f"Azurite is not installed at {BINARY.relative_to(ROOT)} "
+            f"Azurite {AZURITE_VERSION} is not installed at {BINARY.relative_to(ROOT)} "
             f"(bash tools/setup.sh runs: npm install --prefix .node azurite@{AZURITE_VERSION})"
         )
     return ""
+
+
+def installed_version() -> str:
+    package = ROOT / ".node" / "node_modules" / "azurite" / "package.json"
+    try:
+        return json.loads(package.read_text())["version"]
+    except (OSError, ValueError, KeyError):
+        return ""
 
 
 class AzuriteServer:
