@@ -81,7 +81,6 @@ class AzuriteServer:
                 ],
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
-                start_new_session=True,
             )
             deadline = time.monotonic() + timeout
             while time.monotonic() < deadline and self._process.poll() is None:
