@@ -153,7 +153,8 @@ class ConditionalStore:
         own in ``.staging/`` (removed after; gc takes one a killed process leaves): a
         create-only write over an existing object must be refused, a write conditional on the
         version read must land, and one conditional on that version once replaced must be
-        refused. Six requests; readers never pay them."""
+        refused. Six requests (seven where a refused create is answered 409 and looked at again);
+        readers never pay them."""
         if self._uri not in _GAPS:
             _GAPS[self._uri] = self._try_preconditions()
         return _GAPS[self._uri]

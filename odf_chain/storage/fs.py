@@ -57,7 +57,7 @@ from odf_chain.storage.base import (
     check_staged_size,
 )
 from odf_chain.storage.block_pass import Hashes, Pass
-from odf_chain.storage.conditional import ConditionalStore
+from odf_chain.storage.conditional import ConditionalStore, gcs_emulator
 from odf_chain.storage.fs_head import FsHead
 from odf_chain.storage.layout import LAYOUT, SUBDIRS, SUFFIX, check_name, is_name
 
@@ -429,8 +429,6 @@ def emulator_filesystem(uri: str) -> tuple[pafs.FileSystem, str] | None:
     ``azure://``, ``abfs://container/x``) with ``AZURE_STORAGE_USE_EMULATOR=true``: Azurite's
     account and key (or ``AZURE_STORAGE_ACCOUNT_NAME``/``_KEY``) at ``AZURITE_BLOB_STORAGE_URL``
     (default ``http://127.0.0.1:10000``), as obstore reaches it."""
-    from odf_chain.storage.conditional import gcs_emulator
-
     parts = urlsplit(uri)
     scheme = parts.scheme.lower()
     path = f"{parts.netloc}{parts.path}".rstrip("/")
