@@ -154,10 +154,16 @@ class ConditionalStore:
         create-only write over an existing object must be refused, a write conditional on the
         version read must land, and one conditional on that version once replaced must be
         refused. Six requests (seven where a refused create is answered 409 and looked at again);
-        readers never pay them."""
-        if self._uri not in _GAPS:
-            _GAPS[self._uri] = self._try_preconditions()
-        return _GAPS[self._uri]
+        readers never pay them. What the store did is kept for the process; a failed request
+        is not (the next write tries again)."""
+        if self._uri in _GAPS:
+            return _GAPS[self._uri]
+        try:
+            gap = self._try_preconditions()
+        except (StorageError, ConflictError) as exc:
+            return f"a conditional write failed: {exc}"
+        _GAPS[self._uri] = gap
+        return gap
 
     def _try_preconditions(self) -> str | None:
         probe = f".staging/precondition-check-{secrets.token_hex(8)}"
@@ -175,8 +181,6 @@ class ConditionalStore:
             except ConflictError:
                 return None
             return "a write conditional on a version already replaced was accepted"
-        except (StorageError, ConflictError) as exc:
-            return f"a conditional write failed: {exc}"
         finally:
             with contextlib.suppress(StorageError):
                 self.delete(probe)

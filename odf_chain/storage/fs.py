@@ -426,9 +426,9 @@ def emulator_filesystem(uri: str) -> tuple[pafs.FileSystem, str] | None:
 
     ``gs://bucket/x`` with ``STORAGE_EMULATOR_HOST``: anonymous, at that host (``pyarrow.fs``
     reads no such variable and would look for Google credentials). ``az://container/x`` (or
-    ``azure://``, ``abfs://container/x``) with ``AZURE_STORAGE_USE_EMULATOR=true``: Azurite's
-    account and key (or ``AZURE_STORAGE_ACCOUNT_NAME``/``_KEY``) at ``AZURITE_BLOB_STORAGE_URL``
-    (default ``http://127.0.0.1:10000``), as obstore reaches it."""
+    ``azure://``; ``pyarrow.fs`` knows neither) with ``AZURE_STORAGE_USE_EMULATOR=true``:
+    Azurite's account and key (or ``AZURE_STORAGE_ACCOUNT_NAME``/``_KEY``) at
+    ``AZURITE_BLOB_STORAGE_URL`` (default ``http://127.0.0.1:10000``), as obstore reaches it."""
     parts = urlsplit(uri)
     scheme = parts.scheme.lower()
     path = f"{parts.netloc}{parts.path}".rstrip("/")
@@ -438,7 +438,7 @@ def emulator_filesystem(uri: str) -> tuple[pafs.FileSystem, str] | None:
             anonymous=True, endpoint_override=base.netloc, scheme=base.scheme or "http"
         ), path
     emulated = os.environ.get("AZURE_STORAGE_USE_EMULATOR", "").lower() in ("1", "true", "yes")
-    if scheme in ("az", "azure", "abfs", "abfss") and emulated:
+    if scheme in ("az", "azure") and emulated:
         base = urlsplit(os.environ.get("AZURITE_BLOB_STORAGE_URL") or "http://127.0.0.1:10000")
         filesystem = pafs.AzureFileSystem(
             account_name=os.environ.get("AZURE_STORAGE_ACCOUNT_NAME") or AZURITE_ACCOUNT,
