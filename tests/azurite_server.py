@@ -34,7 +34,7 @@ def missing() -> str:
         return "Node.js (node) is not installed: Azurite runs on it (apt-get install nodejs npm)"
     if not BINARY.exists() or installed_version() != AZURITE_VERSION:
         return (
-            f"Azurite {AZURITE_VERSION} is not installed at {BINARY.relative_to(ROOT)} "
+            f"Azurite {AZURITE_VERSION} is not installed at {BINARY} "
             f"(bash tools/setup.sh runs: npm install --prefix .node azurite@{AZURITE_VERSION})"
         )
     return ""
