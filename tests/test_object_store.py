@@ -261,6 +261,7 @@ def test_spark_writes_and_reads_s3_without_a_connector(spark, s3_bucket) -> None
     assert Dataset.open(uri).state.head == dataset.state.head and verify(open_storage(uri)).ok
 
 
+@pytest.mark.spark  # the command's own Spark, in its process
 def test_odf_chain_ingest_to_s3_with_local_spark_and_no_extra_jars(s3_bucket, tmp_path) -> None:
     """The issue's command as written: a CSV file into a new dataset on S3, by the CLI's own
     local Spark, with the S3 settings from the environment only."""
