@@ -235,10 +235,16 @@ def check_not_rolled_back(storage: ChainStore, state: DatasetState) -> None:
     tampering): a write on it would be acknowledged and then orphaned by the repair verify
     asks for (writing the logged head back), so nothing is written until the head is
     restored. A dataset from before the log has nothing to compare. A writer whose state is
-    not the current head is left to the head move, which refuses it as a conflict."""
-    if state.head is None or storage.read_head() != str(state.head):
-        return  # a new chain, or another writer moved the head: the move reports a conflict
+    not the current head is left to the head move, which refuses it as a conflict.
+
+    The log is read before the head: a move's line is written after the move, so a line past
+    ``state`` means the head had left ``state`` before it is read here (read the other way
+    round, a writer that moves the head and logs it in between looks like a rollback)."""
+    if state.head is None:
+        return  # a new chain
     logged = storage.logged_head()
+    if storage.read_head() != str(state.head):
+        return  # another writer moved the head: the move reports a conflict
     if logged is None or logged == str(state.head):
         return
     try:

@@ -261,6 +261,7 @@ def test_spark_writes_and_reads_s3_without_a_connector(spark, s3_bucket) -> None
     assert Dataset.open(uri).state.head == dataset.state.head and verify(open_storage(uri)).ok
 
 
+@pytest.mark.spark  # the command's own Spark, in its process
 def test_odf_chain_ingest_to_s3_with_local_spark_and_no_extra_jars(s3_bucket, tmp_path) -> None:
     """The issue's command as written: a CSV file into a new dataset on S3, by the CLI's own
     local Spark, with the S3 settings from the environment only."""
@@ -289,13 +290,16 @@ class _Conflicting:
     while another conditional write to that key is in flight), and forwards everything else;
     ``requests`` lists each request it got (method and path with its query)."""
 
-    def __init__(self, upstream: str, key: str = "") -> None:
+    def __init__(self, upstream: str, key: str = "", *, drop_preconditions: bool = False) -> None:
         import http.client
         import threading
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
         from urllib.parse import urlsplit
 
         self.budget = 0
+        # forward every request without its If-Match / If-None-Match: a store that takes the
+        # put modes and enforces none (as some S3-compatible servers and emulators do)
+        self.drop_preconditions = drop_preconditions
         self.refused = 0
         self.requests: list[tuple[str, str]] = []
         proxy = self
@@ -347,7 +351,10 @@ class _Conflicting:
                     self.wfile.write(error)
                     return
                 connection = http.client.HTTPConnection(target.hostname, target.port, timeout=30)
-                headers = {k: v for k, v in self.headers.items() if k.lower() != "expect"}
+                dropped = {"expect"} | (
+                    {"if-match", "if-none-match"} if proxy.drop_preconditions else set()
+                )
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in dropped}
                 connection.request(self.command, self.path, body, headers)
                 answer = connection.getresponse()
                 data = answer.read()
@@ -481,3 +488,36 @@ def test_a_late_index_update_keeps_the_head_snapshot_others_wrote(s3_bucket: str
     state = Dataset.open(uri).state
     assert state.info.description == "third" and state.num_records == 3
     assert verify(storage).ok
+
+
+def test_a_store_that_does_not_enforce_preconditions_is_refused_for_writing(
+    s3_server, s3_bucket: str, monkeypatch
+) -> None:
+    """The same S3 server behind a proxy that drops If-Match and If-None-Match: the put modes
+    are taken and nothing is enforced. The check before the first write finds it out, and
+    writing is refused unless declared single-writer, as without conditional writes."""
+    from odf_chain.storage.conditional import ConditionalStore
+
+    proxy = _Conflicting(s3_server.endpoint, drop_preconditions=True)
+    try:
+        store = ConditionalStore.for_uri(f"{s3_bucket}/raw", {"endpoint": proxy.endpoint})
+        assert store is not None and store.create("x", b"first")
+        assert store.create("x", b"second") is True  # S3 itself: 412
+        assert store.read("x", 100, "an object")[0] == b"second"
+        gap = store.precondition_gap()
+        assert gap == "a create-only write over an existing object was accepted"
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+        uri = f"{s3_bucket}/refused"
+        with pytest.raises(StorageError, match=f"does not enforce.*{gap}.*single_writer=True"):
+            Dataset.create(uri)
+        fs = pafs.S3FileSystem(endpoint_override=s3_server.endpoint, scheme="http")
+        path = f"{s3_bucket.removeprefix('s3://')}/refused"
+        listed = pafs.FileSelector(path, recursive=True, allow_not_found=True)
+        assert fs.get_file_info(listed) == []  # nothing written, the check's object removed
+        dataset = Dataset.create(uri, single_writer=True)
+        dataset.write(pa.table({"x": [1]}))
+        assert not dataset.storage.head_moves_atomically
+        assert Dataset.open(uri).state.num_records == 1 and verify(open_storage(uri)).ok
+    finally:
+        monkeypatch.undo()
+        proxy.close()

@@ -30,6 +30,27 @@ if [ "$EXTRA" = dev ] && ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" =
     >/dev/null 2>&1 ||
     echo "setup: could not install chromium; tests/test_audit.py's browser test will skip" >&2
 fi
+# Azurite, Azure's storage emulator, for the tests on az:// (tests/azurite_server.py): from the
+# npm registry into ./.node (no global install), the pinned version only. Best effort: without
+# Node.js (Debian's nodejs and npm, as root) or the package those tests skip, saying why.
+AZURITE_VERSION=3.37.0
+if [ "$EXTRA" = dev ]; then
+  if ! command -v npm >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    export DEBIAN_FRONTEND=noninteractive
+    { apt-get install -y -q nodejs npm || { apt-get update -q && apt-get install -y -q nodejs npm; }; } \
+      >/dev/null 2>&1 || true
+  fi
+  installed="$(sed -n 's/^  "version": "\(.*\)",$/\1/p' .node/node_modules/azurite/package.json \
+    2>/dev/null || true)"
+  if [ "$installed" != "$AZURITE_VERSION" ]; then
+    if ! command -v npm >/dev/null 2>&1; then
+      echo "setup: no npm; the Azure tests (Azurite) will skip" >&2
+    elif ! npm install --prefix "$PWD/.node" --no-audit --no-fund --loglevel=error \
+      "azurite@$AZURITE_VERSION" >/dev/null; then
+      echo "setup: could not install azurite@$AZURITE_VERSION; the Azure tests will skip" >&2
+    fi
+  fi
+fi
 version="$(sha256sum pyproject.toml | cut -c1-16)"
 if [ -f "$VENV/.installed-$EXTRA-$version" ] || [ -f "$VENV/.installed-dev-$version" ]; then
   exit 0

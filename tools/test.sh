@@ -8,12 +8,12 @@ export PATH="$PWD/.venv/bin:$PATH"
 .venv/bin/ruff check odf_chain tests tools
 .venv/bin/ruff format --check odf_chain tests tools
 if [ "${1:-}" = "--fast" ]; then
-  # the fast loop: no Spark, no S3 server, nothing slow (markers: pyproject.toml). A JAVA_HOME
+  # the fast loop: no Spark, no object-store servers, nothing slow (markers: pyproject.toml). A JAVA_HOME
   # without Java makes any Spark a test would start anyway fail instead of running
   shift
   export JAVA_HOME=/nonexistent/the-fast-loop-starts-no-java
   # with no Spark session to share, the tests spread over the cores (pytest-xdist)
-  set -- -m "not spark and not s3 and not slow" -n auto "$@"
+  set -- -m "not spark and not s3 and not azure and not gcs and not slow" -n auto "$@"
 fi
 # the slowest tests are listed at the end: the suite must stay well under 15 minutes
 exec .venv/bin/python -m pytest --durations=12 "$@"

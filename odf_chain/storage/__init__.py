@@ -95,10 +95,10 @@ def local_path(location: str | Path) -> Path | None:
 def _filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
     import pyarrow.fs as pafs
 
-    from odf_chain.storage.fs import one_put_per_small_file
+    from odf_chain.storage.fs import emulator_filesystem, one_put_per_small_file
 
     try:
-        filesystem, path = pafs.FileSystem.from_uri(uri)
+        filesystem, path = emulator_filesystem(uri) or pafs.FileSystem.from_uri(uri)
     except (OSError, ValueError, TypeError) as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]  # not a dlopen dump
         raise StorageError(f"cannot open a filesystem for {uri}: {first}") from None

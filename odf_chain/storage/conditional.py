@@ -11,14 +11,25 @@ them through ``obstore`` (the Python binding of the Rust ``object_store`` crate)
 Credentials, regions and endpoints come from each cloud's usual environment variables
 (``AWS_ACCESS_KEY_ID``, ``AWS_ENDPOINT_URL``, ``GOOGLE_APPLICATION_CREDENTIALS``,
 ``AZURE_STORAGE_ACCOUNT_NAME``, ...), as ``pyarrow.fs`` reads them for the data files, or from
-``config=`` in code. An ``http://`` endpoint (a MinIO or test server) is allowed as such.
+``config=`` in code. An ``http://`` endpoint (a MinIO or test server) is allowed as such, and so
+are the emulators' own variables: ``STORAGE_EMULATOR_HOST`` (Google's client libraries) for
+``gs://``, ``AZURE_STORAGE_USE_EMULATOR`` and ``AZURITE_BLOB_STORAGE_URL`` (obstore's) for
+``az://`` (see :func:`odf_chain.storage.fs.emulator_filesystem` for the data files).
+
+A store that takes the put modes without enforcing them (an emulator, an S3-compatible server
+that ignores ``If-None-Match``) would let two writers both move the head: before its first
+write in a process, :meth:`ConditionalStore.precondition_gap` tries each precondition once on
+an object of its own, and writing is refused where one is not enforced (as on a filesystem
+without conditional writes; see :meth:`~odf_chain.storage.fs_files.FsFiles.check_writable`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
+import secrets
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -38,6 +49,10 @@ _IN_FLIGHT = re.compile(r"\b409\b|ConditionalRequestConflict|Conflict\b")
 _CONFLICT_ATTEMPTS = 8
 _CONFLICT_PAUSE = 0.05  # seconds, times the attempt number
 
+# what each dataset's store did with a precondition it should refuse, checked once per process:
+# None where every one was enforced (see ConditionalStore.precondition_gap)
+_GAPS: dict[str, str | None] = {}
+
 
 def _in_flight(exc: BaseException) -> bool:
     """Is ``exc`` S3's 409 for a conditional write racing another (not a settled refusal)?"""
@@ -51,6 +66,27 @@ def _endpoint(scheme: str, config: dict[str, Any]) -> str:
         if config.get(key):
             return str(config[key])
     return os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or ""
+
+
+def gcs_emulator() -> str:
+    """The GCS emulator's base URL from ``STORAGE_EMULATOR_HOST`` (the variable Google's own
+    client libraries read; ``host:port`` means ``http://host:port``), else empty."""
+    host = os.environ.get("STORAGE_EMULATOR_HOST", "").strip().rstrip("/")
+    if host and "://" not in host:
+        host = f"http://{host}"
+    return host
+
+
+def _gcs_emulator_config(config: dict[str, Any], options: dict[str, Any]) -> None:
+    """Point obstore's GCS client at ``STORAGE_EMULATOR_HOST`` (it has no such variable of its
+    own): a service-account key naming the base URL, with OAuth off, as its tests do."""
+    base = gcs_emulator()
+    if not base or any(k.startswith(("google_service_account", "service_account")) for k in config):
+        return
+    key = {"gcs_base_url": base, "disable_oauth": True, "client_email": "", "private_key": ""}
+    config["google_service_account_key"] = json.dumps({**key, "private_key_id": ""})
+    if base.startswith("http://"):
+        options["allow_http"] = True
 
 
 @contextlib.contextmanager
@@ -96,6 +132,8 @@ class ConditionalStore:
         options: dict[str, Any] = {}
         if _endpoint(scheme, config).startswith("http://"):
             options["allow_http"] = True
+        if scheme in ("gs", "gcs"):
+            _gcs_emulator_config(config, options)
         s3_uri = "s3://" + uri.split("://", 1)[1] if scheme == "s3a" else uri
         try:
             store = obstore.store.from_url(s3_uri, config=config or None, client_options=options)
@@ -107,6 +145,45 @@ class ConditionalStore:
 
     def _where(self, relative: str) -> str:
         return f"{self._uri}/{relative}"
+
+    def precondition_gap(self) -> str | None:
+        """None if the store refuses what each precondition forbids, else what it did instead.
+
+        Tried once per process for each dataset, before its first write, on an object of its
+        own in ``.staging/`` (removed after; gc takes one a killed process leaves): a
+        create-only write over an existing object must be refused, a write conditional on the
+        version read must land, and one conditional on that version once replaced must be
+        refused. Six requests (seven where a refused create is answered 409 and looked at again);
+        readers never pay them. What the store did is kept for the process; a failed request
+        is not (the next write tries again)."""
+        if self._uri in _GAPS:
+            return _GAPS[self._uri]
+        try:
+            gap = self._try_preconditions()
+        except (StorageError, ConflictError) as exc:
+            return f"a conditional write failed: {exc}"
+        _GAPS[self._uri] = gap
+        return gap
+
+    def _try_preconditions(self) -> str | None:
+        probe = f".staging/precondition-check-{secrets.token_hex(8)}"
+        try:
+            if not self.create(probe, b"first"):
+                return "a create-only write of a new name was refused"
+            if self.create(probe, b"second"):
+                return "a create-only write over an existing object was accepted"
+            found = self.read(probe, 64, "a precondition check")
+            if found is None or found[0] != b"first":
+                return "a create-only write over an existing object replaced it"
+            self.replace(probe, b"third", found[1], "a precondition check")
+            try:
+                self.replace(probe, b"fourth", found[1], "a precondition check")
+            except ConflictError:
+                return None
+            return "a write conditional on a version already replaced was accepted"
+        finally:
+            with contextlib.suppress(StorageError):
+                self.delete(probe)
 
     def read(self, relative: str, limit: int, what: str) -> tuple[bytes, Version] | None:
         """The object's bytes and version (empty if the store reports none), None when it does

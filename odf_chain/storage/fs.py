@@ -31,6 +31,7 @@ blocks, data slices, leftovers and derived files are here.
 from __future__ import annotations
 
 import contextlib
+import os
 import secrets
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -56,7 +57,7 @@ from odf_chain.storage.base import (
     check_staged_size,
 )
 from odf_chain.storage.block_pass import Hashes, Pass
-from odf_chain.storage.conditional import ConditionalStore
+from odf_chain.storage.conditional import ConditionalStore, gcs_emulator
 from odf_chain.storage.fs_head import FsHead
 from odf_chain.storage.layout import LAYOUT, SUBDIRS, SUFFIX, check_name, is_name
 
@@ -408,6 +409,47 @@ class FsStorage(FsHead):
         with arrow_errors("list", path):
             infos = self._fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
         return sorted(i.base_name for i in infos if i.type == pafs.FileType.File)
+
+
+# Azurite's account and key, the same for every installation (Microsoft documents them; obstore
+# uses them with AZURE_STORAGE_USE_EMULATOR)
+AZURITE_ACCOUNT = "devstoreaccount1"
+AZURITE_KEY = (
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+)
+
+
+def emulator_filesystem(uri: str) -> tuple[pafs.FileSystem, str] | None:
+    """The filesystem and path of ``uri`` on the emulator the environment names, with the
+    variables the conditional writes read too (:mod:`odf_chain.storage.conditional`), so that
+    data files and the head reach the same store; None when none is named.
+
+    ``gs://bucket/x`` with ``STORAGE_EMULATOR_HOST``: anonymous, at that host (``pyarrow.fs``
+    reads no such variable and would look for Google credentials). ``az://container/x`` (or
+    ``azure://``; ``pyarrow.fs`` knows neither) with ``AZURE_STORAGE_USE_EMULATOR=true``:
+    Azurite's account and key (or ``AZURE_STORAGE_ACCOUNT_NAME``/``_KEY``) at
+    ``AZURITE_BLOB_STORAGE_URL`` (default ``http://127.0.0.1:10000``), as obstore reaches it."""
+    parts = urlsplit(uri)
+    scheme = parts.scheme.lower()
+    path = f"{parts.netloc}{parts.path}".rstrip("/")
+    if scheme in ("gs", "gcs") and gcs_emulator():
+        base = urlsplit(gcs_emulator())
+        return pafs.GcsFileSystem(
+            anonymous=True, endpoint_override=base.netloc, scheme=base.scheme or "http"
+        ), path
+    emulated = os.environ.get("AZURE_STORAGE_USE_EMULATOR", "").lower() in ("1", "true", "yes")
+    if scheme in ("az", "azure") and emulated:
+        base = urlsplit(os.environ.get("AZURITE_BLOB_STORAGE_URL") or "http://127.0.0.1:10000")
+        filesystem = pafs.AzureFileSystem(
+            account_name=os.environ.get("AZURE_STORAGE_ACCOUNT_NAME") or AZURITE_ACCOUNT,
+            account_key=os.environ.get("AZURE_STORAGE_ACCOUNT_KEY") or AZURITE_KEY,
+            blob_storage_authority=base.netloc,
+            dfs_storage_authority=base.netloc,
+            blob_storage_scheme=base.scheme or "http",
+            dfs_storage_scheme=base.scheme or "http",
+        )
+        return filesystem, path
+    return None
 
 
 def one_put_per_small_file(filesystem: pafs.FileSystem) -> pafs.FileSystem:

@@ -41,7 +41,22 @@ class FsFiles:
         self._derived_dirs: set[str] = set()
 
     def check_writable(self) -> None:
-        """Refuse to write where two writers could both win, unless told there is only one."""
+        """Refuse to write where two writers could both win, unless told there is only one.
+
+        A store whose conditional writes were tried and found not enforced (or failing) counts
+        as one without them: refused, or under ``single_writer`` written through ``pyarrow.fs``
+        alone, as any filesystem without conditional writes."""
+        if self._conditional is not None:
+            gap = self._conditional.precondition_gap()
+            if gap is not None:
+                if not self._single_writer:
+                    raise StorageError(
+                        f"{self.location}: this store does not enforce the conditional writes "
+                        f"odf_chain moves the head by ({gap}), so two writers could both move "
+                        "the head and one write would be lost; writing is refused. Pass "
+                        "single_writer=True (--single-writer) if this dataset has one writer"
+                    )
+                self._conditional = None
         if self._conditional is None and not self._single_writer:
             raise StorageError(
                 f"{self.location}: this filesystem offers no conditional write odf_chain can "

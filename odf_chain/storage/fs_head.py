@@ -61,7 +61,9 @@ class FsHead(FsFiles):
 
     @property
     def head_moves_atomically(self) -> bool:
-        return self._conditional is not None
+        """Through conditional writes the store was found to enforce (tried once per process:
+        :meth:`~odf_chain.storage.conditional.ConditionalStore.precondition_gap`)."""
+        return self._conditional is not None and self._conditional.precondition_gap() is None
 
     def head_lock(self, timeout: float = 0.0) -> AbstractContextManager[None]:
         """No lock to take here (see the module docstring): callers check :attr:`locks_head`."""
