@@ -6,6 +6,26 @@ for in-flight writes. Every file appears by fsync + rename, so a reader (or a cr
 half a file; the head moves only by compare-and-swap under an OS lock that dies with its holder,
 and every move is appended to ``logs/head`` (git's reflog), so a head that moved back is known.
 
+**Durability of an append** (what ``chain.commit`` returning promises: a power loss loses no
+acknowledged commit, and never leaves a head naming a missing or torn block). A transaction of
+k blocks syncs k + 3 times, 4 for one block, each needed for one of those two promises:
+
+1. each block file's bytes (fdatasync, before it is linked into ``blocks/``): else the head
+   could name a block whose file a power loss left empty;
+2. ``blocks/`` once (fsync, under the head lock, before the head is renamed): else the head
+   could name a block whose directory entry a power loss dropped;
+3. the new head's bytes (fdatasync of its staging file, before the rename): else ``refs/head``
+   could be left empty, a dataset with no readable head;
+4. ``refs/`` (fsync, after the rename, before returning): else the acknowledged commit could
+   be undone by a power loss (the old head comes back).
+
+Not synced: the head log line (``logs/head``, appended after 4; :mod:`.local_head` argues why
+a lost line is repaired and never misread as a rollback) and the derived index (``info/``, a
+cache: :mod:`odf_chain.index.update`). 2 cannot be folded into 4 (two directories, and POSIX
+makes an entry durable only by an fsync of its own directory), nor 1 and 3 into one (two files).
+Data slices (``commit_data``) sync their own file and ``data/`` before the transaction's blocks
+are built on them.
+
 Reads never follow a symlink below the dataset root (the root itself may be one: it is the
 user's path), take regular files only (a FIFO cannot block a read, a device cannot feed one
 forever) and are bounded by the limits in :mod:`odf_chain.storage.base`. Deletions go through
@@ -50,6 +70,7 @@ from odf_chain.storage.local_files import (
     os_errors,
     read_regular_at,
     storage_error,
+    sync_data,
     write_atomic,
 )
 from odf_chain.storage.local_head import LOCK_TIMEOUT, LocalHead
@@ -153,6 +174,12 @@ class LocalStorage(LocalHead, LocalDerived):
         under an existing name mean something is corrupt. Of writers racing to store the same
         name exactly one gets True: a writer that then loses the head race can
         :meth:`remove_block` exactly what it created.
+
+        Durability: the bytes are synced before the file gets its name, so no crash leaves a
+        block name on a torn or empty file; the name itself becomes durable with the head move
+        that names it (:meth:`compare_and_swap_head` fsyncs ``blocks/`` once, for every block
+        of the transaction, before the head moves). Until then it is an unreferenced leftover,
+        which a power loss may take: nothing was acknowledged.
         """
         path = self._block_path(name)
         with os_errors("check", path):
@@ -165,13 +192,14 @@ class LocalStorage(LocalHead, LocalDerived):
                     try:
                         f.write(data)
                         f.flush()
-                        os.fsync(f.fileno())
+                        # sync 1 of an append: without it a power loss can leave the name
+                        # (made durable below, by the head move) on an empty or partial file
+                        sync_data(f.fileno())
                         created = install_new(tmp, path)
                     finally:
                         with contextlib.suppress(FileNotFoundError):
                             os.unlink(tmp)
-                if created:
-                    fsync_dir(path.parent)
+                if created:  # blocks/ is fsynced by the head move, once per transaction
                     return True
         if self.read_block(name) != data:
             raise IntegrityError(f"block {name} already stored with different content")
