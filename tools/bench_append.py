@@ -11,12 +11,15 @@ timed on its own; the table shows p50 and p90.
 
 **The floor**, timed in the same process, interleaved append by append (so load and disk state
 hit both alike): the least any durable write of one small file must do — write it to a staging
-name, fsync, rename it into place, fsync the directory. ``append / floor`` compares the p50s.
+name, fsync, rename it into place, fsync the directory. ``/floor`` is the median over probes of
+a probe's append p50 over its own floor p50 (neighbours in time: this machine's load swings
+several-fold within seconds, which a ratio of pooled medians would mix in).
 
 **Sizes.** The chains are built once under ``--work`` (``chain-<N>``, reused by later runs; the
 builder of ``tools/bench_scale.py``, quick from 100k blocks up: block files written without
 fsync and the head set once, so a million blocks take minutes, not hours) and grow by the
-appends measured. ``1M / 1k`` compares the p50s of the same tree at the two sizes.
+appends measured. ``/1k`` is the median over rounds of a probe's append p50 over the same
+tree's at 1k in the same round.
 
 **Before and after.** ``--baseline DIR`` names another checkout of ``odf_chain`` (say
 ``git archive <commit> odf_chain | tar -x -C DIR``), measured in the same run: every
@@ -180,6 +183,7 @@ def main() -> int:
     if args.baseline is not None:
         trees = {"baseline": args.baseline.resolve(), **trees}
     results: dict[tuple[str, int], dict[str, list[float]]] = {}
+    probes: dict[tuple[str, int], list[tuple[float, float]]] = {}  # per probe: p50s
     syncs: dict[tuple[str, int], float] = {}
     for r in range(args.rounds):
         order = list(trees.items()) if r % 2 == 0 else list(reversed(trees.items()))
@@ -189,14 +193,25 @@ def main() -> int:
                 into = results.setdefault((name, n), {"append": [], "floor": []})
                 into["append"] += got["append"]
                 into["floor"] += got["floor"]
+                a50, f50 = statistics.median(got["append"]), statistics.median(got["floor"])
+                probes.setdefault((name, n), []).append((a50, f50))
                 syncs[(name, n)] = got["syncs"]
                 print(
                     f"  round {r + 1}: {name} at {label(n)} ({got['blocks_before']:,} blocks): "
-                    f"p50 {statistics.median(got['append']) * 1e3:.2f} ms",
+                    f"append p50 {a50 * 1e3:.2f} ms, floor p50 {f50 * 1e3:.2f} ms",
                     file=sys.stderr,
                     flush=True,
                 )
+    report(trees, sizes, results, probes, syncs, args)
+    return 0
 
+
+def report(trees, sizes, results, probes, syncs, args) -> None:
+    """Pooled p50/p90 over every append, and the ratios as medians over the probes: each
+    probe's append p50 against the floor p50 of the same process, and against the probe of
+    the same round at the smallest size (or of the baseline at the same size). On a machine
+    whose load swings several-fold from one second to the next, a ratio of neighbours is
+    steadier than a ratio of pooled medians."""
     small = min(sizes)
     print(
         f"append latency, {args.rounds} rounds x {args.appends} appends per tree and size; "
@@ -208,22 +223,26 @@ def main() -> int:
     )
     print(header)
     print("-" * len(header))
+
+    def ratio(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
+        return statistics.median(x[0] / y[0] for x, y in zip(a, b, strict=True))
+
     for name in trees:
-        base = statistics.median(results[(name, small)]["append"])
         for n in sizes:
             got = results[(name, n)]
-            a50, f50 = statistics.median(got["append"]), statistics.median(got["floor"])
+            per_floor = statistics.median(a / f for a, f in probes[(name, n)])
             print(
-                f"{name:<10} {label(n):>6} {syncs[(name, n)]:>5g} {a50 * 1e3:>7.2f} ms "
-                f"{quantile(got['append'], 0.9) * 1e3:>7.2f} {f50 * 1e3:>6.2f} ms "
-                f"{quantile(got['floor'], 0.9) * 1e3:>7.2f} {a50 / f50:>6.2f}x {a50 / base:>6.2f}x"
+                f"{name:<10} {label(n):>6} {syncs[(name, n)]:>5g} "
+                f"{statistics.median(got['append']) * 1e3:>7.2f} ms "
+                f"{quantile(got['append'], 0.9) * 1e3:>7.2f} "
+                f"{statistics.median(got['floor']) * 1e3:>6.2f} ms "
+                f"{quantile(got['floor'], 0.9) * 1e3:>7.2f} {per_floor:>6.2f}x "
+                f"{ratio(probes[(name, n)], probes[(name, small)]):>6.2f}x"
             )
     if "baseline" in trees:
         for n in sizes:
-            now = statistics.median(results[("this tree", n)]["append"])
-            was = statistics.median(results[("baseline", n)]["append"])
-            print(f"this tree / baseline at {label(n)}: {now / was:.2f}x (append p50)")
-    return 0
+            change = ratio(probes[("this tree", n)], probes[("baseline", n)])
+            print(f"this tree / baseline at {label(n)}: {change:.2f}x (append p50, per round)")
 
 
 if __name__ == "__main__":
