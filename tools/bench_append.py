@@ -3,6 +3,7 @@
 
     python tools/bench_append.py [--sizes 1k,1m] [--work /tmp/bench-append] [--appends 300]
                                  [--rounds 3] [--baseline DIR]
+    python tools/bench_append.py --index-cost 3000
 
 **What is timed.** ``Dataset.append`` of one small AddData (a watermark and a source state),
 as a writer calls it: re-read the head, build, encode, hash, check every rule, write the block
@@ -26,6 +27,9 @@ tree's at 1k in the same round.
 measurement is a fresh process whose ``PYTHONPATH`` starts with its tree, and rounds
 interleave trees and sizes. ``syncs`` counts the fsync and fdatasync calls of one append in
 that process (wrappers that count and make the real call).
+
+``--index-cost N`` instead times N appends to a fresh dataset with the derived index kept
+beside N with its update switched off, interleaved in chunks of 250 in one process.
 """
 
 from __future__ import annotations
@@ -33,9 +37,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -122,6 +128,36 @@ def probe(dataset: Path, appends: int, floor_dir: Path) -> dict:
     }
 
 
+def index_cost(root: Path, n: int, chunk: int = 250) -> dict[str, list[float]]:
+    """Per-append latency with the derived index kept (what ships) beside the same append with
+    its index update switched off (the append before the index), interleaved chunk by chunk
+    in one process so that load and disk state hit both alike."""
+    from odf_chain import Dataset
+    from odf_chain.index import update
+
+    kept = Dataset.create(root / "with-index")
+    bare = Dataset.create(root / "without-index")
+    samples: dict[str, list[float]] = {"with index": [], "without index": []}
+    real = update.record_commit
+    done = 0
+    while done < n:
+        for name, dataset, record in (
+            ("with index", kept, real),
+            ("without index", bare, lambda *_: True),  # "recorded": the hook repairs nothing
+        ):
+            update.record_commit = record  # what the transaction's post-commit hook calls
+            try:
+                for _ in range(done, min(done + chunk, n)):
+                    event = _event(dataset.state, "index")
+                    start = time.perf_counter()
+                    dataset.append(event)
+                    samples[name].append(time.perf_counter() - start)
+            finally:
+                update.record_commit = real
+        done += chunk
+    return samples
+
+
 # -- in the driver ---------------------------------------------------------------------------
 
 
@@ -169,11 +205,31 @@ def main() -> int:
     parser.add_argument("--appends", type=int, default=300, help="per probe (default: 300)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default: 3)")
     parser.add_argument("--baseline", type=Path, help="another checkout, measured alongside")
+    parser.add_argument(
+        "--index-cost",
+        type=int,
+        metavar="N",
+        help="instead: N appends with the index update beside N without it, interleaved",
+    )
     parser.add_argument("--probe", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.probe:
         dataset, appends, floor_dir = args.probe
         print(json.dumps(probe(Path(dataset), int(appends), Path(floor_dir))))
+        return 0
+    if args.index_cost:
+        scratch = Path(tempfile.mkdtemp(prefix="index-cost-", dir=args.work))
+        try:
+            samples = index_cost(scratch, args.index_cost)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        p50 = {k: statistics.median(v) for k, v in samples.items()}
+        for name, values in samples.items():
+            print(
+                f"append {name:<14} p50 {p50[name] * 1e3:6.2f} ms  "
+                f"p90 {quantile(values, 0.9) * 1e3:6.2f} ms  ({len(values):,} appends)"
+            )
+        print(f"append p50 with / without index  {p50['with index'] / p50['without index']:.2f}x")
         return 0
 
     sizes = [parse_size(s) for s in args.sizes.split(",")]
