@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from odf_chain import Dataset
@@ -49,9 +50,13 @@ def _where(root: Path, path: str) -> str:
     relative = os.path.relpath(path, root)
     parent, _, name = relative.rpartition("/")
     if parent == ".staging":
+        if name.startswith("data."):
+            return ".staging/slice tmp"
         return ".staging/head tmp" if name.startswith(".head.") else ".staging/block tmp"
     if parent == "blocks":
         return "blocks/<block>"
+    if parent == "data":
+        return "data/<slice>"
     return relative + "/" if os.path.isdir(path) else relative
 
 
@@ -140,6 +145,36 @@ def test_a_transaction_of_three_blocks_syncs_six_times(tmp_path: Path, syscalls)
         < calls.index(("rename", ".staging/head tmp", "refs/head"))
     )
     assert Dataset.open(ds.storage.root).state.head == after.head
+    assert verify_path(ds.storage.root).ok
+
+
+def test_a_write_of_several_slices_syncs_each_folder_once(tmp_path: Path, syscalls) -> None:
+    """s slices, each with its AddData: the s slice files and s block files synced, data/ and
+    blocks/ once each before the head moves, then the head's two syncs: 2s + 4."""
+    ds = Dataset.create(tmp_path / "ds")
+    ds.write(pa.table({"x": pa.array(range(10), pa.int64())}))  # the schema first
+    before = ds.state.sequence_number
+    syscalls(ds.storage.root)
+    rows = (1 << 20) + 1  # a slice holds whole row groups of at most 2**20 rows: two slices
+    ds.write(pa.table({"x": pa.array(range(rows), pa.int64())}), target_slice_bytes=1)
+    calls = syscalls(ds.storage.root)
+    added = [e for e in Dataset.open(ds.storage.root).blocks() if e.block.sequence_number > before]
+    slices = {str(e.block.event.new_data.physical_hash) for e in added}
+    assert len(slices) == len(added) > 1
+    syncs = [c for c in calls if c[0] in ("fsync", "fdatasync")]
+    assert sorted(syncs[: 2 * len(added)]) == sorted(
+        [("fdatasync", ".staging/slice tmp")] * len(added)
+        + [("fdatasync", ".staging/block tmp")] * len(added)
+    )
+    assert syncs[2 * len(added) :] == [
+        ("fsync", "blocks/"),
+        ("fsync", "data/"),
+        ("fdatasync", ".staging/head tmp"),
+        ("fsync", "refs/"),
+    ]
+    named = [i for i, c in enumerate(calls) if c[0] == "link"]
+    assert len(named) == 2 * len(added)  # every slice and block gets its name ...
+    assert max(named) < calls.index(("fsync", "blocks/"))  # ... before its folder is synced
     assert verify_path(ds.storage.root).ok
 
 

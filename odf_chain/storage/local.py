@@ -8,12 +8,14 @@ and every move is appended to ``logs/head`` (git's reflog), so a head that moved
 
 **Durability of an append** (what ``chain.commit`` returning promises: a power loss loses no
 acknowledged commit, and never leaves a head naming a missing or torn block). A transaction of
-k blocks syncs k + 3 times, 4 for one block, each needed for one of those two promises:
+k blocks syncs k + 3 times, 4 for one block (and s + 1 more for s data slices: each slice's
+bytes, ``data/`` once, beside 2), each needed for one of those two promises:
 
 1. each block file's bytes (fdatasync, before it is linked into ``blocks/``): else the head
    could name a block whose file a power loss left empty;
 2. ``blocks/`` once (fsync, under the head lock, before the head is renamed): else the head
-   could name a block whose directory entry a power loss dropped;
+   could name a block whose directory entry a power loss dropped (``data/`` likewise, once,
+   when the new blocks name slices);
 3. the new head's bytes (fdatasync of its staging file, before the rename): else ``refs/head``
    could be left empty, a dataset with no readable head;
 4. ``refs/`` (fsync, after the rename, before returning): else the acknowledged commit could
@@ -23,8 +25,8 @@ Not synced: the head log line (``logs/head``, appended after 4; :mod:`.local_hea
 a lost line is repaired and never misread as a rollback) and the derived index (``info/``, a
 cache: :mod:`odf_chain.index.update`). 2 cannot be folded into 4 (two directories, and POSIX
 makes an entry durable only by an fsync of its own directory), nor 1 and 3 into one (two files).
-Data slices (``commit_data``) sync their own file and ``data/`` before the transaction's blocks
-are built on them.
+A block or slice whose name is not yet synced is named by no head: a power loss that takes it
+loses nothing acknowledged.
 
 Reads never follow a symlink below the dataset root (the root itself may be one: it is the
 user's path), take regular files only (a FIFO cannot block a read, a device cannot feed one
@@ -343,9 +345,13 @@ class LocalStorage(LocalHead, LocalDerived):
         return Path(staged)
 
     def commit_data(self, staged: Path, name: str, size: int | None = None) -> DataCommit:
-        """Move a filled staging file to ``data/<name>`` durably; say whether this call created
-        the file (see :class:`DataCommit`). ``size``, when given, is what the writer wrote: a
+        """Move a filled staging file to ``data/<name>``; say whether this call created the
+        file (see :class:`DataCommit`). ``size``, when given, is what the writer wrote: a
         staged file of another size is refused (IntegrityError) before anything moves.
+
+        Durability as for :meth:`write_block`: the bytes are synced before the file gets its
+        name; the name becomes durable with the head move that names the slice, which fsyncs
+        ``data/`` once for all the transaction's slices before the head moves.
 
         Names are content hashes, so an existing slice of the same size holds the same bytes,
         or should: the staged copy is renamed over it, which repairs a damaged one. A size
@@ -357,7 +363,7 @@ class LocalStorage(LocalHead, LocalDerived):
         target = self.data_path(name)
         with os_errors("store", target):
             with open(staged, "rb") as f:
-                os.fsync(f.fileno())
+                sync_data(f.fileno())  # else the name could outlive the bytes in a power loss
                 staged_size = os.fstat(f.fileno()).st_size
             check_staged_size(name, staged_size, size)
             created = install_new(staged, target)
@@ -375,8 +381,7 @@ class LocalStorage(LocalHead, LocalDerived):
             # A rename keeps the time the writer made the file, which may be long ago (Spark
             # wrote it before the hashing); gc judges a leftover's age by it, so the slice must
             # look as new as its commit: until the head names it, it is a fresh orphan.
-            os.utime(target)
-            fsync_dir(target.parent)
+            os.utime(target)  # data/ is fsynced by the head move (compare_and_swap_head)
         self._release(staged)
         return DataCommit(target, created)
 

@@ -3,8 +3,9 @@ that dies with its holder, and ``logs/head`` (git's reflog), to which every move
 so a head that moved back is known.
 
 A head move syncs three times (the count and its reasons: :mod:`odf_chain.storage.local`):
-``blocks/`` (so every block the new head needs has a durable name before the head does), the
-new head's staging file, and ``refs/`` after the rename (so the move survives a power loss once
+``blocks/`` (so every block the new head needs has a durable name before the head does; and
+``data/`` for the slices, when it names any), the new head's staging file, and ``refs/`` after
+the rename (so the move survives a power loss once
 it returns). The head log line is appended after that and **not synced**:
 
 - the log only ever lags: its line is written after ``refs/`` is synced, so a power loss can
@@ -176,8 +177,11 @@ class LocalHead(DatasetDir):
         ``blocks`` and ``data`` name the files the new head needs. They were put in place
         before the lock was taken, so gc (which deletes only under this lock) may have taken
         one as a leftover meanwhile: each is checked here, and a missing one refuses the move.
-        So no acknowledged write ever lacks a file. The move is then appended to the head log.
+        So no acknowledged write ever lacks a file, nor, after a power loss, a file's name:
+        ``blocks/`` (and ``data/`` when ``data`` names slices) is synced before the head moves.
+        The move is then appended to the head log.
         """
+        blocks, data = list(blocks), list(data)
         check_name(new, "head")
         if expected is not None:
             check_name(expected, "expected head")
@@ -201,10 +205,12 @@ class LocalHead(DatasetDir):
             log_fd = self._open_head_log(current)
             try:
                 staging = self.staging_dir
-                # sync 2 of an append: every block the head will name has a durable name in
-                # blocks/ before the head does (write_block synced their bytes, not their names)
-                with os_errors("sync", self._root / "blocks"), self._dir("blocks") as blocks_fd:
-                    os.fsync(blocks_fd)
+                # sync 2 of an append: every block (and slice) the head will name has a durable
+                # name before the head does (write_block and commit_data synced their bytes,
+                # not their names); one fsync of the folder covers every file of the transaction
+                for directory in ("blocks", "data") if data else ("blocks",):
+                    with os_errors("sync", self._root / directory), self._dir(directory) as fd:
+                        os.fsync(fd)
                 # syncs 3 and 4: the head's staging file, then refs/ after the rename
                 with os_errors("write", self._head_path):
                     write_atomic(self._head_path, new.encode("ascii"), staging)
