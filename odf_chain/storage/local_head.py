@@ -5,12 +5,13 @@ so a head that moved back is known.
 A head move syncs three times (the count and its reasons: :mod:`odf_chain.storage.local`):
 ``blocks/`` (so every block the new head needs has a durable name before the head does; and
 ``data/`` for the slices, when it names any), the new head's staging file, and ``refs/`` after
-the rename (so the move survives a power loss once
-it returns). The head log line is appended after that and **not synced**:
+the rename (so the move survives a power loss once it returns). The head log line is appended
+after that and **not synced**:
 
-- the log only ever lags: its line is written after ``refs/`` is synced, so a power loss can
-  take log lines (the last ones: a tail cut short, or a tail of zeros where the size reached
-  the disk before the bytes) but never leave a line whose move did not happen;
+- the log only ever lags: its lines (the move, and the repair of one it missed) are written
+  after ``refs/`` is synced, so a power loss can take log lines (the last ones: a tail cut
+  short, or a tail of zeros where the size reached the disk before the bytes) but never leave
+  a line naming a head newer than the durable one;
 - a lagging log is not a rollback: every head it names is the head or an ancestor of it, which
   is what verify's head-log check and ``chain.check_not_rolled_back`` accept;
 - the next head move repairs it under the lock (:meth:`LocalHead._open_head_log`): a torn or
@@ -202,7 +203,7 @@ class LocalHead(DatasetDir):
                             f"{self._root / relative} is missing at the head move (taken by gc, "
                             "or never written): nothing was committed; retry the write"
                         )
-            log_fd = self._open_head_log(current)
+            log_fd, repair = self._open_head_log(current)
             try:
                 staging = self.staging_dir
                 # sync 2 of an append: every block (and slice) the head will name has a durable
@@ -216,20 +217,22 @@ class LocalHead(DatasetDir):
                     write_atomic(self._head_path, new.encode("ascii"), staging)
                 # The head has moved: a failure now must not report the write as failed. The
                 # log then misses this move until the next one repairs it (_open_head_log).
-                # Not synced: a power loss can take this line, which that repair re-derives from
-                # the head (see the module docstring).
+                # Not synced: a power loss can take these lines, which that repair re-derives
+                # from the head (see the module docstring). The repair of a move the log missed
+                # goes in only now, after refs/ is synced: the log never gets ahead of the head.
                 with contextlib.suppress(OSError):
-                    write_all(log_fd, head_log_line(expected, new, _now_ms()))
+                    write_all(log_fd, repair + head_log_line(expected, new, _now_ms()))
             finally:
                 os.close(log_fd)
 
-    def _open_head_log(self, current: str | None) -> int:
+    def _open_head_log(self, current: str | None) -> tuple[int, bytes]:
         """The head log open for appending (under the head lock), made consistent first: a last
-        line a crash cut short is cut off, and if a crash fell between a head move and its log
-        line (the log's last head is not ``current``: a crash between the head move and the log
-        write, or a power loss that took unsynced log lines, the last one or several), the
-        missing move is appended, from the last logged head to ``current``. So the log never
-        names a head that never was, and lacks at most the current one."""
+        line a crash cut short (or a zeroed tail) is cut off. Returned with it: the line of the
+        move the log misses when its last head is not ``current`` (a crash between a head move
+        and its log write, or a power loss that took unsynced log lines, the last one or
+        several), from the last logged head to ``current``, for the caller to append with its
+        own line once its head move is durable. So the log never names a head that never was,
+        nor one ahead of a durable head, and lacks at most the current one."""
         path = self._root / HEAD_LOG
         with os_errors("write", path), self._dir("logs", create=True) as logs_fd:
             try:
@@ -260,9 +263,10 @@ class LocalHead(DatasetDir):
                         write_all(fd, b"\n")
                         tail = b"\n"
                 logged = logged_head(last_complete_line(tail))
+                repair = b""
                 if current is not None and logged != current:
-                    write_all(fd, head_log_line(logged, current, _now_ms()))
+                    repair = head_log_line(logged, current, _now_ms())
             except BaseException:
                 os.close(fd)
                 raise
-        return fd
+        return fd, repair
