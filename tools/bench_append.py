@@ -1,78 +1,138 @@
 #!/usr/bin/env python3
-"""Benchmark: append N small blocks, then replay and verify the chain.
+"""Benchmark: append latency at 1k and 1M blocks, side by side with the durable-write floor.
 
-    python tools/bench_append.py [--blocks 10000] [--dir PATH]
+    python tools/bench_append.py [--sizes 1k,1m] [--work /tmp/bench-append] [--appends 300]
+                                 [--rounds 3] [--baseline DIR]
+    python tools/bench_append.py --index-cost 3000
 
-It also times each append with the derived index kept beside the same append with the index
-update switched off, interleaved, and prints p50/p90 of both and their ratio.
+**What is timed.** ``Dataset.append`` of one small AddData (a watermark and a source state),
+as a writer calls it: re-read the head, build, encode, hash, check every rule, write the block
+file, move the head under the lock, log the move and update the derived index. Each append is
+timed on its own; the table shows p50 and p90.
 
-Each append is a real one: build, encode, hash, check every rule, write the block file (staged,
-fsynced, renamed, directory fsynced) and move the head under the lock (written the same way).
-The peer, run side by side in the same process on the same disk, is the floor any durable
-append must pay: the same number of plain "write a small file durably" operations (two per
-block: the block and the head). Results are reported as ratios to that floor.
+**The floor**, timed in the same process, interleaved append by append (so load and disk state
+hit both alike): the least any durable write of one small file must do — write it to a staging
+name, fsync, rename it into place, fsync the directory. ``/floor`` is the median over probes of
+a probe's append p50 over its own floor p50 (neighbours in time: this machine's load swings
+several-fold within seconds, which a ratio of pooled medians would mix in).
+
+**Sizes.** The chains are built once under ``--work`` (``chain-<N>``, reused by later runs; the
+builder of ``tools/bench_scale.py``, quick from 100k blocks up: block files written without
+fsync and the head set once, so a million blocks take minutes, not hours) and grow by the
+appends measured. ``/1k`` is the median over rounds of a probe's append p50 over the same
+tree's at 1k in the same round.
+
+**Before and after.** ``--baseline DIR`` names another checkout of ``odf_chain`` (say
+``git archive <commit> odf_chain | tar -x -C DIR``), measured in the same run: every
+measurement is a fresh process whose ``PYTHONPATH`` starts with its tree, and rounds
+interleave trees and sizes. ``syncs`` counts the fsync and fdatasync calls of one append in
+that process (wrappers that count and make the real call).
+
+``--index-cost N`` instead times N appends to a fresh dataset with the derived index kept
+beside N with its update switched off, interleaved in chunks of 250 in one process.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
+import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from odf_chain import AddData, Dataset, SourceState
-from odf_chain.verify import verify_path
+ROOT = Path(__file__).resolve().parents[1]
+QUICK_FROM = 100_000
+BLOCK_BYTES = 256  # about what one of these AddData blocks takes on disk
 
 
-def durable_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.rename(tmp, path)
-    fd = os.open(path.parent, os.O_RDONLY)
+# -- in the probe process ------------------------------------------------------------------------
+
+
+def durable_write(directory: Path, name: str, data: bytes) -> None:
+    """The floor: write, fsync, rename into place, fsync the directory."""
+    tmp = directory / f".{name}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
+        os.write(fd, data)
         os.fsync(fd)
     finally:
         os.close(fd)
+    os.rename(tmp, directory / name)
+    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
 
 
-def bench_floor(root: Path, n: int, block_size: int) -> float:
-    root.mkdir(parents=True)
-    payload = os.urandom(block_size)
-    start = time.perf_counter()
-    for i in range(n):
-        durable_write(root / f"block{i}", payload)
-        durable_write(root / "head", str(i).encode())
-    return time.perf_counter() - start
+def _event(state, tag: str):
+    """The next AddData on ``state``: no new rows, the watermark a second on, a new source
+    state (what a poll that found nothing new records)."""
+    from odf_chain import AddData, SourceState
 
-
-def bench_chain(root: Path, n: int) -> tuple[float, int]:
-    dataset = Dataset.create(root)
-    start = time.perf_counter()
-    for i in range(n):
-        dataset.append(_add_data(i))
-    elapsed = time.perf_counter() - start
-    sizes = [p.stat().st_size for p in (root / "blocks").iterdir()]
-    return elapsed, sum(sizes) // len(sizes)
-
-
-def _add_data(i: int) -> AddData:
-    base = datetime(2026, 1, 1, tzinfo=UTC)
+    watermark = state.watermark or datetime(2020, 1, 1, tzinfo=UTC)
     return AddData(
-        new_watermark=base + timedelta(seconds=i),
-        new_source_state=SourceState("poll", "odf/etag", f"etag-{i}"),
+        prev_checkpoint=state.last_checkpoint,
+        prev_offset=state.last_offset,
+        new_watermark=watermark + timedelta(seconds=1),
+        new_source_state=SourceState("poll", "odf/etag", f"{tag}-{state.sequence_number}"),
     )
 
 
-def bench_index_cost(root: Path, n: int, chunk: int = 250) -> dict[str, list[float]]:
+def probe(dataset: Path, appends: int, floor_dir: Path) -> dict:
+    """Time ``appends`` appends to ``dataset`` and as many floor writes, interleaved."""
+    from odf_chain import Dataset
+
+    counted = {"syncs": 0}
+    for name in ("fsync", "fdatasync"):
+        real = getattr(os, name, None)
+        if real is None:
+            continue
+
+        def counting(fd: int, _real=real) -> None:
+            counted["syncs"] += 1
+            _real(fd)
+
+        setattr(os, name, counting)
+
+    floor_dir.mkdir(parents=True, exist_ok=True)
+    ds = Dataset.open(dataset)
+    start_seq = ds.state.sequence_number
+    tag = f"bench-{os.getpid()}"
+    ds.append(_event(ds.state, tag))  # warm-up: the rules, the codec, the index's files
+    payload = os.urandom(BLOCK_BYTES)
+    durable_write(floor_dir, "warm", payload)
+    append_s, floor_s, syncs = [], [], []
+    for i in range(1, appends + 1):
+        event = _event(ds.state, tag)
+        before = counted["syncs"]
+        t0 = time.perf_counter()
+        ds.append(event)
+        t1 = time.perf_counter()
+        syncs.append(counted["syncs"] - before)
+        durable_write(floor_dir, f"f{i % 8}", payload)
+        t2 = time.perf_counter()
+        append_s.append(t1 - t0)
+        floor_s.append(t2 - t1)
+    return {
+        "blocks_before": start_seq + 1,
+        "append": append_s,
+        "floor": floor_s,
+        "syncs": statistics.median(syncs),
+    }
+
+
+def index_cost(root: Path, n: int, chunk: int = 250) -> dict[str, list[float]]:
     """Per-append latency with the derived index kept (what ships) beside the same append with
     its index update switched off (the append before the index), interleaved chunk by chunk
     in one process so that load and disk state hit both alike."""
+    from odf_chain import Dataset
     from odf_chain.index import update
 
     kept = Dataset.create(root / "with-index")
@@ -87,9 +147,10 @@ def bench_index_cost(root: Path, n: int, chunk: int = 250) -> dict[str, list[flo
         ):
             update.record_commit = record  # what the transaction's post-commit hook calls
             try:
-                for i in range(done, min(done + chunk, n)):
+                for _ in range(done, min(done + chunk, n)):
+                    event = _event(dataset.state, "index")
                     start = time.perf_counter()
-                    dataset.append(_add_data(i))
+                    dataset.append(event)
                     samples[name].append(time.perf_counter() - start)
             finally:
                 update.record_commit = real
@@ -97,53 +158,147 @@ def bench_index_cost(root: Path, n: int, chunk: int = 250) -> dict[str, list[flo
     return samples
 
 
-def _quantile(values: list[float], q: float) -> float:
+# -- in the driver ---------------------------------------------------------------------------
+
+
+def build(work: Path, n: int) -> Path:
+    sys.path.insert(0, str(ROOT / "tools"))
+    import bench_scale
+
+    path = work / f"chain-{n}"
+    info = bench_scale.build_chain(path, n, False, quick=n >= QUICK_FROM)
+    print(f"chain of {bench_scale.label(n)} blocks: {path} ({info})", file=sys.stderr)
+    return path
+
+
+def run_probe(tree: Path, dataset: Path, appends: int, floor_dir: Path) -> dict:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), str(ROOT)])}
+    argv = [sys.executable, str(Path(__file__).resolve()), "--probe"]
+    argv += [str(dataset), str(appends), str(floor_dir)]
+    out = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        raise SystemExit(f"probe failed ({tree}, {dataset}):\n{out.stderr}")
+    return json.loads(out.stdout)
+
+
+def quantile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+def label(n: int) -> str:
+    if n % 1_000_000 == 0:
+        return f"{n // 1_000_000}M"
+    return f"{n // 1000}k" if n % 1000 == 0 else str(n)
+
+
+def parse_size(text: str) -> int:
+    text = text.strip().lower()
+    scale = {"k": 1_000, "m": 1_000_000}.get(text[-1:], 1)
+    return int(text.rstrip("km")) * scale
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--blocks", type=int, default=10_000)
-    parser.add_argument("--dir", type=Path, default=None, help="scratch directory (default: tmp)")
+    parser.add_argument("--sizes", default="1k,1m", help="chain sizes (default: 1k,1m)")
+    parser.add_argument("--work", type=Path, default=Path("/tmp/bench-append"))
+    parser.add_argument("--appends", type=int, default=300, help="per probe (default: 300)")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default: 3)")
+    parser.add_argument("--baseline", type=Path, help="another checkout, measured alongside")
+    parser.add_argument(
+        "--index-cost",
+        type=int,
+        metavar="N",
+        help="instead: N appends with the index update beside N without it, interleaved",
+    )
+    parser.add_argument("--probe", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    scratch = Path(tempfile.mkdtemp(prefix="odf-bench-", dir=args.dir))
-    try:
-        n = args.blocks
-        chain_s, block_size = bench_chain(scratch / "dataset", n)
-        floor_s = bench_floor(scratch / "floor", n, block_size)
-
-        start = time.perf_counter()
-        state = Dataset.open(scratch / "dataset").state
-        replay_s = time.perf_counter() - start
-        start = time.perf_counter()
-        report = verify_path(scratch / "dataset")
-        verify_s = time.perf_counter() - start
-        assert report.ok and state.sequence_number == n, "benchmark chain did not verify"
-
-        print(f"blocks appended        {n:,} (mean stored size {block_size} bytes)")
-        print(
-            f"append                 {chain_s:8.2f} s  {n / chain_s:8.0f} blocks/s  "
-            f"{chain_s / n * 1e3:6.2f} ms/block"
-        )
-        print(
-            f"floor (2 durable writes per block)  {floor_s:8.2f} s  "
-            f"{floor_s / n * 1e3:6.2f} ms/block"
-        )
-        print(f"append / floor         {chain_s / floor_s:8.2f}x")
-        print(f"replay {n:,} blocks      {replay_s:8.2f} s")
-        print(f"verify {n:,} blocks      {verify_s:8.2f} s")
-        samples = bench_index_cost(scratch / "index", n)
-        p50 = {k: _quantile(v, 0.5) for k, v in samples.items()}
+    if args.probe:
+        dataset, appends, floor_dir = args.probe
+        print(json.dumps(probe(Path(dataset), int(appends), Path(floor_dir))))
+        return 0
+    if args.index_cost:
+        scratch = Path(tempfile.mkdtemp(prefix="index-cost-", dir=args.work))
+        try:
+            samples = index_cost(scratch, args.index_cost)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        p50 = {k: statistics.median(v) for k, v in samples.items()}
         for name, values in samples.items():
             print(
                 f"append {name:<14} p50 {p50[name] * 1e3:6.2f} ms  "
-                f"p90 {_quantile(values, 0.9) * 1e3:6.2f} ms  ({len(values):,} appends)"
+                f"p90 {quantile(values, 0.9) * 1e3:6.2f} ms  ({len(values):,} appends)"
             )
         print(f"append p50 with / without index  {p50['with index'] / p50['without index']:.2f}x")
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        return 0
+
+    sizes = [parse_size(s) for s in args.sizes.split(",")]
+    args.work.mkdir(parents=True, exist_ok=True)
+    chains = {n: build(args.work, n) for n in sizes}
+    trees = {"this tree": ROOT}
+    if args.baseline is not None:
+        trees = {"baseline": args.baseline.resolve(), **trees}
+    results: dict[tuple[str, int], dict[str, list[float]]] = {}
+    probes: dict[tuple[str, int], list[tuple[float, float]]] = {}  # per probe: p50s
+    syncs: dict[tuple[str, int], float] = {}
+    for r in range(args.rounds):
+        order = list(trees.items()) if r % 2 == 0 else list(reversed(trees.items()))
+        for name, tree in order:
+            for n in sizes if r % 2 == 0 else reversed(sizes):
+                got = run_probe(tree, chains[n], args.appends, args.work / "floor")
+                into = results.setdefault((name, n), {"append": [], "floor": []})
+                into["append"] += got["append"]
+                into["floor"] += got["floor"]
+                a50, f50 = statistics.median(got["append"]), statistics.median(got["floor"])
+                probes.setdefault((name, n), []).append((a50, f50))
+                syncs[(name, n)] = got["syncs"]
+                print(
+                    f"  round {r + 1}: {name} at {label(n)} ({got['blocks_before']:,} blocks): "
+                    f"append p50 {a50 * 1e3:.2f} ms, floor p50 {f50 * 1e3:.2f} ms",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    report(trees, sizes, results, probes, syncs, args)
     return 0
+
+
+def report(trees, sizes, results, probes, syncs, args) -> None:
+    """Pooled p50/p90 over every append, and the ratios as medians over the probes: each
+    probe's append p50 against the floor p50 of the same process, and against the probe of
+    the same round at the smallest size (or of the baseline at the same size). On a machine
+    whose load swings several-fold from one second to the next, a ratio of neighbours is
+    steadier than a ratio of pooled medians."""
+    small = min(sizes)
+    print(
+        f"append latency, {args.rounds} rounds x {args.appends} appends per tree and size; "
+        "floor = write + fsync + rename + directory fsync, interleaved in the same process"
+    )
+    header = (
+        f"{'tree':<10} {'blocks':>6} {'syncs':>5} {'append p50':>10} {'p90':>7} "
+        f"{'floor p50':>9} {'p90':>7} {'/floor':>7} {f'/{label(small)}':>7}"
+    )
+    print(header)
+    print("-" * len(header))
+
+    def ratio(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
+        return statistics.median(x[0] / y[0] for x, y in zip(a, b, strict=True))
+
+    for name in trees:
+        for n in sizes:
+            got = results[(name, n)]
+            per_floor = statistics.median(a / f for a, f in probes[(name, n)])
+            print(
+                f"{name:<10} {label(n):>6} {syncs[(name, n)]:>5g} "
+                f"{statistics.median(got['append']) * 1e3:>7.2f} ms "
+                f"{quantile(got['append'], 0.9) * 1e3:>7.2f} "
+                f"{statistics.median(got['floor']) * 1e3:>6.2f} ms "
+                f"{quantile(got['floor'], 0.9) * 1e3:>7.2f} {per_floor:>6.2f}x "
+                f"{ratio(probes[(name, n)], probes[(name, small)]):>6.2f}x"
+            )
+    if "baseline" in trees:
+        for n in sizes:
+            change = ratio(probes[("this tree", n)], probes[("baseline", n)])
+            print(f"this tree / baseline at {label(n)}: {change:.2f}x (append p50, per round)")
 
 
 if __name__ == "__main__":

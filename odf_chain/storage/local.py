@@ -6,6 +6,28 @@ for in-flight writes. Every file appears by fsync + rename, so a reader (or a cr
 half a file; the head moves only by compare-and-swap under an OS lock that dies with its holder,
 and every move is appended to ``logs/head`` (git's reflog), so a head that moved back is known.
 
+**Durability of an append** (what ``chain.commit`` returning promises: a power loss loses no
+acknowledged commit, and never leaves a head naming a missing or torn block). A transaction of
+k blocks syncs k + 3 times, 4 for one block (and s + 1 more for s data slices: each slice's
+bytes, ``data/`` once, beside 2), each needed for one of those two promises:
+
+1. each block file's bytes (fdatasync, before it is linked into ``blocks/``): else the head
+   could name a block whose file a power loss left empty;
+2. ``blocks/`` once (fsync, under the head lock, before the head is renamed): else the head
+   could name a block whose directory entry a power loss dropped (``data/`` likewise, once,
+   when the new blocks name slices);
+3. the new head's bytes (fdatasync of its staging file, before the rename): else ``refs/head``
+   could be left empty, a dataset with no readable head;
+4. ``refs/`` (fsync, after the rename, before returning): else the acknowledged commit could
+   be undone by a power loss (the old head comes back).
+
+Not synced: the head log line (``logs/head``, appended after 4; :mod:`.local_head` argues why
+a lost line is repaired and never misread as a rollback) and the derived index (``info/``, a
+cache: :mod:`odf_chain.index.update`). 2 cannot be folded into 4 (two directories, and POSIX
+makes an entry durable only by an fsync of its own directory), nor 1 and 3 into one (two files).
+A block or slice whose name is not yet synced is named by no head: a power loss that takes it
+loses nothing acknowledged.
+
 Reads never follow a symlink below the dataset root (the root itself may be one: it is the
 user's path), take regular files only (a FIFO cannot block a read, a device cannot feed one
 forever) and are bounded by the limits in :mod:`odf_chain.storage.base`. Deletions go through
@@ -50,6 +72,7 @@ from odf_chain.storage.local_files import (
     os_errors,
     read_regular_at,
     storage_error,
+    sync_data,
     write_atomic,
 )
 from odf_chain.storage.local_head import LOCK_TIMEOUT, LocalHead
@@ -153,6 +176,12 @@ class LocalStorage(LocalHead, LocalDerived):
         under an existing name mean something is corrupt. Of writers racing to store the same
         name exactly one gets True: a writer that then loses the head race can
         :meth:`remove_block` exactly what it created.
+
+        Durability: the bytes are synced before the file gets its name, so no crash leaves a
+        block name on a torn or empty file; the name itself becomes durable with the head move
+        that names it (:meth:`compare_and_swap_head` fsyncs ``blocks/`` once, for every block
+        of the transaction, before the head moves). Until then it is an unreferenced leftover,
+        which a power loss may take: nothing was acknowledged.
         """
         path = self._block_path(name)
         with os_errors("check", path):
@@ -165,13 +194,14 @@ class LocalStorage(LocalHead, LocalDerived):
                     try:
                         f.write(data)
                         f.flush()
-                        os.fsync(f.fileno())
+                        # sync 1 of an append: without it a power loss can leave the name
+                        # (made durable below, by the head move) on an empty or partial file
+                        sync_data(f.fileno())
                         created = install_new(tmp, path)
                     finally:
                         with contextlib.suppress(FileNotFoundError):
                             os.unlink(tmp)
-                if created:
-                    fsync_dir(path.parent)
+                if created:  # blocks/ is fsynced by the head move, once per transaction
                     return True
         if self.read_block(name) != data:
             raise IntegrityError(f"block {name} already stored with different content")
@@ -314,9 +344,13 @@ class LocalStorage(LocalHead, LocalDerived):
         return Path(staged)
 
     def commit_data(self, staged: Path, name: str, size: int | None = None) -> DataCommit:
-        """Move a filled staging file to ``data/<name>`` durably; say whether this call created
-        the file (see :class:`DataCommit`). ``size``, when given, is what the writer wrote: a
+        """Move a filled staging file to ``data/<name>``; say whether this call created the
+        file (see :class:`DataCommit`). ``size``, when given, is what the writer wrote: a
         staged file of another size is refused (IntegrityError) before anything moves.
+
+        Durability as for :meth:`write_block`: the bytes are synced before the file gets its
+        name; the name becomes durable with the head move that names the slice, which fsyncs
+        ``data/`` once for all the transaction's slices before the head moves.
 
         Names are content hashes, so an existing slice of the same size holds the same bytes,
         or should: the staged copy is renamed over it, which repairs a damaged one. A size
@@ -328,7 +362,7 @@ class LocalStorage(LocalHead, LocalDerived):
         target = self.data_path(name)
         with os_errors("store", target):
             with open(staged, "rb") as f:
-                os.fsync(f.fileno())
+                sync_data(f.fileno())  # else the name could outlive the bytes in a power loss
                 staged_size = os.fstat(f.fileno()).st_size
             check_staged_size(name, staged_size, size)
             created = install_new(staged, target)
@@ -346,8 +380,7 @@ class LocalStorage(LocalHead, LocalDerived):
             # A rename keeps the time the writer made the file, which may be long ago (Spark
             # wrote it before the hashing); gc judges a leftover's age by it, so the slice must
             # look as new as its commit: until the head names it, it is a fresh orphan.
-            os.utime(target)
-            fsync_dir(target.parent)
+            os.utime(target)  # data/ is fsynced by the head move (compare_and_swap_head)
         self._release(staged)
         return DataCommit(target, created)
 

@@ -90,6 +90,13 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
+def sync_data(fd: int) -> None:
+    """Make a file's bytes durable, and its size (fdatasync also writes the metadata needed to
+    read the data back: size, allocation), not its times: no reader of a block, a head or a
+    slice looks at its mtime. ``fsync`` where the OS has no fdatasync (macOS)."""
+    getattr(os, "fdatasync", os.fsync)(fd)
+
+
 def fsync_dir(path: Path) -> None:
     """fsync a directory so a rename into it survives a power loss."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
@@ -128,14 +135,16 @@ def create_claimed(directory: Path, prefix: str, suffix: str) -> tuple[int, str]
 
 def write_atomic(path: Path, data: bytes, staging_dir: Path | None = None) -> None:
     """Make ``path`` hold ``data`` all at once: write a unique staging file (in ``staging_dir``,
-    default ``path``'s directory; it must be on the same filesystem), fsync, rename, fsync dir."""
+    default ``path``'s directory; it must be on the same filesystem), fdatasync, rename, fsync
+    ``path``'s directory: two syncs, the least that makes the new content durable under its
+    name (without the first a power loss can leave the name on an empty or partial file)."""
     staging_dir = path.parent if staging_dir is None else staging_dir
     fd, tmp = create_claimed(staging_dir, f".{path.name}.", ".tmp")
     try:
         with os.fdopen(fd, "wb") as f:  # open (the claim held) until it is in place
             f.write(data)
             f.flush()
-            os.fsync(f.fileno())
+            sync_data(f.fileno())
             os.rename(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

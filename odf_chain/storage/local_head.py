@@ -1,6 +1,26 @@
 """The head of a local dataset: ``refs/head``, moved only by compare-and-swap under an OS lock
 that dies with its holder, and ``logs/head`` (git's reflog), to which every move is appended,
-so a head that moved back is known."""
+so a head that moved back is known.
+
+A head move syncs three times (the count and its reasons: :mod:`odf_chain.storage.local`):
+``blocks/`` (so every block the new head needs has a durable name before the head does; and
+``data/`` for the slices, when it names any), the new head's staging file, and ``refs/`` after
+the rename (so the move survives a power loss once it returns). The head log line is appended
+after that and **not synced**:
+
+- the log only ever lags: its lines (the move, and the repair of one it missed) are written
+  after ``refs/`` is synced, so a power loss can take log lines (the last ones: a tail cut
+  short, or a tail of zeros where the size reached the disk before the bytes) but never leave
+  a line naming a head newer than the durable one;
+- a lagging log is not a rollback: every head it names is the head or an ancestor of it, which
+  is what verify's head-log check and ``chain.check_not_rolled_back`` accept;
+- the next head move repairs it under the lock (:meth:`LocalHead._open_head_log`): a torn or
+  zeroed tail is cut off, and a line from the last logged head to the current head is added, so
+  the log again names every head a writer could have left behind.
+
+What is given up: a move back to a head between the last synced line and the head at the power
+loss (a backup restored right after a crash) is not seen; a move back past it still is.
+"""
 
 from __future__ import annotations
 
@@ -43,6 +63,22 @@ _LOCK_POLL = 0.005
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def _cut_zeros(fd: int, size: int) -> int:
+    """Cut off the zero bytes that end the head log; its new size. The log is not synced, so a
+    power loss can leave its last lines as zeros (a size that reached the disk before the bytes
+    did); no line holds a zero byte, so they are never a move, whatever their length."""
+    end = size
+    while end:
+        start = max(0, end - _LOG_TAIL)
+        kept = os.pread(fd, end - start, start).rstrip(b"\0")
+        if kept:
+            end = start + len(kept)
+            break
+        end = start
+    os.ftruncate(fd, end)
+    return end
 
 
 class LocalHead(DatasetDir):
@@ -142,8 +178,11 @@ class LocalHead(DatasetDir):
         ``blocks`` and ``data`` name the files the new head needs. They were put in place
         before the lock was taken, so gc (which deletes only under this lock) may have taken
         one as a leftover meanwhile: each is checked here, and a missing one refuses the move.
-        So no acknowledged write ever lacks a file. The move is then appended to the head log.
+        So no acknowledged write ever lacks a file, nor, after a power loss, a file's name:
+        ``blocks/`` (and ``data/`` when ``data`` names slices) is synced before the head moves.
+        The move is then appended to the head log.
         """
+        blocks, data = list(blocks), list(data)
         check_name(new, "head")
         if expected is not None:
             check_name(expected, "expected head")
@@ -164,24 +203,36 @@ class LocalHead(DatasetDir):
                             f"{self._root / relative} is missing at the head move (taken by gc, "
                             "or never written): nothing was committed; retry the write"
                         )
-            log_fd = self._open_head_log(current)
+            log_fd, repair = self._open_head_log(current)
             try:
                 staging = self.staging_dir
+                # sync 2 of an append: every block (and slice) the head will name has a durable
+                # name before the head does (write_block and commit_data synced their bytes,
+                # not their names); one fsync of the folder covers every file of the transaction
+                for directory in ("blocks", "data") if data else ("blocks",):
+                    with os_errors("sync", self._root / directory), self._dir(directory) as fd:
+                        os.fsync(fd)
+                # syncs 3 and 4: the head's staging file, then refs/ after the rename
                 with os_errors("write", self._head_path):
                     write_atomic(self._head_path, new.encode("ascii"), staging)
                 # The head has moved: a failure now must not report the write as failed. The
                 # log then misses this move until the next one repairs it (_open_head_log).
+                # Not synced: a power loss can take these lines, which that repair re-derives
+                # from the head (see the module docstring). The repair of a move the log missed
+                # goes in only now, after refs/ is synced: the log never gets ahead of the head.
                 with contextlib.suppress(OSError):
-                    write_all(log_fd, head_log_line(expected, new, _now_ms()))
-                    os.fsync(log_fd)
+                    write_all(log_fd, repair + head_log_line(expected, new, _now_ms()))
             finally:
                 os.close(log_fd)
 
-    def _open_head_log(self, current: str | None) -> int:
+    def _open_head_log(self, current: str | None) -> tuple[int, bytes]:
         """The head log open for appending (under the head lock), made consistent first: a last
-        line a crash cut short is cut off, and if a crash fell between a head move and its log
-        line (the log's last head is not ``current``), the missing move is appended. So the log
-        never names a head that never was, and lacks at most the current one."""
+        line a crash cut short (or a zeroed tail) is cut off. Returned with it: the line of the
+        move the log misses when its last head is not ``current`` (a crash between a head move
+        and its log write, or a power loss that took unsynced log lines, the last one or
+        several), from the last logged head to ``current``, for the caller to append with its
+        own line once its head move is durable. So the log never names a head that never was,
+        nor one ahead of a durable head, and lacks at most the current one."""
         path = self._root / HEAD_LOG
         with os_errors("write", path), self._dir("logs", create=True) as logs_fd:
             try:
@@ -200,6 +251,9 @@ class LocalHead(DatasetDir):
                     raise StorageError(f"{path} is not a regular file ({file_kind(info.st_mode)})")
                 size = info.st_size
                 tail = os.pread(fd, min(size, _LOG_TAIL), size - min(size, _LOG_TAIL))
+                if tail.endswith(b"\0"):  # lines the last power loss took: see _cut_zeros
+                    size = _cut_zeros(fd, size)
+                    tail = os.pread(fd, min(size, _LOG_TAIL), size - min(size, _LOG_TAIL))
                 if tail and not tail.endswith(b"\n"):
                     end = tail.rfind(b"\n")
                     if end >= 0 or size <= _LOG_TAIL:  # a torn append: cut it off
@@ -209,9 +263,10 @@ class LocalHead(DatasetDir):
                         write_all(fd, b"\n")
                         tail = b"\n"
                 logged = logged_head(last_complete_line(tail))
+                repair = b""
                 if current is not None and logged != current:
-                    write_all(fd, head_log_line(logged, current, _now_ms()))
+                    repair = head_log_line(logged, current, _now_ms())
             except BaseException:
                 os.close(fd)
                 raise
-        return fd
+        return fd, repair

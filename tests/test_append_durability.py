@@ -1,0 +1,240 @@
+"""Durability of an append (issue 25, part 4): the syncs an append makes, their order, and the
+head log that is no longer synced.
+
+The syncs are counted by wrapping ``os.fsync``, ``os.fdatasync``, ``os.link`` and ``os.rename``
+in this process: each wrapper records the call and makes the real one, so the files are as
+durable as without it (measuring, not mocking). A power loss cannot be simulated here; what it
+can leave of an unsynced head log (its last lines gone, or zeroed) is written by hand.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from odf_chain import Dataset
+from odf_chain.errors import RuleViolation
+from odf_chain.events import AddData, SourceState
+from odf_chain.transaction import Transaction
+from odf_chain.verify import verify_path
+
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="names synced descriptors through /proc"
+)
+
+BASE = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def _event(i: int) -> AddData:
+    return AddData(
+        new_watermark=BASE + timedelta(seconds=i),
+        new_source_state=SourceState("poll", "odf/etag", f"etag-{i}"),
+    )
+
+
+def _dataset(root: Path, appends: int) -> Dataset:
+    ds = Dataset.create(root)
+    for i in range(appends):
+        ds.append(_event(i))
+    return ds
+
+
+def _where(root: Path, path: str) -> str:
+    """A path as the dataset sees it: ``blocks/``, ``refs/head``, ``.staging/<head tmp>``..."""
+    relative = os.path.relpath(path, root)
+    parent, _, name = relative.rpartition("/")
+    if parent == ".staging":
+        if name.startswith("data."):
+            return ".staging/slice tmp"
+        return ".staging/head tmp" if name.startswith(".head.") else ".staging/block tmp"
+    if parent == "blocks":
+        return "blocks/<block>"
+    if parent == "data":
+        return "data/<slice>"
+    return relative + "/" if os.path.isdir(path) else relative
+
+
+@pytest.fixture
+def syscalls(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Path], list[tuple]]]:
+    """Records every fsync, fdatasync, link and rename this process makes (each also made for
+    real); the fixture's value gives them, named relative to a dataset root."""
+    calls: list[tuple[str, str, str | None]] = []
+
+    def by_descriptor(name: str) -> Callable[[int], None]:
+        real = getattr(os, name)
+
+        def call(fd: int) -> None:
+            calls.append((name, os.readlink(f"/proc/self/fd/{fd}"), None))
+            real(fd)
+
+        return call
+
+    def by_path(name: str) -> Callable[..., None]:
+        real = getattr(os, name)
+
+        def call(src, dst, *args, **kwargs) -> None:
+            real(src, dst, *args, **kwargs)
+            calls.append((name, os.fspath(src), os.fspath(dst)))
+
+        return call
+
+    for name in ("fsync", "fdatasync"):
+        monkeypatch.setattr(os, name, by_descriptor(name))
+    for name in ("link", "rename"):
+        monkeypatch.setattr(os, name, by_path(name))
+
+    def named(root: Path) -> list[tuple]:
+        root = Path(os.path.realpath(root))
+        shown = []
+        for name, first, second in calls:
+            if second is None:
+                shown.append((name, _where(root, first)))
+            else:
+                shown.append((name, _where(root, first), _where(root, second)))
+        calls.clear()
+        return shown
+
+    yield named
+
+
+def test_an_append_syncs_four_times_blocks_before_the_head(tmp_path: Path, syscalls) -> None:
+    """One block: its bytes, then (its name linked) blocks/, then the head's bytes, then (the
+    head renamed) refs/. No sync of the head log nor of the index."""
+    ds = _dataset(tmp_path / "ds", 3)
+    syscalls(ds.storage.root)
+    entry = ds.append(_event(3))
+    assert syscalls(ds.storage.root) == [
+        ("fdatasync", ".staging/block tmp"),
+        ("link", ".staging/block tmp", "blocks/<block>"),
+        ("fsync", "blocks/"),
+        ("fdatasync", ".staging/head tmp"),
+        ("rename", ".staging/head tmp", "refs/head"),
+        ("fsync", "refs/"),
+    ]
+    assert (ds.storage.root / "refs" / "head").read_text() == str(entry.hash)
+    assert verify_path(ds.storage.root).ok
+
+
+def test_a_transaction_of_three_blocks_syncs_six_times(tmp_path: Path, syscalls) -> None:
+    """k blocks: k files, blocks/ once, the head's two: k + 3. Every block file's bytes and
+    name are synced before the head is renamed."""
+    ds = _dataset(tmp_path / "ds", 1)
+    syscalls(ds.storage.root)
+    tx = Transaction.begin(ds.storage, ds.state)
+    for i in range(1, 4):
+        tx.add(_event(i))
+    after = tx.commit()
+    calls = syscalls(ds.storage.root)
+    syncs = [c for c in calls if c[0] in ("fsync", "fdatasync")]
+    assert syncs == [("fdatasync", ".staging/block tmp")] * 3 + [
+        ("fsync", "blocks/"),
+        ("fdatasync", ".staging/head tmp"),
+        ("fsync", "refs/"),
+    ]
+    links = [i for i, c in enumerate(calls) if c[0] == "link"]
+    assert len(links) == 3
+    assert (
+        max(links)
+        < calls.index(("fsync", "blocks/"))
+        < calls.index(("rename", ".staging/head tmp", "refs/head"))
+    )
+    assert Dataset.open(ds.storage.root).state.head == after.head
+    assert verify_path(ds.storage.root).ok
+
+
+def test_a_write_of_several_slices_syncs_each_folder_once(tmp_path: Path, syscalls) -> None:
+    """s slices, each with its AddData: the s slice files and s block files synced, data/ and
+    blocks/ once each before the head moves, then the head's two syncs: 2s + 4."""
+    ds = Dataset.create(tmp_path / "ds")
+    ds.write(pa.table({"x": pa.array(range(10), pa.int64())}))  # the schema first
+    before = ds.state.sequence_number
+    syscalls(ds.storage.root)
+    rows = (1 << 20) + 1  # a slice holds whole row groups of at most 2**20 rows: two slices
+    ds.write(pa.table({"x": pa.array(range(rows), pa.int64())}), target_slice_bytes=1)
+    calls = syscalls(ds.storage.root)
+    added = [e for e in Dataset.open(ds.storage.root).blocks() if e.block.sequence_number > before]
+    slices = {str(e.block.event.new_data.physical_hash) for e in added}
+    assert len(slices) == len(added) > 1
+    syncs = [c for c in calls if c[0] in ("fsync", "fdatasync")]
+    assert sorted(syncs[: 2 * len(added)]) == sorted(
+        [("fdatasync", ".staging/slice tmp")] * len(added)
+        + [("fdatasync", ".staging/block tmp")] * len(added)
+    )
+    assert syncs[2 * len(added) :] == [
+        ("fsync", "blocks/"),
+        ("fsync", "data/"),
+        ("fdatasync", ".staging/head tmp"),
+        ("fsync", "refs/"),
+    ]
+    named = [i for i, c in enumerate(calls) if c[0] == "link"]
+    assert len(named) == 2 * len(added)  # every slice and block gets its name ...
+    assert max(named) < calls.index(("fsync", "blocks/"))  # ... before its folder is synced
+    assert verify_path(ds.storage.root).ok
+
+
+def _log(root: Path) -> Path:
+    return root / "logs" / "head"
+
+
+def _lines(root: Path) -> list[str]:
+    return _log(root).read_text().splitlines()
+
+
+@pytest.mark.parametrize(
+    ("lost", "zeroed"),
+    [(1, False), (3, False), (3, True), (40, True)],
+    ids=["last-line", "three-lines", "three-lines-zeroed", "40-lines-zeroed-past-4KiB"],
+)
+def test_a_head_log_a_power_loss_cut_short_is_repaired(
+    tmp_path: Path, lost: int, zeroed: bool
+) -> None:
+    """The log line is not synced: a power loss after an append returned can take it (and the
+    lines before it that were not on the disk yet), or leave zeros where they were (the size
+    reached the disk, the bytes did not). The head is intact (it was synced). Verify passes
+    (a log that lags names only ancestors of the head: not a rollback), the next append is
+    not refused, and it repairs the log from the head."""
+    root = tmp_path / "ds"
+    ds = _dataset(root, 45)
+    lines = _lines(root)
+    head = (root / "refs" / "head").read_text()
+    kept = lines[:-lost]
+    cut = "".join(line + "\n" for line in kept).encode()
+    gone = len(_log(root).read_bytes()) - len(cut)
+    _log(root).write_bytes(cut + (b"\0" * gone if zeroed else b""))
+    if zeroed:
+        assert gone > (4096 if lost == 40 else 0)
+
+    report = verify_path(root)
+    assert report.ok, [p.line() for p in report.problems]
+    entry = Dataset.open(root).append(_event(100))
+
+    after = _lines(root)
+    assert after[: len(kept)] == kept
+    repair, new = after[len(kept) :]
+    assert repair.split()[:2] == [kept[-1].split()[1], head]  # the last logged head -> the head
+    assert new.split()[:2] == [head, str(entry.hash)]
+    assert b"\0" not in _log(root).read_bytes()
+    assert verify_path(root).ok
+    assert [m.new for m in ds.storage.read_head_log()][-2:] == [head, str(entry.hash)]
+
+
+def test_a_rollback_past_the_lagging_log_is_still_seen(tmp_path: Path) -> None:
+    """What the unsynced log still promises: a head moved back behind the last line that
+    reached the disk is a rollback, for verify and for the next write."""
+    root = tmp_path / "ds"
+    ds = _dataset(root, 6)
+    heads = [str(e.hash) for e in ds.blocks()]  # oldest first
+    lines = _lines(root)
+    _log(root).write_text("".join(line + "\n" for line in lines[:-1]))  # the last line lost
+    (root / "refs" / "head").write_text(heads[-4])  # behind the last logged head, heads[-2]
+    report = verify_path(root)
+    assert not report.ok
+    assert [p.rule for p in report.errors] == ["head-rollback"]
+    with pytest.raises(RuleViolation, match="moved back"):
+        Dataset.open(root).append(_event(100))
