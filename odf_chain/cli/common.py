@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import NoReturn, TextIO
 
-from odf_chain import __version__
+from odf_chain import __version__, progress
 from odf_chain.errors import OdfChainError
 
 EXIT_OK = 0
@@ -144,6 +144,7 @@ def run_command(handler: Callable[[argparse.Namespace], int], args: argparse.Nam
     and its exit code (the list in :mod:`odf_chain.cli`). The lines begin with the name of the
     program run (``args.prog``, set by :func:`parse`: ``odf-chain`` or ``chain-verify``)."""
     prog = getattr(args, "prog", None) or "odf-chain"
+    listening = progress.LISTENER.set(terminal_progress())
     try:
         return handler(args)
     except OdfChainError as exc:
@@ -177,6 +178,8 @@ def run_command(handler: Callable[[argparse.Namespace], int], args: argparse.Nam
         for note in getattr(exc, "__notes__", ()):
             print(f"hint: {note}", file=sys.stderr)
         return EXIT_INTERNAL
+    finally:
+        progress.LISTENER.reset(listening)
 
 
 def tolerant_stdout() -> None:
@@ -200,6 +203,21 @@ def terminal_phases(stream: TextIO | None = None) -> Callable[[str], None] | Non
         print(f"{time.monotonic() - began:6.1f}s  {what}", file=stream, flush=True)
 
     return phase
+
+
+def terminal_progress(stream: TextIO | None = None) -> progress.Listener | None:
+    """On a terminal, how a long operation nobody asked for goes (an index rebuild): each
+    step on its own line of stderr, a running count rewritten in place; None elsewhere."""
+    stream = sys.stderr if stream is None else stream
+    if not stream.isatty():
+        return None
+    began = time.monotonic()
+
+    def show(what: str, done: bool) -> None:
+        line = f"{time.monotonic() - began:6.1f}s  {what}"
+        print(f"\r\x1b[K{line}", end="\n" if done else "", file=stream, flush=True)
+
+    return show
 
 
 def count(n: int, noun: str) -> str:

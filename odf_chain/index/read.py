@@ -39,11 +39,11 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Iterator, Mapping
-from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, TypeVar
 
+from odf_chain import progress
 from odf_chain.chain import BlockEntry, advance, load_block, read_head, walk_back
 from odf_chain.errors import IntegrityError, NotFoundError, OdfChainError
 from odf_chain.events import (
@@ -504,13 +504,6 @@ class _Derived:
         )
 
 
-REBUILD_PROGRESS: ContextVar[Callable[[str], None] | None] = ContextVar(
-    "odf_chain_rebuild_progress", default=None
-)
-"""Who hears how a rebuild of the index goes (the command line, on a terminal): a rebuild of a
-long chain takes a while, and a reader should not go silent meanwhile."""
-
-
 class _Findings:
     """What a bulk rebuild wants of verify's walk and fold: was there an error? (The fold
     block by block then words it, as a rebuild always did.)"""
@@ -532,20 +525,15 @@ def rebuild(storage: Storage, head: Multihash | None = None, *, save: bool = Fal
     In bulk where it can (:func:`_rebuild_in_bulk`: verify's one pass over ``blocks/`` and its
     fold, in memory that holds columns, not objects); by one fold block by block otherwise."""
     head = read_head(storage) if head is None else head
-    progress = REBUILD_PROGRESS.get()
-    if progress is not None:
-        progress(f"{storage.location}: building the index (none usable found)")
-    index = _rebuild_in_bulk(storage, head, save=save, progress=progress)
+    progress.tell(f"{storage.location}: building its index (reading every block)")
+    index = _rebuild_in_bulk(storage, head, save=save)
     if index is None:
         index = _rebuild_by_fold(storage, head, save=save)
-    if progress is not None:
-        progress(f"{storage.location}: index of {index.length} blocks built")
+    progress.tell(f"index of {index.length:,} blocks built" + (" and saved" if save else ""))
     return index
 
 
-def _rebuild_in_bulk(
-    storage: Storage, head: Multihash, *, save: bool, progress: Callable[[str], None] | None
-) -> ChainIndex | None:
+def _rebuild_in_bulk(storage: Storage, head: Multihash, *, save: bool) -> ChainIndex | None:
     """The index from verify's walk and fold (every rule runs, runs of plain blocks at a
     time), or None where those found anything wrong (the fold block by block then says
     what) or the chain is too short to pay for a pass over ``blocks/``."""
@@ -554,13 +542,15 @@ def _rebuild_in_bulk(
     from odf_chain.index.derive import kind_positions, lists_of, pointers_of
 
     findings = _Findings()
-    read = None if progress is None else (lambda n: progress(f"read {n:,} block files"))
+
+    def read(n: int) -> None:
+        progress.tell(f"read {n:,} block files", done=False)
+
     walk = walk_chain(storage, findings, head=str(head), progress=read)
     chain = walk.chain
     if findings.errors or not walk.complete or not len(chain):
         return None
-    if progress is not None:
-        progress(f"checking the rules over {len(chain):,} blocks")
+    progress.tell(f"read {len(chain):,} blocks; checking every rule")
     _, state, periodic = refold(chain, findings)
     if findings.errors or state.head != head:
         return None
@@ -572,8 +562,7 @@ def _rebuild_in_bulk(
     head_pointers = pointers_of(chain)
     schemas, lineage = lists_of(chain)
     if save:
-        if progress is not None:
-            progress(f"writing the index of {len(chain):,} blocks")
+        progress.tell(f"writing the index of {len(chain):,} blocks")
         snapshots = _Snapshots(chain, positions, periodic)
         update.save_all(
             storage,
