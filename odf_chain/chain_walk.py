@@ -116,7 +116,7 @@ def walk_chain(
         report.add("error", "head", str(exc), path="refs/head")
         return walk
     everything = storage.read_all_blocks(BLOCK_NAMES)
-    files = BlockFiles(everything, progress) if everything else None
+    files = BlockFiles(everything, storage.read_block, progress) if everything else None
     _walk_down(head_name, current, storage, files, walk, report)
     walk.chain.finish()
     release_free_memory()  # what finding the runs freed

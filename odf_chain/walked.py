@@ -23,14 +23,14 @@ import numpy as np
 
 from odf_chain import helper_process
 from odf_chain.chain import BlockEntry, parse_block_name
-from odf_chain.errors import FormatError
+from odf_chain.errors import FormatError, IntegrityError
 from odf_chain.events import AddData, DataSlice, ExecuteTransform
 from odf_chain.format import extra_json
 from odf_chain.format.codec import decode_block
 from odf_chain.format.columns import HASH_SIZE, BlockColumns, decode_columns
 from odf_chain.format.multihash import BLAKE3, SHA3_256, Multihash
 from odf_chain.memory import release_free_memory
-from odf_chain.storage.block_pass import Hashes, Pass, Spill
+from odf_chain.storage.block_pass import Hashes, Pass
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # A block name is "f" + hex(code, 0x20, 32 digest bytes): its first five characters name the
@@ -50,21 +50,28 @@ _LINK_CHECK_ROWS = 65_536  # rows compared at a time when runs are found (bounde
 
 class BlockFiles:
     """One pass over ``blocks/``: every readable block file, hashed and decoded into columns,
-    kept in compact form (about 250 bytes a block: columns, its name's hash, where its bytes
-    are in the pass's spill files), never as a Python object per block.
+    kept in compact form (about 220 bytes a block: columns and its name's hash), never as a
+    Python object per block.
 
     ``hash_ok[k]``: file ``k``'s name is the canonical name of its content's hash (anything
     else, a wrong hash or a name in another form, is left to the walk's checks by name).
     ``plain[k]``: the columns vouch for block ``k``, its ExtraAttributes judged.
     """
 
-    def __init__(self, found: Pass, progress: Callable[[int], None] | None = None) -> None:
+    def __init__(
+        self,
+        found: Pass,
+        read_again: Callable[[str], bytes],
+        progress: Callable[[int], None] | None = None,
+    ) -> None:
         """From :meth:`Storage.read_all_blocks` (given :data:`BLOCK_NAMES`). Each share of the
         pass is decoded as columns as it arrives and its ExtraAttributes handed, in batches, to
-        a helper process of their own while the pass goes on; only the columns stay."""
+        a helper process of their own while the pass goes on; only the columns stay. A block
+        wanted whole later is read again by name (``read_again``: the storage's read) and
+        hash-checked: the same bytes, or an error."""
+        self._read_again = read_again
         self.unread: list[str] = []  # the block files the pass left out (see block_pass)
         self._odd: dict[int, str] = {}  # rows whose names are not in the canonical form
-        self._spills: list[Spill] = []
         parts: list[dict[str, np.ndarray]] = []
         judging = _Judging()
         rows = 0
@@ -77,14 +84,10 @@ class BlockFiles:
             hashes, canonical = _name_hashes(names)
             for i in np.flatnonzero(~canonical).tolist():
                 self._odd[rows + i] = names[i]
-            if share.spill not in self._spills:
-                self._spills.append(share.spill)
             columns = _kept(decode_columns([share.contents[i] for i in read]))
             part = {
                 "name_hashes": hashes,
                 "hash_ok": np.array([share.matches[i] for i in read], bool),
-                "spill_of": np.full(len(read), self._spills.index(share.spill), np.uint8),
-                "spill_at": np.array([share.offsets[i] for i in read], np.int64),
                 "sizes": np.array([len(share.contents[i]) for i in read], np.uint32),
             }
             parts.append(part)
@@ -100,8 +103,6 @@ class BlockFiles:
         joined = _concat(parts)
         self.name_hashes: np.ndarray = joined.pop("name_hashes")
         self.hash_ok: np.ndarray = joined.pop("hash_ok")
-        self._spill_of: np.ndarray = joined.pop("spill_of")
-        self._spill_at: np.ndarray = joined.pop("spill_at")
         self.sizes: np.ndarray = joined.pop("sizes")
         self.columns = BlockColumns(**joined, extra_rows=np.zeros(0, np.int64), extras=[])
         self.plain: np.ndarray = self.columns.plain
@@ -118,8 +119,15 @@ class BlockFiles:
         return "f" + self.name_hashes[k].tobytes().hex() if odd is None else odd
 
     def read(self, k: int) -> bytes:
-        """The bytes of row ``k`` as the pass read (and hashed) them."""
-        return self._spills[self._spill_of[k]].read(int(self._spill_at[k]), int(self.sizes[k]))
+        """The bytes of row ``k``, read again by name: for a row the pass found rightly named,
+        the hash of what is read now proves it the bytes the pass read."""
+        name = self.name(k)
+        data = self._read_again(name)
+        if self.hash_ok[k] and Multihash.digest(parse_block_name(name).algorithm, data) != (
+            parse_block_name(name)
+        ):
+            raise IntegrityError(f"block {name} changed while it was being read")
+        return data
 
     def prev_name(self, k: int) -> str | None:
         """The name of plain block ``k``'s predecessor (None: it names none)."""
@@ -193,8 +201,6 @@ def _concat(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
         joined |= {
             "name_hashes": np.zeros((0, HASH_SIZE), np.uint8),
             "hash_ok": np.zeros(0, bool),
-            "spill_of": np.zeros(0, np.uint8),
-            "spill_at": np.zeros(0, np.int64),
             "sizes": np.zeros(0, np.uint32),
         }
     return joined
@@ -336,8 +342,8 @@ class _Judgement:
 class WalkedChain(Sequence[BlockEntry]):
     """The blocks a walk read, oldest first once :meth:`finish` is called.
 
-    Each is either a row of :class:`BlockFiles` (a plain block, decoded only on request, from
-    the pass's spill) or a :class:`BlockEntry` the walk decoded (every other event: few). What
+    Each is either a row of :class:`BlockFiles` (a plain block, decoded only on request, read
+    again by name) or a :class:`BlockEntry` the walk decoded (every other event: few). What
     it holds per plain block is its row number: the columns stay in :class:`BlockFiles`, and
     a run of them is taken out when the fold asks for it.
     """

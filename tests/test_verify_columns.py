@@ -462,7 +462,8 @@ def test_the_walk_takes_a_run_whole_and_stops_at_forks(tmp_path: Path) -> None:
     cuts it, and verify reports what it reports block by block."""
     clean = tmp_path / "clean"
     _write_chain(clean, _run_events(N))
-    runs = BlockFiles(LocalStorage(clean).read_all_blocks(BLOCK_NAMES)).runs()
+    clean_storage = LocalStorage(clean)
+    runs = BlockFiles(clean_storage.read_all_blocks(BLOCK_NAMES), clean_storage.read_block).runs()
     assert len(runs.order) == N and runs.run_end[0] == N - 1
     assert [int(runs.run_end[at]) for at in range(N)] == [N - 1] * N
 
@@ -470,7 +471,8 @@ def test_the_walk_takes_a_run_whole_and_stops_at_forks(tmp_path: Path) -> None:
     _write_chain(forked, _run_events(N))
     for position, copies in ((3, 1), (4 + N // 2, 3), (N + 1, 2)):  # the head's too
         _fork(forked, position, copies)
-    files = BlockFiles(LocalStorage(forked).read_all_blocks(BLOCK_NAMES))
+    forked_storage = LocalStorage(forked)
+    files = BlockFiles(forked_storage.read_all_blocks(BLOCK_NAMES), forked_storage.read_block)
     runs = files.runs()
     assert len(runs.order) == N + 6
     # every block's predecessor row, inside a run or at its end (a fork): the row named by it
@@ -594,16 +596,6 @@ def test_block_pass_helper_reads_what_the_parent_reads(tmp_path: Path, monkeypat
         monkeypatch.setattr(block_pass, "HELPER_BACKLOG", backlog)
         shared = storage.read_all_blocks(BLOCK_NAMES)
         assert shared is not None and shared.all() == alone
-    # every byte handed out is where the share says it is in its spill
-    shared = storage.read_all_blocks(BLOCK_NAMES)
-    assert shared is not None
-    spills = set()
-    for share in shared.shares():
-        spills.add(id(share.spill))
-        for data, at in zip(share.contents, share.offsets, strict=True):
-            assert (data is None) == (at < 0)
-            assert data is None or share.spill.read(at, len(data)) == data
-    assert len(spills) == 1  # the helper's: with this backlog it took every chunk
     assert alone[names[3]] == (b"altered", False)
     assert alone[names[9]] == (None, False)  # left to be read by name, which says why
     assert {names[5], names[7], "notes.txt"}.isdisjoint(alone)  # not listed as block files

@@ -9,11 +9,10 @@ chunk either to this process or, from :data:`HELPER_MIN_FILES` names on, to a he
 whenever the helper has fewer than :data:`HELPER_BACKLOG` chunks waiting: the two share the
 work by speed, not by a fixed split.
 
-Nothing here holds the files' bytes: each chunk's bytes are appended to a :class:`Spill`, an
-unnamed temporary file (the page cache holds it, not this process), and read back by offset
-when asked for. A consumer decodes each :class:`Share` as it arrives and keeps what it needs in
-compact form, so the whole pass holds one chunk at a time (the helper's answers are a few bytes
-a file until they are consumed).
+Nothing here holds the files' bytes beyond a chunk: a consumer decodes each :class:`Share` as
+it arrives and keeps what it needs in compact form (verify keeps columns; a block it wants whole
+later is read again by its name, whose hash proves it the same bytes). The helper's chunks
+waiting to be consumed are at most :data:`HELPER_BACKLOG`.
 
 The checks are those of every block read: entries the listing says are regular files, opened
 without following a symlink and without waiting on a FIFO, the opened file checked to be
@@ -35,7 +34,6 @@ import stat
 import struct
 import subprocess
 import sys
-import tempfile
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -46,7 +44,8 @@ CHUNK_FILES = 8192  # names per chunk: about 6 MB of block bytes held at a time
 HELPER_BACKLOG = 2  # chunks waiting for the helper before this process reads one itself
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _HEADER = struct.Struct("<BI")  # status, length
-_COUNT = struct.Struct("<I")  # frames: a count (of names' bytes, or of answers) first
+_COUNT = struct.Struct("<I")  # a frame of names: its size first
+_FRAME = struct.Struct("<II")  # a frame of answers: their count and the size of their bytes
 _READ, _MISMATCH, _SKIPPED = 0, 1, 2
 
 
@@ -106,65 +105,19 @@ def read_share(
     return out
 
 
-def _write_all(fd: int, data: bytes | memoryview) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-class Spill:
-    """Bytes appended, then read back by offset, in an unnamed temporary file: what a pass read
-    stays available (for decoding a block on request) without staying in memory."""
-
-    def __init__(self) -> None:
-        self._file = tempfile.TemporaryFile(prefix="odf-chain-pass-")  # noqa: SIM115 (kept open)
-        self.fd = self._file.fileno()
-        self.size = 0  # what this process appended (a helper's spill grows behind its back)
-
-    def append(self, parts: list[bytes]) -> int:
-        """Append ``parts`` one after the other; return where the first starts."""
-        base = self.size
-        data = b"".join(parts)
-        _write_all(self.fd, data)
-        self.size += len(data)
-        return base
-
-    def read(self, offset: int, size: int) -> bytes:
-        data = os.pread(self.fd, size, offset)
-        if len(data) != size:
-            end = offset + len(data)
-            raise OSError(f"the pass's spill file ended at {end}, not {offset + size}")
-        return data
-
-    def close(self) -> None:
-        self._file.close()
-
-
 @dataclass
 class Share:
-    """One chunk of the pass: each name's bytes (None: left to be read by name), whether they
-    hash to the name, and where they are in :attr:`spill` (-1 where not read)."""
+    """One chunk of the pass: each name's bytes (None: left to be read by name) and whether
+    they hash to the name."""
 
     names: list[str]
     contents: list[bytes | None]
     matches: list[bool]
-    spill: Spill
-    offsets: list[int]
 
 
-def _own_share(dir_fd: int, names: list[str], limit: int, hashes: Hashes, spill: Spill) -> Share:
+def _own_share(dir_fd: int, names: list[str], limit: int, hashes: Hashes) -> Share:
     found = read_share(dir_fd, names, limit, hashes)
-    contents = [data for data, _ in found]
-    read = [data for data in contents if data is not None]
-    at = spill.append(read)
-    offsets = []
-    for data in contents:
-        if data is None:
-            offsets.append(-1)
-        else:
-            offsets.append(at)
-            at += len(data)
-    return Share(names, contents, [ok for _, ok in found], spill, offsets)
+    return Share(names, [data for data, _ in found], [ok for _, ok in found])
 
 
 def _parse_frame(headers: bytes, count: int) -> list[tuple[int, int]] | None:
@@ -181,24 +134,22 @@ def _parse_frame(headers: bytes, count: int) -> list[tuple[int, int]] | None:
 
 class _Helper:
     """The helper process, fed chunks of names through a writer thread; a reader thread
-    collects its answers (a status and a length per name: the bytes go to its spill)."""
+    collects its answers (a status and a length per name, then the bytes of those read)."""
 
     def __init__(self, dir_fd: int, limit: int, hashes: Hashes) -> None:
-        self.spill = Spill()
         self.failed = False
-        arguments = [str(dir_fd), str(self.spill.fd), str(limit), str(hashes.name_length)]
+        arguments = [str(dir_fd), str(limit), str(hashes.name_length)]
         arguments += [f"{p}={a}" for p, a in hashes.prefixes.items()]
         self._proc = subprocess.Popen(
             [sys.executable, "-I", __file__, *arguments],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
-            pass_fds=(dir_fd, self.spill.fd),
+            pass_fds=(dir_fd,),
         )
         self._waiting: collections.deque[list[str]] = collections.deque()  # sent, unanswered
         self._answers: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
         self._outbox: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
-        self._offset = 0  # where the next answer's bytes start in the helper's spill
         self._files = 0
         threading.Thread(target=self._write, daemon=True).start()
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -221,9 +172,9 @@ class _Helper:
         stdout = self._proc.stdout
         assert stdout is not None
         try:
-            while len(head := stdout.read(_COUNT.size)) == _COUNT.size:
-                (count,) = _COUNT.unpack(head)
-                self._answers.put(head + stdout.read(count * _HEADER.size))
+            while len(head := stdout.read(2 * _COUNT.size)) == 2 * _COUNT.size:
+                count, size = _FRAME.unpack(head)
+                self._answers.put(head + stdout.read(count * _HEADER.size + size))
         except (OSError, ValueError):
             pass
         finally:
@@ -253,30 +204,23 @@ class _Helper:
             yield share
 
     def _share(self, raw: bytes) -> Share | None:
-        (count,) = _COUNT.unpack(raw[: _COUNT.size])
+        count, size = _FRAME.unpack(raw[: _FRAME.size])
         names = self._waiting[0]
-        parsed = _parse_frame(raw[_COUNT.size :], count) if count == len(names) else None
-        if parsed is None:
-            return None
-        total = sum(length for _, length in parsed)
-        try:
-            data = self.spill.read(self._offset, total)
-        except OSError:
+        end = _FRAME.size + count * _HEADER.size
+        parsed = _parse_frame(raw[_FRAME.size : end], count) if count == len(names) else None
+        if parsed is None or sum(length for _, length in parsed) != size or len(raw) != end + size:
             return None
         self._waiting.popleft()
         contents: list[bytes | None] = []
-        offsets, matches, at = [], [], 0
+        matches, at = [], end
         for status, length in parsed:
             if status == _SKIPPED:
                 contents.append(None)
-                offsets.append(-1)
             else:
-                contents.append(data[at : at + length])
-                offsets.append(self._offset + at)
+                contents.append(raw[at : at + length])
                 at += length
             matches.append(status == _READ)  # its word is taken: it runs this very code
-        self._offset += total
-        return Share(names, contents, matches, self.spill, offsets)
+        return Share(names, contents, matches)
 
     def finish(self) -> Iterator[Share]:
         """Every answer still to come; then the chunks it did not answer are :meth:`left`."""
@@ -350,7 +294,6 @@ class Pass:
         if self._used:
             raise RuntimeError("a pass over blocks/ is read once")
         self._used = True
-        own = Spill()
         helper: _Helper | None = None
         fd, limit, hashes = self._fd, self._limit, self._hashes
         try:
@@ -365,13 +308,13 @@ class Pass:
                 if helper is not None and not helper.failed and helper.backlog < HELPER_BACKLOG:
                     helper.send(names)
                 else:
-                    yield _own_share(fd, names, limit, hashes, own)
+                    yield _own_share(fd, names, limit, hashes)
                 if helper is not None:
                     yield from helper.answered()
             if helper is not None:
                 yield from helper.finish()
                 for names in helper.left():
-                    yield _own_share(fd, names, limit, hashes, own)
+                    yield _own_share(fd, names, limit, hashes)
         finally:
             if helper is not None:
                 helper.stop()
@@ -394,21 +337,21 @@ def _helper_available() -> bool:
 
 
 def _main(argv: list[str]) -> None:
-    dir_fd, spill_fd, limit, name_length = (int(a) for a in argv[:4])
-    hashes = Hashes(dict(a.split("=", 1) for a in argv[4:]), name_length)
+    dir_fd, limit, name_length = (int(a) for a in argv[:3])
+    hashes = Hashes(dict(a.split("=", 1) for a in argv[3:]), name_length)
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     while len(head := stdin.read(_COUNT.size)) == _COUNT.size:
         (size,) = _COUNT.unpack(head)
         names = stdin.read(size).decode("ascii").split("\n")
-        headers, chunks = bytearray(_COUNT.pack(len(names))), []
+        headers, chunks = bytearray(), []
         for data, matches in read_share(dir_fd, names, limit, hashes):
             if data is None:
                 headers += _HEADER.pack(_SKIPPED, 0)
             else:
                 headers += _HEADER.pack(_READ if matches else _MISMATCH, len(data))
                 chunks.append(data)
-        _write_all(spill_fd, b"".join(chunks))  # the bytes first: the answer says they are there
-        stdout.write(headers)
+        data = b"".join(chunks)
+        stdout.write(_FRAME.pack(len(names), len(data)) + headers + data)
         stdout.flush()
 
 
