@@ -73,6 +73,7 @@ from odf_chain.index.records import (
     Snapshot,
     decode_list,
     decode_seq,
+    raw_seq,
     segment_name,
     time_us,
 )
@@ -155,6 +156,44 @@ class ChainIndex:
         if position >= len(segment):
             raise IndexDamage(f"{segment_name(seq)} ends before block {seq}")
         return segment[position]
+
+    def table_hashes(self, first: int, stop: int) -> list[bytes]:
+        """The table's block hashes (multihash bytes) of blocks ``first..stop-1``, in bulk:
+        each segment read once, its records checked (checksum, place), no Multihash built and
+        nothing cached. Not yet checked against the blocks: a bulk reader loads each block,
+        checks its hash and links it to the next (:func:`odf_chain.replay.listed_slices_at`)."""
+        if not 0 <= first <= stop <= self.length:
+            raise IndexDamage(f"blocks {first}..{stop - 1} are not all in the table")
+        if self.rebuilt:  # everything derived in memory
+            return [bytes(self.entry(s).block_hash) for s in range(first, stop)]
+        out: list[bytes] = []
+        seq = first
+        while seq < stop:
+            number = seq // SEGMENT_ENTRIES
+            end = min(stop, (number + 1) * SEGMENT_ENTRIES)
+            if all(s in self._entries for s in range(seq, end)):  # a catch-up derived them
+                out += [bytes(self._entries[s].block_hash) for s in range(seq, end)]
+                seq = end
+                continue
+            known = self._segments.get(number)
+            if known is not None:
+                records = [(e.sequence_number, 0, bytes(e.block_hash)) for e in known]
+            else:
+                name = segment_name(seq)
+                raw = _checked(lambda name=name: self.storage.read_derived(name, SEGMENT_BYTES))
+                if raw is None:
+                    raise IndexDamage(f"{name} is missing")
+                records = raw_seq(raw, number * SEGMENT_ENTRIES, name)
+            base = number * SEGMENT_ENTRIES
+            if end - base > len(records):
+                raise IndexDamage(f"{segment_name(seq)} ends before block {end - 1}")
+            out += [records[s - base][2] for s in range(seq, end)]
+            seq = end
+        for s in range(first, stop):  # what this reader derived itself wins over the files
+            known = self._entries.get(s)
+            if known is not None:
+                out[s - first] = bytes(known.block_hash)
+        return out
 
     def _load(self, block_hash: Multihash) -> BlockEntry:
         self.block_reads += 1
