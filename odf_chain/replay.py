@@ -9,10 +9,11 @@ the 12 ``odf-chain log`` prints; BLAKE3 and SHA3-256 chains alike), a sequence n
 last block written at or before it. A hex text that can be read both ways (``f1e20ab…``) names
 the blocks either reading matches, and must name exactly one.
 
-A prefix is resolved as git resolves a short hash: by listing the block files that start with
-it (:func:`resolve_ref`; a listing, no block read, no fold), so it is ambiguous when two block
-files share it, even if one of them is not in the chain (a losing writer's block, say); the
-one it names must then be in the chain, which the index checks.
+A prefix names a block of the chain, and is ambiguous when two blocks of the chain share it
+(:func:`resolve_ref`): block files that are not in the chain (a losing or crashed writer's
+block, say) are not counted. The index's prefix buckets answer in a bounded number of file
+reads, every candidate confirmed against the seq table and its block; without them the block
+files that start with it are listed, and each placed in the chain through the index.
 
 States, schema history and lineage are answered through the derived index
 (:mod:`odf_chain.index.read`): a checked snapshot plus a bounded number of blocks, folded by
@@ -163,17 +164,12 @@ def _one_match(prefix: str, names: list[str], where: str, complete: bool = True)
     )
 
 
-def resolve_ref(storage: Storage, ref: Ref) -> Ref:
-    """``ref`` with a hash prefix replaced by the one block hash it starts (other refs as they
-    are). Lists the block files with that prefix (bounded; no block read, no fold): none is a
-    NotFoundError, several an AmbiguousRefError. Whether that block is in the chain is left to
-    the reader that uses it (the index checks it)."""
-    sel = parse_ref(ref)
-    if sel.prefix is None:
-        return ref
+def _listed(storage: Storage, forms: tuple[str, ...]) -> tuple[list[Multihash], bool]:
+    """The block files whose names start with one of ``forms`` (a listing of ``blocks/``,
+    bounded), and whether the listing is complete."""
     names: list[Multihash] = []
     complete = True
-    for form in _prefix_forms(sel.prefix):
+    for form in forms:
         listed = storage.block_names_starting(form, _CANDIDATES)
         complete = complete and len(listed) < _CANDIDATES
         for name in listed:
@@ -183,8 +179,63 @@ def resolve_ref(storage: Storage, ref: Ref) -> Ref:
                 continue
             if found_hash not in names:
                 names.append(found_hash)
-    found = _one_match(sel.prefix, [str(n) for n in names], storage.location, complete)
-    return Multihash.from_multibase(found)
+    return names, complete
+
+
+def _in_chain(
+    storage: Storage, forms: tuple[str, ...], index: index_read.ChainIndex
+) -> tuple[list[Multihash], list[NotFoundError], bool]:
+    """The blocks of the chain whose hashes start with one of ``forms``, from the index's
+    prefix buckets (:meth:`~odf_chain.index.read.ChainIndex.blocks_with_prefix`); where they
+    cannot answer (missing, damaged, stale) or find none, from a listing of ``blocks/``, each
+    block file listed placed in the chain through the index: also why the block files that
+    start so are not in it (orphans), and whether the listing was complete."""
+    try:
+        found = index.blocks_with_prefix(forms)
+    except index_read.IndexDamage:
+        if index.rebuilt:
+            raise
+        found = []
+    if found:
+        return found, [], True
+    listed, complete = _listed(storage, forms)
+    in_chain, orphans = [], []
+    for block_hash in listed:
+        try:
+            index.seq_of_hash(block_hash)
+        except NotFoundError as orphan:
+            orphans.append(orphan)
+            continue
+        in_chain.append(block_hash)
+    return in_chain, orphans, complete
+
+
+def resolve_ref(storage: Storage, ref: Ref) -> Ref:
+    """``ref`` with a hash prefix replaced by the one block of the chain whose hash it starts
+    (other refs as they are): none is a NotFoundError (naming a block file that starts so but
+    is not in the chain, when there is one), several an AmbiguousRefError. A ref names a block
+    of the chain: block files that are not in it (a crashed or losing writer's, one a rollback
+    left behind) are neither named by a prefix nor make it ambiguous.
+
+    The index answers in a bounded number of file reads (one prefix bucket, the seq table, the
+    candidate blocks: :meth:`~odf_chain.index.read.ChainIndex.blocks_with_prefix`); without
+    usable buckets, ``blocks/`` is listed (O(chain length)) and each block file found placed
+    in the chain through the index. A chain whose index cannot be built (a later block breaks
+    a rule) is answered from the listing alone, its blocks placed by the reader that uses it."""
+    sel = parse_ref(ref)
+    if sel.prefix is None:
+        return ref
+    forms = _prefix_forms(sel.prefix)
+    try:
+        found, orphans, complete = index_read.answer(
+            storage, lambda index: _in_chain(storage, forms, index)
+        )
+    except RuleViolation:
+        (found, complete), orphans = _listed(storage, forms), []
+    if not found and orphans:
+        raise orphans[0]
+    chosen = _one_match(sel.prefix, [str(n) for n in found], storage.location, complete)
+    return Multihash.from_multibase(chosen)
 
 
 def select(entries: list[BlockEntry], ref: Ref) -> int:
