@@ -254,9 +254,7 @@ def test_damaged_index_file_is_detected_and_rebuilt(rich_copy: Path, name: str, 
 def index_files(root: Path) -> dict[str, bytes]:
     folder = root / INDEX
     return (
-        {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
-        if folder.exists()
-        else {}
+        {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()} if folder.exists() else {}
     )
 
 
