@@ -19,7 +19,10 @@ blocks in the page cache):
 * ``to_table(check=None)``: the same without the slice checks (the listing alone on top);
 * ``pyarrow.dataset``: ``pads.dataset(files, schema=...).to_table()`` over the same files,
   listed in advance (no check of anything);
-* DuckDB: ``read_parquet([...files])`` to Arrow, when ``duckdb`` is installed.
+* DuckDB: ``read_parquet([...files])`` to Arrow, when ``duckdb`` is installed;
+* ``to_table()`` as it was before the bulk listing and the batched decode, from the same
+  functions (a walk from the head, block by block: ``replay.slice_blocks_at``; then each
+  slice decoded alone), and each listing alone, bulk and walked.
 
 Medians of wall time with ratios to pyarrow.dataset.
 """
@@ -37,7 +40,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.dataset as pads
 
+from odf_chain import replay, slice_reader
 from odf_chain.dataset import Dataset
+
+
+class _Rows:
+    """A listing standing in for a table: its length as num_rows."""
+
+    def __init__(self, found: list) -> None:
+        self.num_rows = len(found)
 
 
 def build(root: Path, slices: int, rows: int) -> None:
@@ -88,11 +99,27 @@ def main() -> int:
     dataset = Dataset.open(root)
     schema = dataset.state.schema
     paths = sorted(str(p) for p in (root / "data").iterdir())
+
+    def before() -> pa.Table:
+        """to_table() as it was before this change, from the same functions: the slices
+        listed by a walk from the head, block by block (replay.slice_blocks_at, kept as the
+        fallback), each slice decoded alone (slice_reader.decode) as it arrives checked."""
+        state, found = replay.slice_blocks_at(dataset.storage, "head")
+        pieces = slice_reader.named_slices(dataset.storage, found)
+        arrived = slice_reader._read_ahead(dataset.storage, pieces, "hash")
+        return pa.concat_tables(
+            [slice_reader.decode(piece, data, state.schema, None, None) for piece, data in arrived]
+        )
+
     cases: dict[str, Callable[[], pa.Table]] = {
         "pyarrow.dataset": lambda: pads.dataset(paths, schema=schema, format="parquet").to_table(),
         "to_table(check=None)": lambda: dataset.to_table(check=None),
         "to_table()": lambda: dataset.to_table(),
     }
+    if hasattr(replay, "listed_slices_at"):
+        cases["before: to_table()"] = before
+        cases["listing alone (bulk)"] = lambda: _Rows(replay.listed_slices_at(dataset.storage)[1])
+        cases["listing alone (walk)"] = lambda: _Rows(replay.slice_blocks_at(dataset.storage)[1])
     try:
         import duckdb
 
@@ -100,7 +127,7 @@ def main() -> int:
         connection = duckdb.connect()
         cases["DuckDB read_parquet"] = lambda: connection.sql(
             f"select * from read_parquet({listed})"
-        ).fetch_arrow_table()
+        ).to_arrow_table()
     except ImportError:
         print("duckdb is not installed: its row is left out")
     seconds: dict[str, list[float]] = {name: [] for name in cases}
@@ -123,6 +150,7 @@ def main() -> int:
     floor = medians["pyarrow.dataset"]
     print()
     print(f"{len(paths)} slices, {rows['to_table()']:,} rows, medians of {args.runs} runs")
+    print("(listing rows: seconds for the listing alone; the ratio to the whole pyarrow read)")
     print(f"{'':24}{'seconds':>9}{'/ pyarrow.dataset':>19}{'µs / slice':>12}")
     for name, median in medians.items():
         print(f"{name:24}{median:>9.3f}{median / floor:>18.2f}x{median / len(paths) * 1e6:>12.1f}")
