@@ -69,6 +69,7 @@ from odf_chain.index.records import (
     SCHEMA_LIST,
     SEGMENT_BYTES,
     SEGMENT_ENTRIES,
+    SEQ_RECORD_BYTES,
     SNAPSHOT_INTERVAL,
     IndexDamage,
     Pointer,
@@ -82,6 +83,7 @@ from odf_chain.index.records import (
     decode_seq,
     raw_seq,
     segment_name,
+    segment_offset,
     time_us,
 )
 from odf_chain.state import EMPTY, DatasetState, Vocabulary, carries_lineage, lineage_of
@@ -169,6 +171,22 @@ class ChainIndex:
             raise IndexDamage(f"{segment_name(seq)} ends before block {seq}")
         return segment[position]
 
+    def one_entry(self, seq: int) -> SeqEntry:
+        """:meth:`entry` for a lookup of one block: from a segment not yet read, only that
+        record is decoded (and checked), the segment is not kept."""
+        number = seq // SEGMENT_ENTRIES
+        if self.rebuilt or seq in self._entries or number in self._segments:
+            return self.entry(seq)
+        name = segment_name(seq)
+        raw = _checked(lambda: self.storage.read_derived(name, SEGMENT_BYTES))
+        if raw is None:
+            raise IndexDamage(f"{name} is missing")
+        offset = segment_offset(seq)
+        record = raw[offset : offset + SEQ_RECORD_BYTES]
+        if len(raw) % SEQ_RECORD_BYTES or len(record) < SEQ_RECORD_BYTES:
+            raise IndexDamage(f"{name} ends before block {seq}, or is cut")
+        return decode_seq(record, seq, name)[0]
+
     def table_hashes(self, first: int, stop: int) -> list[bytes]:
         """The table's block hashes (multihash bytes) of blocks ``first..stop-1``, in bulk:
         each segment read once, its records checked (checksum, place), no Multihash built and
@@ -229,7 +247,7 @@ class ChainIndex:
             raise IndexDamage(f"{PREFIX_COVERAGE} is missing")
         coverage = PrefixCoverage.decode(raw, PREFIX_COVERAGE)
         covered = coverage.sequence_number
-        if covered > top or bytes(self.entry(covered).block_hash) != coverage.block_hash:
+        if covered > top or bytes(self.one_entry(covered).block_hash) != coverage.block_hash:
             raise IndexDamage(f"{PREFIX_COVERAGE} names a block that is not the table's")
         if top - covered > PREFIX_TAIL:
             raise IndexDamage(f"{PREFIX_COVERAGE} is {top - covered} blocks behind the head")
@@ -260,7 +278,7 @@ class ChainIndex:
                     wanted[seq] = key
         out = []
         for seq in sorted(wanted):
-            block_hash = self.entry(seq).block_hash
+            block_hash = self.one_entry(seq).block_hash
             if not str(block_hash)[len(_HEADERS[0]) :].startswith(wanted[seq]):
                 raise IndexDamage(f"the prefix record of block {seq} is not the table's block")
             if not str(block_hash).startswith(forms):
