@@ -269,9 +269,8 @@ class Dataset:
         reader.
 
         Each slice is read into memory once, checked, and decoded from those same bytes (no
-        window between check and use), the next slice read and checked in a thread meanwhile,
-        checked slices decoded in batches of up to 64 MiB (one pyarrow scan each): at most a
-        batch's bytes and one slice's are held beside the result. ``check="hash"`` (the default)
+        window between check and use), the next slice read and checked in a thread meanwhile:
+        at most two slices' bytes are held beside the result. ``check="hash"`` (the default)
         compares the size and physical hash of the bytes with the AddData that added the
         slice, ``"size"`` their size only (a trusted pipeline that still wants truncations
         caught), ``None`` nothing (a trusted pipeline). Whatever the check, a slice that fails

@@ -5,10 +5,9 @@ another valid slice of the dataset, or rewritten with other values, is a valid P
 that decodes without complaint, and only its size and physical hash (the multihash of the
 whole file) tell it from the slice the block recorded. So :func:`read_table` reads each slice
 into memory once, checks those bytes, and decodes the same bytes: there is no window between
-the check and the use. It hashes the next slice in a thread while the ones before are
-decoded (BLAKE3, SHA3 and pyarrow's decoding release the GIL); checked slices are decoded in
-batches (:data:`BATCH_BYTES`), so at most a batch's bytes and one slice's are held beside the
-result. ``tools/bench_read.py`` over 1.09 GB of slices: checked 1.04x-1.07x the
+the check and the use. It hashes the next slice in a thread while the current one is decoded
+(BLAKE3, SHA3 and pyarrow's decoding release the GIL), holding at most two slices' bytes
+beside the result. ``tools/bench_read.py`` over 1.09 GB of slices: checked 1.04x-1.07x the
 unchecked read in wall time (medians of 7 alternating runs on a shared machine); BLAKE3 runs at
 ~5 GB/s, a few percent of what decoding costs.
 
@@ -48,14 +47,8 @@ physical hash, ``"size"`` its size only, ``None`` nothing (a trusted pipeline)."
 CHECKS: tuple[SliceCheck, ...] = (*get_args(Literal["hash", "size"]), None)
 
 READ_AHEAD = 1
-"""Slices read and checked in a thread ahead of the batch being collected."""
-
-BATCH_BYTES = 64 << 20
-BATCH_SLICES = 4096
-"""Checked slices are decoded together, up to this many bytes or slices (a slice larger than
-that alone): a dataset of many small slices pays pyarrow's per-scan cost once per batch, not
-once per slice. So the bytes of at most one batch and one slice read ahead are held beside the
-result."""
+"""Slices read and checked in a thread ahead of the one being decoded: with one, the bytes of
+at most two slices are held beside the result."""
 
 CHECK_THREADS = 2
 """Threads hashing files for :func:`check_files` (as verify hashes them: two cores' worth)."""
@@ -228,42 +221,10 @@ def read_table(
 
     empty = pads.InMemoryDataset(schema.empty_table()).to_table(columns=columns, filter=filter)
     tables = []
-    batch: list[tuple[NamedSlice, pa.Buffer]] = []
-    held = 0
     for piece, data in _read_ahead(storage, pieces, check):
-        batch.append((piece, data))
-        held += data.size
-        if held >= BATCH_BYTES or len(batch) >= BATCH_SLICES:
-            tables.append(decode_batch(batch, schema, columns, filter))
-            batch, held = [], 0  # the bytes go as soon as they are decoded
-    if batch:
-        tables.append(decode_batch(batch, schema, columns, filter))
-    del batch
+        tables.append(decode(piece, data, schema, columns, filter))
+        del data  # the bytes go as soon as they are decoded
     return pa.concat_tables(tables) if tables else empty
-
-
-def decode_batch(
-    batch: Sequence[tuple[NamedSlice, pa.Buffer]],
-    schema: pa.Schema,
-    columns: Sequence[str] | None,
-    filter: pc.Expression | None,
-) -> pa.Table:
-    """The rows of several checked slices, in order, as :func:`decode` gives them: one pyarrow
-    dataset of in-memory fragments, scanned at once (pyarrow's per-scan cost paid once, its
-    threads decoding the slices side by side). When that fails, the slices are decoded one by
-    one, so the error names the slice that does not decode."""
-    if len(batch) == 1:
-        return decode(*batch[0], schema, columns, filter)
-    import pyarrow.dataset as pads
-
-    try:
-        fragments = [_parquet().make_fragment(pa.BufferReader(data)) for _, data in batch]
-        scanned = pads.FileSystemDataset(fragments, schema, _parquet())
-        return scanned.to_table(columns=columns, filter=filter)
-    except (pa.ArrowException, OSError):
-        return pa.concat_tables(
-            [decode(piece, data, schema, columns, filter) for piece, data in batch]
-        )
 
 
 def _check_file(storage: Storage, piece: NamedSlice, check: SliceCheck) -> None:

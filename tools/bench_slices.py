@@ -16,11 +16,10 @@ blocks in the page cache):
 
 * ``to_table()``: the slices named at the head, each slice's size and physical hash checked
   (the default), decoded from the bytes checked;
-* ``to_table(check=None)``: the same without the slice checks (the listing alone on top);
 * ``pyarrow.dataset``: ``pads.dataset(files, schema=...).to_table()`` over the same files,
   listed in advance (no check of anything);
 * DuckDB: ``read_parquet([...files])`` to Arrow, when ``duckdb`` is installed;
-* ``to_table()`` as it was before the bulk listing and the batched decode, from the same
+* ``to_table()`` as it was before the bulk listing, from the same
   functions (a walk from the head, block by block: ``replay.slice_blocks_at``; then each
   slice decoded alone), and each listing alone, bulk and walked.
 
@@ -113,7 +112,6 @@ def main() -> int:
 
     cases: dict[str, Callable[[], pa.Table]] = {
         "pyarrow.dataset": lambda: pads.dataset(paths, schema=schema, format="parquet").to_table(),
-        "to_table(check=None)": lambda: dataset.to_table(check=None),
         "to_table()": lambda: dataset.to_table(),
     }
     if hasattr(replay, "listed_slices_at"):
