@@ -12,6 +12,7 @@ never read, and the next writer writes over it.
 from __future__ import annotations
 
 import contextlib
+from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
 from odf_chain.errors import OdfChainError
@@ -55,7 +56,7 @@ def write_prefixes(
     with contextlib.suppress(*_ERRORS), storage.derived_batch():
         storage.remove_derived(PREFIX_COVERAGE)
         storage.remove_derived(PREFIX_DIR)
-        pending = [bytearray() for _ in range(PREFIX_BUCKETS)]
+        pending: dict[int, bytearray] = defaultdict(bytearray)
         counts = [0] * PREFIX_BUCKETS
         held = 0
         last: bytes | None = None
@@ -82,15 +83,14 @@ def write_prefixes(
     return False
 
 
-def _flush(storage: DerivedStore, pending: list[bytearray], counts: list[int]) -> None:
+def _flush(storage: DerivedStore, pending: dict[int, bytearray], counts: list[int]) -> None:
     """Append each bucket's pending records after its ``counts`` records."""
-    for bucket, records in enumerate(pending):
-        if records:
-            offset = counts[bucket] * PREFIX_RECORD_BYTES
-            if not storage.patch_derived(bucket_name(bucket), offset, bytes(records)):
-                raise IndexDamage(f"{bucket_name(bucket)} lacks records before its end")
-            counts[bucket] += len(records) // PREFIX_RECORD_BYTES
-            records.clear()
+    for bucket, records in sorted(pending.items()):
+        offset = counts[bucket] * PREFIX_RECORD_BYTES
+        if not storage.patch_derived(bucket_name(bucket), offset, bytes(records)):
+            raise IndexDamage(f"{bucket_name(bucket)} lacks records before its end")
+        counts[bucket] += len(records) // PREFIX_RECORD_BYTES
+    pending.clear()
 
 
 def _coverage(storage: DerivedStore) -> PrefixCoverage | None:
@@ -115,7 +115,7 @@ def _extend(storage: DerivedStore, before: bytes | None, entries: Sequence[SeqEn
         ):
             return False
         counts = list(coverage.counts)
-    pending = [bytearray() for _ in range(PREFIX_BUCKETS)]
+    pending: dict[int, bytearray] = defaultdict(bytearray)
     for entry in entries:
         digest = bytes(entry.block_hash)[2:]
         pending[bucket_of(digest)] += encode_prefix(digest, entry.sequence_number)
