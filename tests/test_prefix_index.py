@@ -280,3 +280,16 @@ def test_an_orphan_is_not_a_candidate(built_copy: Path) -> None:
         assert resolved(built_copy, orphan[:8])[0] == chain_block
     with pytest.raises(NotFoundError, match="not in its chain"):
         replay.resolve_ref(open_storage(built_copy), orphan[:20])
+
+
+def test_the_index_command_writes_missing_buckets(built_copy: Path) -> None:
+    """An index saved before the buckets existed: ``odf-chain index`` writes them (from the
+    seq table), and a checked index keeps them."""
+    shutil.rmtree(built_copy / BUCKETS)
+    (built_copy / COVERAGE).unlink()
+    status = index_read.check_index(str(built_copy))
+    assert status.how == "checked" and status.saved
+    names = names_of(built_copy)
+    assert bucket_files(built_copy) == expected_buckets(names)
+    found, counting = resolved(built_copy, names[1234][:16])
+    assert found == names[1234] and counting.listings == 0

@@ -170,3 +170,18 @@ def table_hash(storage: DerivedStore, seq: int) -> bytes | None:
             if seq % SEGMENT_ENTRIES < len(records):
                 return records[seq % SEGMENT_ENTRIES][2]
     return None
+
+
+def ensure(storage: DerivedStore, upto: int, head: bytes) -> bool:
+    """Make the buckets cover blocks ``0..upto`` (``head`` the hash of block ``upto``): kept
+    when their coverage already ends there, else written anew from the seq table (``odf-chain
+    index`` on an index saved before buckets existed, or left behind). Never raises."""
+    with contextlib.suppress(*_ERRORS), storage.derived_batch():
+        coverage = _coverage(storage)
+        if coverage is not None and (coverage.sequence_number, coverage.block_hash) == (
+            upto,
+            head,
+        ):
+            return True
+        return write_prefixes(storage, table_blocks(storage, upto))
+    return False

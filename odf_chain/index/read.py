@@ -56,7 +56,7 @@ from odf_chain.events import (
     SetVocab,
 )
 from odf_chain.format.multihash import BLAKE3, SHA3_256, Multihash
-from odf_chain.index import update
+from odf_chain.index import prefixes, update
 from odf_chain.index.records import (
     COVERAGE_BYTES,
     HEAD_SNAPSHOT,
@@ -719,6 +719,7 @@ def check_index(location: str, *, from_scratch: bool = False) -> IndexStatus:
     index = rebuild(storage, save=True) if from_scratch else open_index(storage, save=True)
     head = index.head.head
     assert head is not None
+    prefixes.ensure(storage, index.head.sequence_number, bytes(head))
     on_disk = _read_snapshot(storage, HEAD_SNAPSHOT)
     saved = on_disk is not None and on_disk.block_hash == head
     return IndexStatus(storage.location, index.length, head, index.how, saved)
