@@ -10,9 +10,11 @@ import shutil
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 
-from odf_chain import chain, replay
+from odf_chain import chain, replay, slice_reader
 from odf_chain.dataset import Dataset
 from odf_chain.errors import IntegrityError
 from odf_chain.events import AddData, DataSlice, OffsetInterval
@@ -21,12 +23,12 @@ from odf_chain.index.records import SeqEntry, decode_seq, encode_seq, time_us
 from odf_chain.storage import open_storage
 from tests.test_index import CountingStorage, rich  # noqa: F401  (the fixture)
 
-WRITES = 40
+WRITES = 70  # more than slice_reader.MANY_SLICES: to_table reads them by batches
 
 
 @pytest.fixture(scope="module")
 def many(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A dataset of 40 one-row writes (a SetDataSchema, then 40 AddData with slices), an
+    """A dataset of 70 one-row writes (a SetDataSchema, then 40 AddData with slices), an
     evolution in the middle."""
     root = tmp_path_factory.mktemp("bulk") / "ds"
     ds = Dataset.create(root)
@@ -115,3 +117,32 @@ def test_a_damaged_block_is_the_walks_error(many: Path, tmp_path: Path) -> None:
     with pytest.raises(IntegrityError) as walked:
         replay.slice_blocks_at(open_storage(root), "head")
     assert str(listed.value) == str(walked.value)
+
+
+def test_a_read_by_batches_is_every_slice_in_chain_order(many: Path) -> None:
+    ds = Dataset.open(many)
+    _, found = as_walked(open_storage(many), "head")
+    files = [pq.read_table(many / "data" / str(data.physical_hash)) for _, _, data in found]
+    assert len(files) >= slice_reader.MANY_SLICES
+    table = ds.to_table()
+    assert table.column("id").to_pylist() == [i for f in files for i in f.column("id").to_pylist()]
+    assert table.column("name").to_pylist()[: WRITES // 2] == [None] * (WRITES // 2)
+    picked = ds.to_table(columns=["id"], filter=pc.field("id") >= WRITES - 3)
+    assert picked.column("id").to_pylist() == list(range(WRITES - 3, WRITES))
+
+
+def test_a_read_by_batches_names_the_first_bad_slice(many: Path, tmp_path: Path) -> None:
+    root = tmp_path / "ds"
+    shutil.copytree(many, root)
+    _, found = as_walked(open_storage(root), "head")
+    late, early = found[60], found[30]
+    for _, _, data in (late, early):
+        path = root / "data" / str(data.physical_hash)
+        path.write_bytes(b"not parquet at all")
+    with pytest.raises(IntegrityError, match="altered or replaced") as caught:
+        Dataset.open(root).to_table()
+    assert str(early[2].physical_hash) in str(caught.value)
+    assert f"block {early[0]} " in str(caught.value)
+    with pytest.raises(IntegrityError, match="does not decode") as caught:
+        Dataset.open(root).to_table(check=None)
+    assert str(early[2].physical_hash) in str(caught.value)
