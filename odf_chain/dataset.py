@@ -269,16 +269,14 @@ class Dataset:
         reader.
 
         Each slice is read into memory once, checked, and decoded from those same bytes (no
-        window between check and use), the next slice read and checked in a thread meanwhile: at
-        most two slices' bytes are held beside the result. Many slices (64 or more) are read by
-        batches of up to 64 MiB, the next batch read and checked by two threads while one
-        pyarrow scan decodes this one: at most two batches' bytes beside the result.
-        ``check="hash"`` (the default) compares the size and physical hash of the bytes with the
-        AddData that added the slice, ``"size"`` their size only (a trusted pipeline that still
-        wants truncations caught), ``None`` nothing (a trusted pipeline). Whatever the check, a
-        slice that fails it or does not decode is an :class:`IntegrityError`, one that cannot be
-        read a :class:`StorageError`, each naming the slice's file and the block (sequence
-        number and hash) that added it.
+        window between check and use), the next slice read and checked in a thread meanwhile:
+        at most two slices' bytes are held beside the result. ``check="hash"`` (the default)
+        compares the size and physical hash of the bytes with the AddData that added the
+        slice, ``"size"`` their size only (a trusted pipeline that still wants truncations
+        caught), ``None`` nothing (a trusted pipeline). Whatever the check, a slice that fails
+        it or does not decode is an :class:`IntegrityError`, one that cannot be read a
+        :class:`StorageError`, each naming the slice's file and the block (sequence number and
+        hash) that added it.
 
         A derivative dataset's rows are its changelog folded (:func:`odf_chain.derived.fold`:
         each retraction cancels the row it names), so the table is the query's answer over the

@@ -2,16 +2,14 @@
 
 A reader hands out only rows the chain vouches for (DESIGN.md, "Trust"): a slice swapped for
 another valid slice of the dataset, or rewritten with other values, is a valid Parquet file
-that decodes without complaint, and only its size and physical hash (the multihash of the whole
-file) tell it from the slice the block recorded. So :func:`read_table` reads each slice into
-memory once, checks those bytes, and decodes the same bytes: there is no window between the
-check and the use. It hashes the next slice in a thread while the current one is decoded
-(BLAKE3, SHA3 and pyarrow's decoding release the GIL), holding at most two slices' bytes beside
-the result. A read of many slices (:data:`MANY_SLICES`) goes by batches of up to 64 MiB: the
-next batch read and checked by two threads while one pyarrow scan decodes this one, so at most
-two batches' bytes are held beside the result. ``tools/bench_read.py`` over 1.09 GB of slices:
-checked 1.04x-1.07x the unchecked read in wall time (medians of 7 alternating runs on a shared
-machine); BLAKE3 runs at ~5 GB/s, a few percent of what decoding costs.
+that decodes without complaint, and only its size and physical hash (the multihash of the
+whole file) tell it from the slice the block recorded. So :func:`read_table` reads each slice
+into memory once, checks those bytes, and decodes the same bytes: there is no window between
+the check and the use. It hashes the next slice in a thread while the current one is decoded
+(BLAKE3, SHA3 and pyarrow's decoding release the GIL), holding at most two slices' bytes
+beside the result. ``tools/bench_read.py`` over 1.09 GB of slices: checked 1.04x-1.07x the
+unchecked read in wall time (medians of 7 alternating runs on a shared machine); BLAKE3 runs at
+~5 GB/s, a few percent of what decoding costs.
 
 Whatever goes wrong with a slice is an :class:`OdfChainError` naming its file and the block
 (sequence number and hash) that added it: a mismatch or a file that does not decode is an
@@ -51,14 +49,6 @@ CHECKS: tuple[SliceCheck, ...] = (*get_args(Literal["hash", "size"]), None)
 READ_AHEAD = 1
 """Slices read and checked in a thread ahead of the one being decoded: with one, the bytes of
 at most two slices are held beside the result."""
-
-MANY_SLICES = 64
-"""From this many slices on, a read goes by batches: many small slices are read and checked by
-:data:`READ_THREADS` threads a batch ahead, and each batch decoded by one pyarrow scan (its
-per-scan cost paid once a batch, not once a slice)."""
-BATCH_BYTES = 64 << 20
-BATCH_SLICES = 512
-READ_THREADS = 2
 
 CHECK_THREADS = 2
 """Threads hashing files for :func:`check_files` (as verify hashes them: two cores' worth)."""
@@ -231,80 +221,10 @@ def read_table(
 
     empty = pads.InMemoryDataset(schema.empty_table()).to_table(columns=columns, filter=filter)
     tables = []
-    if len(pieces) < MANY_SLICES:
-        for piece, data in _read_ahead(storage, pieces, check):
-            tables.append(decode(piece, data, schema, columns, filter))
-            del data  # the bytes go as soon as they are decoded
-    else:
-        for batch in _read_batches(storage, pieces, check):
-            tables.append(decode_batch(batch, schema, columns, filter))
-            del batch
+    for piece, data in _read_ahead(storage, pieces, check):
+        tables.append(decode(piece, data, schema, columns, filter))
+        del data  # the bytes go as soon as they are decoded
     return pa.concat_tables(tables) if tables else empty
-
-
-def _batches(pieces: Sequence[NamedSlice]) -> Iterator[list[NamedSlice]]:
-    """Consecutive slices, up to :data:`BATCH_BYTES` (as their AddData record their sizes) or
-    :data:`BATCH_SLICES` slices a batch; a larger slice is a batch of its own."""
-    batch: list[NamedSlice] = []
-    held = 0
-    for piece in pieces:
-        if batch and (held + piece.data.size > BATCH_BYTES or len(batch) >= BATCH_SLICES):
-            yield batch
-            batch, held = [], 0
-        batch.append(piece)
-        held += piece.data.size
-    if batch:
-        yield batch
-
-
-def _read_batches(
-    storage: Storage, pieces: Sequence[NamedSlice], check: SliceCheck
-) -> Iterator[list[tuple[NamedSlice, pa.Buffer]]]:
-    """Each batch's checked bytes in chain order (the first problem in chain order raised),
-    the next batch read and checked by :data:`READ_THREADS` threads while this one is
-    decoded: at most two batches' bytes are held."""
-    pending: deque[tuple[list[NamedSlice], list[Future[pa.Buffer]]]] = deque()
-
-    def oldest() -> list[tuple[NamedSlice, pa.Buffer]]:
-        batch, futures = pending.popleft()
-        return [(piece, future.result()) for piece, future in zip(batch, futures, strict=True)]
-
-    with ThreadPoolExecutor(READ_THREADS, thread_name_prefix="odf-chain-read") as pool:
-        try:
-            for batch in _batches(pieces):
-                futures = [pool.submit(read_slice, storage, piece, check) for piece in batch]
-                pending.append((batch, futures))
-                if len(pending) > 1:
-                    yield oldest()
-            while pending:
-                yield oldest()
-        finally:  # stopped early (an error): what was not started is not read
-            for _, futures in pending:
-                for future in futures:
-                    future.cancel()
-
-
-def decode_batch(
-    batch: Sequence[tuple[NamedSlice, pa.Buffer]],
-    schema: pa.Schema,
-    columns: Sequence[str] | None,
-    filter: pc.Expression | None,
-) -> pa.Table:
-    """The rows of several checked slices, in order, as :func:`decode` gives them: one pyarrow
-    dataset of in-memory fragments, scanned at once (pyarrow's per-scan cost paid once, its
-    threads decoding the slices side by side). When that fails, the slices are decoded one by
-    one, so the error names the slice that does not decode."""
-    if len(batch) == 1:
-        return decode(*batch[0], schema, columns, filter)
-    import pyarrow.dataset as pads
-
-    try:
-        fragments = [_parquet().make_fragment(pa.BufferReader(data)) for _, data in batch]
-        scanned = pads.FileSystemDataset(fragments, schema, _parquet())
-        return scanned.to_table(columns=columns, filter=filter)
-    except (pa.ArrowException, OSError):
-        tables = [decode(piece, data, schema, columns, filter) for piece, data in batch]
-        return pa.concat_tables(tables)
 
 
 def _check_file(storage: Storage, piece: NamedSlice, check: SliceCheck) -> None:
