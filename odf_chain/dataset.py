@@ -191,11 +191,20 @@ class Dataset:
     def _slices_at(
         self, at: replay.Ref
     ) -> tuple[pa.Schema, list[slice_reader.NamedSlice], DatasetState]:
-        state, found = replay.slice_blocks_at(self.storage, at)
+        state, found = replay.listed_slices_at(self.storage, at)
         if state.schema is None:
             raise NotFoundError(f"{self.location} has no schema at block {state.sequence_number}")
         self.storage.check_layout()
-        return state.schema, slice_reader.named_slices(self.storage, found), state
+        pieces = [
+            slice_reader.NamedSlice(
+                listed.data,
+                listed.sequence_number,
+                listed.block_hash,
+                self.storage.fs_path(f"data/{listed.data.physical_hash}"),
+            )
+            for listed in found
+        ]
+        return state.schema, pieces, state
 
     def to_pyarrow_dataset(
         self,

@@ -9,10 +9,11 @@ the 12 ``odf-chain log`` prints; BLAKE3 and SHA3-256 chains alike), a sequence n
 last block written at or before it. A hex text that can be read both ways (``f1e20ab…``) names
 the blocks either reading matches, and must name exactly one.
 
-A prefix is resolved as git resolves a short hash: by listing the block files that start with
-it (:func:`resolve_ref`; a listing, no block read, no fold), so it is ambiguous when two block
-files share it, even if one of them is not in the chain (a losing writer's block, say); the
-one it names must then be in the chain, which the index checks.
+A prefix names a block of the chain, and is ambiguous when two blocks of the chain share it
+(:func:`resolve_ref`): block files that are not in the chain (a losing or crashed writer's
+block, say) are not counted. The index's prefix buckets answer in a bounded number of file
+reads, every candidate confirmed against the seq table and its block; without them the block
+files that start with it are listed, and each placed in the chain through the index.
 
 States, schema history and lineage are answered through the derived index
 (:mod:`odf_chain.index.read`): a checked snapshot plus a bounded number of blocks, folded by
@@ -46,11 +47,13 @@ from odf_chain.events import (
     DataSlice,
     ExecuteTransform,
     LineageInput,
+    OffsetInterval,
     SetDataSchema,
     SetTransform,
 )
 from odf_chain.format.multihash import BLAKE3, SHA3_256, Multihash
 from odf_chain.index import read as index_read
+from odf_chain.index.records import IndexDamage
 from odf_chain.schema.evolution import SchemaDiff, diff_schemas
 from odf_chain.state import EMPTY, SOURCE_KEY, DatasetState, lineage_of, recorded_transaction
 from odf_chain.storage import Storage
@@ -161,17 +164,12 @@ def _one_match(prefix: str, names: list[str], where: str, complete: bool = True)
     )
 
 
-def resolve_ref(storage: Storage, ref: Ref) -> Ref:
-    """``ref`` with a hash prefix replaced by the one block hash it starts (other refs as they
-    are). Lists the block files with that prefix (bounded; no block read, no fold): none is a
-    NotFoundError, several an AmbiguousRefError. Whether that block is in the chain is left to
-    the reader that uses it (the index checks it)."""
-    sel = parse_ref(ref)
-    if sel.prefix is None:
-        return ref
+def _listed(storage: Storage, forms: tuple[str, ...]) -> tuple[list[Multihash], bool]:
+    """The block files whose names start with one of ``forms`` (a listing of ``blocks/``,
+    bounded), and whether the listing is complete."""
     names: list[Multihash] = []
     complete = True
-    for form in _prefix_forms(sel.prefix):
+    for form in forms:
         listed = storage.block_names_starting(form, _CANDIDATES)
         complete = complete and len(listed) < _CANDIDATES
         for name in listed:
@@ -181,8 +179,63 @@ def resolve_ref(storage: Storage, ref: Ref) -> Ref:
                 continue
             if found_hash not in names:
                 names.append(found_hash)
-    found = _one_match(sel.prefix, [str(n) for n in names], storage.location, complete)
-    return Multihash.from_multibase(found)
+    return names, complete
+
+
+def _in_chain(
+    storage: Storage, forms: tuple[str, ...], index: index_read.ChainIndex
+) -> tuple[list[Multihash], list[NotFoundError], bool]:
+    """The blocks of the chain whose hashes start with one of ``forms``, from the index's
+    prefix buckets (:meth:`~odf_chain.index.read.ChainIndex.blocks_with_prefix`); where they
+    cannot answer (missing, damaged, stale) or find none, from a listing of ``blocks/``, each
+    block file listed placed in the chain through the index: also why the block files that
+    start so are not in it (orphans), and whether the listing was complete."""
+    try:
+        found = index.blocks_with_prefix(forms)
+    except index_read.IndexDamage:
+        if index.rebuilt:
+            raise
+        found = []
+    if found:
+        return found, [], True
+    listed, complete = _listed(storage, forms)
+    in_chain, orphans = [], []
+    for block_hash in listed:
+        try:
+            index.seq_of_hash(block_hash)
+        except NotFoundError as orphan:
+            orphans.append(orphan)
+            continue
+        in_chain.append(block_hash)
+    return in_chain, orphans, complete
+
+
+def resolve_ref(storage: Storage, ref: Ref) -> Ref:
+    """``ref`` with a hash prefix replaced by the one block of the chain whose hash it starts
+    (other refs as they are): none is a NotFoundError (naming a block file that starts so but
+    is not in the chain, when there is one), several an AmbiguousRefError. A ref names a block
+    of the chain: block files that are not in it (a crashed or losing writer's, one a rollback
+    left behind) are neither named by a prefix nor make it ambiguous.
+
+    The index answers in a bounded number of file reads (one prefix bucket, the seq table, the
+    candidate blocks: :meth:`~odf_chain.index.read.ChainIndex.blocks_with_prefix`); without
+    usable buckets, ``blocks/`` is listed (O(chain length)) and each block file found placed
+    in the chain through the index. A chain whose index cannot be built (a later block breaks
+    a rule) is answered from the listing alone, its blocks placed by the reader that uses it."""
+    sel = parse_ref(ref)
+    if sel.prefix is None:
+        return ref
+    forms = _prefix_forms(sel.prefix)
+    try:
+        found, orphans, complete = index_read.answer(
+            storage, lambda index: _in_chain(storage, forms, index)
+        )
+    except RuleViolation:
+        (found, complete), orphans = _listed(storage, forms), []
+    if not found and orphans:
+        raise orphans[0]
+    chosen = _one_match(sel.prefix, [str(n) for n in found], storage.location, complete)
+    return Multihash.from_multibase(chosen)
 
 
 def select(entries: list[BlockEntry], ref: Ref) -> int:
@@ -325,6 +378,147 @@ def slice_blocks_at(
         return state, _proven_slices(storage, read_head(storage), state)
     except _Contradiction as exc:
         raise IntegrityError(f"{storage.location}: the chain changed while read ({exc})") from None
+
+
+@dataclass(frozen=True, slots=True)
+class ListedSlice:
+    """A slice the chain names, with the sequence number and hash of the block that added it."""
+
+    sequence_number: int
+    block_hash: Multihash
+    data: DataSlice
+
+
+LIST_CHUNK = 4096
+"""Blocks a bulk listing reads, checks and decodes at a time (their bytes held together)."""
+
+
+def _bulk_slices(storage: Storage, head: Multihash, state: DatasetState) -> list[ListedSlice]:
+    """What :func:`_proven_slices` proves, in bulk: the index's table gives the hash of every
+    block from the Seed to ``head`` (a hint, never believed), each block is read, checked
+    against that hash, and must carry its sequence number and name the one before it as its
+    ``prev``: the same hash-linked path from the head to the Seed a walk follows, read in
+    sequence order, so each AddData is decoded with the others at once
+    (:func:`odf_chain.format.columns.decode_columns`) instead of one by one. Raises
+    :class:`_Contradiction` (or IndexDamage, an OdfChainError) on any disagreement: the caller
+    then walks, and the chain's own errors are reported as they are."""
+    import numpy as np
+
+    from odf_chain.format import extra_json
+    from odf_chain.format.codec import decode_block
+    from odf_chain.format.columns import decode_columns
+
+    index = index_read.open_index(storage, head)
+    top = index.head.sequence_number
+    upto = state.sequence_number
+    if index.head.head != head or upto > top:
+        raise _Contradiction("the index is not of this head")
+    hashes = index.table_hashes(0, top + 1)
+    if hashes[top] != bytes(head) or hashes[upto] != bytes(state.head):
+        raise _Contradiction(f"the table does not end at the head and name block {upto}")
+    algorithm = head.algorithm
+    found: list[ListedSlice] = []
+    schema_at: int | None = None
+    schema_block = None
+    with storage.block_reader() as read:
+        for first in range(0, top + 1, LIST_CHUNK):
+            stop = min(first + LIST_CHUNK, top + 1)
+            names = [hashes[s] for s in range(first, stop)]
+            try:
+                data = [read("f" + name.hex()) for name in names]
+            except (OdfChainError, IndexDamage) as exc:
+                raise _Contradiction(str(exc)) from None
+            for name, content in zip(names, data, strict=True):
+                if (
+                    Multihash.digest(algorithm, content).digest_bytes != name[2:]
+                    or name[:2] != bytes(head)[:2]
+                ):
+                    raise _Contradiction(f"block f{name.hex()} does not hash to its name")
+            columns = decode_columns(data)
+            columns = columns.judged(extra_json.judge(columns.extras))
+            plain = columns.plain
+            n = stop - first
+            before = bytes(34) if first == 0 else hashes[first - 1]
+            prev = np.frombuffer(b"".join([before, *names[:-1]]), np.uint8).reshape(n, 34)
+            want_prev = np.ones(n, bool)
+            if first == 0:
+                want_prev[0] = False
+            linked = (
+                (columns.sequence_number == np.arange(first, stop, dtype=np.uint64))
+                & (columns.has_prev == want_prev)
+                & ((columns.prev_hash == prev).all(axis=1) | ~want_prev)
+            )
+            if not linked[plain].all():
+                raise _Contradiction(f"blocks {first}..{stop - 1} are not linked")
+            for k in np.flatnonzero(~plain).tolist():
+                seq = first + k
+                try:
+                    block = decode_block(data[k])
+                except FormatError as exc:
+                    raise _Contradiction(str(exc)) from None
+                expected_prev = None if seq == 0 else Multihash.from_bytes(hashes[seq - 1])
+                if block.sequence_number != seq or block.prev_block_hash != expected_prev:
+                    raise _Contradiction(f"block {seq} is not linked")
+                event = block.event
+                if seq > upto:
+                    continue
+                if isinstance(event, AddData | ExecuteTransform) and event.new_data is not None:
+                    found.append(ListedSlice(seq, Multihash.from_bytes(names[k]), event.new_data))
+                elif isinstance(event, SetDataSchema):
+                    schema_at, schema_block = seq, event
+            rows = np.flatnonzero(plain[: max(0, min(n, upto + 1 - first))]).tolist()
+            if rows:
+                starts = columns.start.tolist()
+                ends = columns.end.tolist()
+                sizes = columns.size.tolist()
+                logical = columns.logical_hash
+                physical = columns.physical_hash
+                for k in rows:
+                    found.append(
+                        ListedSlice(
+                            first + k,
+                            Multihash.from_bytes(names[k]),
+                            DataSlice(
+                                Multihash.from_bytes(logical[k].tobytes()),
+                                Multihash.from_bytes(physical[k].tobytes()),
+                                OffsetInterval(starts[k], ends[k]),
+                                sizes[k],
+                            ),
+                        )
+                    )
+            del data
+    if schema_at != state.schema_sequence_number or (
+        schema_block is not None
+        and not (
+            state.schema is not None
+            and schema_block.arrow_schema.equals(state.schema, check_metadata=True)
+        )
+    ):
+        raise _Contradiction(f"the schema in force is block {schema_at}'s")
+    if len(found) != state.num_slices:
+        raise _Contradiction(f"{len(found)} slices up to block {upto}")
+    found.sort(key=lambda listed: listed.sequence_number)
+    return found
+
+
+def listed_slices_at(
+    storage: Storage, ref: Ref = "head", *, verified: bool = False
+) -> tuple[DatasetState, list[ListedSlice]]:
+    """What :func:`slice_blocks_at` answers (the state as of ``ref`` and the slices the chain
+    names up to it, oldest first, each proved by a hash-linked path from the head), without a
+    block object per slice: the blocks are read and checked in bulk (:func:`_bulk_slices`).
+    Where the bulk path meets anything it does not expect (no usable index table, a block that
+    does not fit), the answer is :func:`slice_blocks_at`'s, with its errors."""
+    ref = resolve_ref(storage, ref)
+    head = read_head(storage)
+    state = state_at(storage, ref, verified=verified)
+    if not verified:
+        try:
+            return state, _bulk_slices(storage, head, state)
+        except (_Contradiction, OdfChainError, IndexDamage):
+            pass
+    state, blocks = slice_blocks_at(storage, ref, verified=verified)
+    return state, [ListedSlice(e.block.sequence_number, e.hash, d) for e, d in blocks]
 
 
 def proven_transactions(storage: Storage, state: DatasetState, app_id: str) -> DatasetState:

@@ -44,7 +44,9 @@ index build it once). The checkout this file lives in is the one measured: its r
 on the ``PYTHONPATH`` of every process started.
 
 ``state_at`` first/middle/last means blocks 1, N//2 and N-1 (block 0 is the Seed); delta-rs
-versions 1, N//2 and N-1 of its N versions 0..N-1.
+versions 1, N//2 and N-1 of its N versions 0..N-1. ``state_at prefix`` is ``state_at`` of the
+first 16 hex digits of block N//2's digest (as ``odf-chain log`` prints it, without the
+multihash header): the prefix resolved through the index's prefix buckets, then the state.
 """
 
 from __future__ import annotations
@@ -202,6 +204,16 @@ def probe(system: str, kind: str, path: str, arg: int) -> dict:
             seconds, state = _timed(lambda: dataset.state_at(arg))
             assert state.sequence_number == arg, f"state_at({arg}) gave {state.sequence_number}"
             return {"state_at": seconds}
+        if kind == "state_at_prefix":  # the block's 16 hex digits as log prints them
+            from odf_chain.index.prefixes import table_hash
+
+            dataset = Dataset.open(path)
+            raw = table_hash(dataset.storage, arg)  # untimed: the seq table's record
+            assert raw is not None, f"no seq table entry for block {arg}"
+            prefix = raw[2:].hex()[:16]
+            seconds, state = _timed(lambda: dataset.state_at(prefix))
+            assert state.sequence_number == arg, f"state_at({prefix}) gave {state.sequence_number}"
+            return {"state_at_prefix": seconds}
         if kind == "verify":
             dataset = Dataset.open(path)
             seconds, report = _timed(lambda: dataset.verify(check_data=False))
@@ -338,6 +350,7 @@ def measures(n: int, odf: Path, delta: Path | None, log_n: bool) -> list[tuple[M
         (process("odf", "schema", _odf_cli("schema", str(odf)), "schema set at block"),),
         (process("odf", "import", [sys.executable, "-c", "import odf_chain.cli"], ""),),
         (odf_probe("verify", n),),
+        (odf_probe("state_at_prefix", middle, "state_at prefix"),),
     ]
     if delta is not None:
         py = sys.executable
@@ -362,6 +375,7 @@ ROWS = [
     ("state_at first", "`state_at(1)`", "`DeltaTable(p, version=1)`"),
     ("state_at middle", "`state_at(N//2)`", "`version=N//2`"),
     ("state_at last", "`state_at(N-1)`", "`version=N-1`"),
+    ("state_at prefix", "`state_at(<16 hex digits of block N//2>)`", ""),
     ("log", "`odf-chain log DIR -n 10` (process)", "`history(10)` (process)"),
     ("schema", "`odf-chain schema DIR` (process)", "`schema()` (process)"),
     ("import", "floor: `import odf_chain.cli` (process)", "`import deltalake` (process)"),

@@ -49,27 +49,37 @@ from odf_chain.errors import IntegrityError, NotFoundError, OdfChainError
 from odf_chain.events import (
     SetDataSchema,
 )
-from odf_chain.format.multihash import Multihash
-from odf_chain.index import update
+from odf_chain.format.multihash import BLAKE3, SHA3_256, Multihash
+from odf_chain.index import prefixes, update
 from odf_chain.index.records import (
+    COVERAGE_BYTES,
     HEAD_SNAPSHOT,
     KINDS,
     LINEAGE_LIST,
+    MAX_BUCKET_BYTES,
     MAX_LIST_BYTES,
     MAX_SNAPSHOT_BYTES,
+    PREFIX_COVERAGE,
+    PREFIX_KEY_BYTES,
     SCHEMA_LIST,
     SEGMENT_BYTES,
     SEGMENT_ENTRIES,
+    SEQ_RECORD_BYTES,
     SNAPSHOT_INTERVAL,
     IndexDamage,
     Pointer,
     Pointers,
+    PrefixCoverage,
     SeqEntry,
     SeqTable,
     Snapshot,
+    bucket_name,
     decode_list,
+    decode_prefixes,
     decode_seq,
+    raw_seq,
     segment_name,
+    segment_offset,
     time_us,
 )
 from odf_chain.state import EMPTY, DatasetState, Vocabulary, carries_lineage, lineage_of
@@ -81,6 +91,11 @@ if TYPE_CHECKING:
 
 CATCH_UP = 2 * SNAPSHOT_INTERVAL
 """Blocks a reader walks back from the head to meet a stale index before rebuilding it."""
+
+PREFIX_TAIL = 4 * SEGMENT_ENTRIES
+"""Blocks past the prefix buckets' coverage a reader matches through the seq table before it
+lists ``blocks/`` instead."""
+_HEADERS = tuple(str(Multihash(a, bytes(32)))[: -2 * 32] for a in (BLAKE3, SHA3_256))
 
 T = TypeVar("T")
 
@@ -140,6 +155,123 @@ class ChainIndex:
         if position >= len(segment):
             raise IndexDamage(f"{segment_name(seq)} ends before block {seq}")
         return segment[position]
+
+    def one_entry(self, seq: int) -> SeqEntry:
+        """:meth:`entry` for a lookup of one block: from a segment not yet read, only that
+        record is decoded (and checked), the segment is not kept."""
+        number = seq // SEGMENT_ENTRIES
+        if self.rebuilt or seq in self._entries or number in self._segments:
+            return self.entry(seq)
+        name = segment_name(seq)
+        raw = _checked(lambda: self.storage.read_derived(name, SEGMENT_BYTES))
+        if raw is None:
+            raise IndexDamage(f"{name} is missing")
+        offset = segment_offset(seq)
+        record = raw[offset : offset + SEQ_RECORD_BYTES]
+        if len(raw) % SEQ_RECORD_BYTES or len(record) < SEQ_RECORD_BYTES:
+            raise IndexDamage(f"{name} ends before block {seq}, or is cut")
+        return decode_seq(record, seq, name)[0]
+
+    def table_hashes(self, first: int, stop: int) -> list[bytes]:
+        """The table's block hashes (multihash bytes) of blocks ``first..stop-1``, in bulk:
+        each segment read once, its records checked (checksum, place), no Multihash built and
+        nothing cached. Not yet checked against the blocks: a bulk reader loads each block,
+        checks its hash and links it to the next (:func:`odf_chain.replay.listed_slices_at`)."""
+        if not 0 <= first <= stop <= self.length:
+            raise IndexDamage(f"blocks {first}..{stop - 1} are not all in the table")
+        if self.rebuilt:  # everything derived in memory
+            return [bytes(self.entry(s).block_hash) for s in range(first, stop)]
+        out: list[bytes] = []
+        seq = first
+        while seq < stop:
+            number = seq // SEGMENT_ENTRIES
+            end = min(stop, (number + 1) * SEGMENT_ENTRIES)
+            if all(s in self._entries for s in range(seq, end)):  # a catch-up derived them
+                out += [bytes(self._entries[s].block_hash) for s in range(seq, end)]
+                seq = end
+                continue
+            known = self._segments.get(number)
+            if known is not None:
+                records = [(e.sequence_number, 0, bytes(e.block_hash)) for e in known]
+            else:
+                name = segment_name(seq)
+                raw = _checked(lambda name=name: self.storage.read_derived(name, SEGMENT_BYTES))
+                if raw is None:
+                    raise IndexDamage(f"{name} is missing")
+                records = raw_seq(raw, number * SEGMENT_ENTRIES, name)
+            base = number * SEGMENT_ENTRIES
+            if end - base > len(records):
+                raise IndexDamage(f"{segment_name(seq)} ends before block {end - 1}")
+            out += [records[s - base][2] for s in range(seq, end)]
+            seq = end
+        for s in range(first, stop):  # what this reader derived itself wins over the files
+            known = self._entries.get(s)
+            if known is not None:
+                out[s - first] = bytes(known.block_hash)
+        return out
+
+    # -- hash prefixes ---------------------------------------------------------------------
+
+    def blocks_with_prefix(self, forms: tuple[str, ...]) -> list[Multihash]:
+        """The blocks of this chain whose hash (multibase text) starts with one of ``forms``,
+        oldest first: from the prefix bucket of each form (one file each) and the seq table
+        past the coverage, every candidate confirmed (the table names a block of that hash at
+        that sequence number, and that block loads, hash checked, with that number). A bucket
+        or coverage that is missing, damaged, of another branch or far behind the head, or a
+        record the table and the block do not confirm, raises IndexDamage: the caller lists
+        ``blocks/`` instead. A rebuilt index answers from memory."""
+        top = self.head.sequence_number
+        if self.rebuilt:
+            return [
+                self.entry(s).block_hash
+                for s in range(top + 1)
+                if str(self.entry(s).block_hash).startswith(forms)
+            ]
+        raw = _checked(lambda: self.storage.read_derived(PREFIX_COVERAGE, COVERAGE_BYTES))
+        if raw is None:
+            raise IndexDamage(f"{PREFIX_COVERAGE} is missing")
+        coverage = PrefixCoverage.decode(raw, PREFIX_COVERAGE)
+        covered = coverage.sequence_number
+        if covered > top or bytes(self.one_entry(covered).block_hash) != coverage.block_hash:
+            raise IndexDamage(f"{PREFIX_COVERAGE} names a block that is not the table's")
+        if top - covered > PREFIX_TAIL:
+            raise IndexDamage(f"{PREFIX_COVERAGE} is {top - covered} blocks behind the head")
+        wanted: dict[int, str] = {}  # candidate sequence number -> the digest prefix it matched
+        for form in forms:
+            header = next((h for h in _HEADERS if form.startswith(h)), None)
+            if header is None:
+                continue  # no block hash this dataset can hold starts so
+            digest = form[len(header) :]
+            if len(digest) < 3:
+                raise IndexDamage(f"{form!r} is too short to name a bucket")
+            bucket = int(digest[:3], 16)
+            count = coverage.counts[bucket]
+            name = bucket_name(bucket)
+            data = b""
+            if count:
+                data = _checked(lambda name=name: self.storage.read_derived(name, MAX_BUCKET_BYTES))
+                if data is None:
+                    raise IndexDamage(f"{name} is missing")
+            key = digest[: 2 * PREFIX_KEY_BYTES]
+            for found, seq in decode_prefixes(data, count, name):
+                if found.hex().startswith(key):
+                    if seq > covered:
+                        raise IndexDamage(f"{name}: block {seq} is past its coverage")
+                    wanted[seq] = key
+            for seq in range(covered + 1, top + 1):  # the tail the buckets do not hold yet
+                if str(self.entry(seq).block_hash).startswith(form):
+                    wanted[seq] = key
+        out = []
+        for seq in sorted(wanted):
+            block_hash = self.one_entry(seq).block_hash
+            if not str(block_hash)[len(_HEADERS[0]) :].startswith(wanted[seq]):
+                raise IndexDamage(f"the prefix record of block {seq} is not the table's block")
+            if not str(block_hash).startswith(forms):
+                continue  # the same digest under another algorithm's header
+            if self._load(block_hash).block.sequence_number != seq:
+                raise IndexDamage(f"block {seq} of the table does not carry that number")
+            out.append(block_hash)
+        return out
 
     def _load(self, block_hash: Multihash) -> BlockEntry:
         self.block_reads += 1
@@ -668,6 +800,7 @@ def check_index(location: str, *, from_scratch: bool = False) -> IndexStatus:
     index = rebuild(storage, save=True) if from_scratch else open_index(storage, save=True)
     head = index.head.head
     assert head is not None
+    prefixes.ensure(storage, index.head.sequence_number, bytes(head))
     on_disk = _read_snapshot(storage, HEAD_SNAPSHOT)
     saved = on_disk is not None and on_disk.block_hash == head
     return IndexStatus(storage.location, index.length, head, index.how, saved)

@@ -429,3 +429,81 @@ def _bool(value: object) -> bool:
     if not isinstance(value, bool):
         raise ValueError(f"expected true or false, got {value!r}")
     return value
+
+
+# -- hash prefixes ------------------------------------------------------------------------------
+#
+# ``prefix/<xyz>`` (4,096 buckets, ``xyz`` the first 3 hex digits of a block's digest): one
+# 20-byte record per block of the chain whose digest starts with them (the digest's first 8
+# bytes, the block's sequence number, CRC-32 of the 16 bytes before it), in sequence order.
+# ``prefixes`` (the coverage): the last block the buckets hold (sequence number and hash) and
+# how many records each bucket holds up to it, with a CRC-32 of the whole: a bucket holding
+# fewer records than its count is damaged (records past it, left by a crash between a bucket
+# append and the coverage, are not read: the next writer writes over them).
+
+PREFIX_DIR = f"{INDEX_DIR}/prefix"
+PREFIX_COVERAGE = f"{INDEX_DIR}/prefixes"
+PREFIX_BUCKETS = 4096
+PREFIX_KEY_BYTES = 8
+_PREFIX = struct.Struct("<8sQI")
+_COVERAGE_HEAD = struct.Struct("<Q34s")
+PREFIX_RECORD_BYTES = _PREFIX.size
+COVERAGE_BYTES = _COVERAGE_HEAD.size + 4 * PREFIX_BUCKETS + 4
+MAX_BUCKET_BYTES = 1 << 30
+
+
+def bucket_of(digest: bytes) -> int:
+    """The bucket of a block whose digest (or its first two bytes) is ``digest``."""
+    return digest[0] << 4 | digest[1] >> 4
+
+
+def bucket_name(bucket: int) -> str:
+    return f"{PREFIX_DIR}/{bucket:03x}"
+
+
+def encode_prefix(digest: bytes, sequence_number: int) -> bytes:
+    body = _PREFIX.pack(digest[:PREFIX_KEY_BYTES], sequence_number, 0)[:-4]
+    return body + struct.pack("<I", zlib.crc32(body))
+
+
+def decode_prefixes(data: bytes, count: int, where: str) -> list[tuple[bytes, int]]:
+    """The first ``count`` records of a bucket as (8 digest bytes, sequence number); fewer
+    records than that, or one failing its checksum, raises. Records past ``count`` are not
+    read (a crash left them before the coverage counted them)."""
+    if len(data) < count * PREFIX_RECORD_BYTES:
+        raise IndexDamage(f"{where}: {len(data)} bytes, fewer than its {count} records")
+    out = []
+    for i, (key, seq, crc) in enumerate(_PREFIX.iter_unpack(data[: count * PREFIX_RECORD_BYTES])):
+        start = i * PREFIX_RECORD_BYTES
+        if zlib.crc32(data[start : start + PREFIX_RECORD_BYTES - 4]) != crc:
+            raise IndexDamage(f"{where}: record {i} fails its checksum")
+        out.append((key, seq))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixCoverage:
+    """What the buckets hold: every block up to ``sequence_number`` (``block_hash``), and how
+    many records each bucket holds up to it."""
+
+    sequence_number: int
+    block_hash: bytes  # multihash bytes
+    counts: tuple[int, ...]
+
+    def encode(self) -> bytes:
+        body = _COVERAGE_HEAD.pack(self.sequence_number, self.block_hash) + struct.pack(
+            f"<{PREFIX_BUCKETS}I", *self.counts
+        )
+        return body + struct.pack("<I", zlib.crc32(body))
+
+    @classmethod
+    def decode(cls, data: bytes, where: str) -> PrefixCoverage:
+        if (
+            len(data) != COVERAGE_BYTES
+            or zlib.crc32(data[:-4]) != struct.unpack("<I", data[-4:])[0]
+        ):
+            raise IndexDamage(f"{where}: not a prefix coverage, or it fails its checksum")
+        seq, block_hash = _COVERAGE_HEAD.unpack_from(data)
+        counts = struct.unpack_from(f"<{PREFIX_BUCKETS}I", data, _COVERAGE_HEAD.size)
+        _checked_hash(block_hash, where)
+        return cls(seq, block_hash, counts)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from odf_chain.errors import OdfChainError
 from odf_chain.events import SetDataSchema
+from odf_chain.index import prefixes
 from odf_chain.index.records import (
     HEAD_SNAPSHOT,
     INDEX_DIR,
@@ -91,9 +92,11 @@ def _record_commit(
             drop_from(storage, first, head)
             return False
         pointers = head.pointers
-    if not write_entries(storage, [seq_entry(entry) for entry, _ in steps]):
+    entries = [seq_entry(entry) for entry, _ in steps]
+    if not write_entries(storage, entries):
         drop_from(storage, first)
         return False
+    prefixes.record_blocks(storage, None if before.head is None else bytes(before.head), entries)
     schemas, lineage = [], []
     for entry, after in steps:
         pointers = pointers.after(entry.block, entry.hash)
@@ -213,6 +216,7 @@ def save_all(
             storage.write_derived(snapshot_name(seq), snapshot.encode())
         storage.write_derived(SCHEMA_LIST, encode_list(schemas))
         storage.write_derived(LINEAGE_LIST, encode_list(lineage))
+        prefixes.write_prefixes(storage, ((e.sequence_number, e.block_hash) for e in entries))
         storage.write_derived(HEAD_SNAPSHOT, head.encode())
 
 
@@ -233,6 +237,7 @@ def save_catch_up(
         drop_from(storage, base + 1, kept)
         if not write_entries(storage, entries):
             return
+        prefixes.record_blocks(storage, prefixes.table_hash(storage, base), entries)
         for seq, snapshot in snapshots.items():
             storage.write_derived(snapshot_name(seq), snapshot.encode())
         for name, added in ((SCHEMA_LIST, schemas), (LINEAGE_LIST, lineage)):

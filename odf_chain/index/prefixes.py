@@ -1,0 +1,187 @@
+"""Writing the index's hash-prefix buckets (``prefix/<xyz>`` and their coverage, ``prefixes``:
+see :mod:`odf_chain.index.records`), which let a hash prefix a user typed be resolved by reading
+one bucket (:meth:`odf_chain.index.read.ChainIndex.blocks_with_prefix`) instead of listing
+``blocks/``.
+
+Best effort like the rest of the index: nothing here raises to a writer, and readers believe
+nothing here before checking it against the seq table and the blocks. Order makes a crash
+harmless: bucket records first, the coverage last; a bucket record past its coverage count is
+never read, and the next writer writes over it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+
+from odf_chain.errors import OdfChainError
+from odf_chain.format.multihash import Multihash
+from odf_chain.index.records import (
+    COVERAGE_BYTES,
+    PREFIX_BUCKETS,
+    PREFIX_COVERAGE,
+    PREFIX_DIR,
+    PREFIX_RECORD_BYTES,
+    SEGMENT_BYTES,
+    SEGMENT_ENTRIES,
+    IndexDamage,
+    PrefixCoverage,
+    SeqEntry,
+    bucket_name,
+    bucket_of,
+    encode_prefix,
+    raw_seq,
+    segment_name,
+)
+from odf_chain.storage import DerivedStore
+
+WRITE_BUFFER = 16 << 20
+"""Bytes of records :func:`write_prefixes` holds before appending them to their buckets."""
+
+_ERRORS = (OdfChainError, OSError, ValueError, IndexDamage)
+
+
+def write_prefixes(
+    storage: DerivedStore,
+    blocks: Iterable[tuple[int, Multihash | bytes]],
+    *,
+    buffer_bytes: int = WRITE_BUFFER,
+) -> bool:
+    """Write the prefix buckets whole from ``blocks``: (sequence number, block hash) of every
+    block of the chain, in sequence order from the Seed (0, 1, 2, ...), streamed: at most
+    ``buffer_bytes`` of records are held before they are appended to their buckets, whatever
+    the chain's length. What was there is removed first, the coverage written last. True when
+    written; never raises (False: readers list ``blocks/`` until a writer succeeds)."""
+    with contextlib.suppress(*_ERRORS), storage.derived_batch():
+        storage.remove_derived(PREFIX_COVERAGE)
+        storage.remove_derived(PREFIX_DIR)
+        pending: dict[int, bytearray] = defaultdict(bytearray)
+        counts = [0] * PREFIX_BUCKETS
+        held = 0
+        last: bytes | None = None
+        expected = 0
+        for seq, block_hash in blocks:
+            raw = bytes(block_hash)
+            if seq != expected:
+                raise ValueError(f"block {seq} given where block {expected} was expected")
+            digest = raw[2:]
+            bucket = bucket_of(digest)
+            pending[bucket] += encode_prefix(digest, seq)
+            held += PREFIX_RECORD_BYTES
+            if held >= buffer_bytes:
+                _flush(storage, pending, counts)
+                held = 0
+            expected, last = seq + 1, raw
+        if last is None:
+            return False
+        _flush(storage, pending, counts)
+        storage.write_derived(
+            PREFIX_COVERAGE, PrefixCoverage(expected - 1, last, tuple(counts)).encode()
+        )
+        return True
+    return False
+
+
+def _flush(storage: DerivedStore, pending: dict[int, bytearray], counts: list[int]) -> None:
+    """Append each bucket's pending records after its ``counts`` records."""
+    for bucket, records in sorted(pending.items()):
+        offset = counts[bucket] * PREFIX_RECORD_BYTES
+        if not storage.patch_derived(bucket_name(bucket), offset, bytes(records)):
+            raise IndexDamage(f"{bucket_name(bucket)} lacks records before its end")
+        counts[bucket] += len(records) // PREFIX_RECORD_BYTES
+    pending.clear()
+
+
+def _coverage(storage: DerivedStore) -> PrefixCoverage | None:
+    raw = storage.read_derived(PREFIX_COVERAGE, COVERAGE_BYTES)
+    return None if raw is None else PrefixCoverage.decode(raw, PREFIX_COVERAGE)
+
+
+def _extend(storage: DerivedStore, before: bytes | None, entries: Sequence[SeqEntry]) -> bool:
+    """Append ``entries`` (consecutive blocks) when the coverage ends at the block before them,
+    ``before`` (its hash; None: they start a new chain). False when it does not."""
+    first = entries[0].sequence_number
+    if before is None:
+        if first != 0:
+            return False
+        counts = [0] * PREFIX_BUCKETS
+        storage.remove_derived(PREFIX_DIR)
+    else:
+        coverage = _coverage(storage)
+        if coverage is None or (coverage.sequence_number, coverage.block_hash) != (
+            first - 1,
+            before,
+        ):
+            return False
+        counts = list(coverage.counts)
+    pending: dict[int, bytearray] = defaultdict(bytearray)
+    for entry in entries:
+        digest = bytes(entry.block_hash)[2:]
+        pending[bucket_of(digest)] += encode_prefix(digest, entry.sequence_number)
+    _flush(storage, pending, counts)
+    last = entries[-1]
+    coverage = PrefixCoverage(last.sequence_number, bytes(last.block_hash), tuple(counts))
+    storage.overwrite_derived(PREFIX_COVERAGE, coverage.encode())
+    return True
+
+
+def table_blocks(storage: DerivedStore, upto: int) -> Iterable[tuple[int, bytes]]:
+    """(sequence number, hash bytes) of blocks ``0..upto`` from the seq table's segments, one
+    segment at a time; IndexDamage where a segment is missing, damaged or short."""
+    for number in range(upto // SEGMENT_ENTRIES + 1):
+        name = segment_name(number * SEGMENT_ENTRIES)
+        raw = storage.read_derived(name, SEGMENT_BYTES)
+        if raw is None:
+            raise IndexDamage(f"{name} is missing")
+        records = raw_seq(raw, number * SEGMENT_ENTRIES, name)
+        end = min(upto + 1 - number * SEGMENT_ENTRIES, SEGMENT_ENTRIES)
+        if len(records) < end:
+            raise IndexDamage(f"{name} ends before block {number * SEGMENT_ENTRIES + end - 1}")
+        for seq, _, raw_hash in records[:end]:
+            yield seq, raw_hash
+
+
+def record_blocks(storage: DerivedStore, before: bytes | None, entries: Sequence[SeqEntry]) -> bool:
+    """After the seq table took ``entries`` (consecutive blocks ending at the head; ``before``
+    the hash of the block before the first, None for a new chain): add them to the buckets,
+    or, when the coverage does not end right before them (missing, damaged, behind, or of a
+    rolled-back branch), write the buckets anew from the seq table (once per such repair: an
+    index written before the buckets existed, say). Never raises."""
+    if not entries:
+        return True
+    with contextlib.suppress(*_ERRORS), storage.derived_batch():
+        if _extend(storage, before, entries):
+            return True
+        storage.remove_derived(PREFIX_COVERAGE)
+        return write_prefixes(storage, table_blocks(storage, entries[-1].sequence_number))
+    with contextlib.suppress(*_ERRORS):
+        storage.remove_derived(PREFIX_COVERAGE)
+    return False
+
+
+def table_hash(storage: DerivedStore, seq: int) -> bytes | None:
+    """The seq table's hash bytes of block ``seq`` (None: not there)."""
+    with contextlib.suppress(*_ERRORS):
+        name = segment_name(seq)
+        raw = storage.read_derived(name, SEGMENT_BYTES)
+        if raw is not None:
+            records = raw_seq(raw, seq - seq % SEGMENT_ENTRIES, name)
+            if seq % SEGMENT_ENTRIES < len(records):
+                return records[seq % SEGMENT_ENTRIES][2]
+    return None
+
+
+def ensure(storage: DerivedStore, upto: int, head: bytes) -> bool:
+    """Make the buckets cover blocks ``0..upto`` (``head`` the hash of block ``upto``): kept
+    when their coverage already ends there, else written anew from the seq table (``odf-chain
+    index`` on an index saved before buckets existed, or left behind). Never raises."""
+    with contextlib.suppress(*_ERRORS), storage.derived_batch():
+        coverage = _coverage(storage)
+        if coverage is not None and (coverage.sequence_number, coverage.block_hash) == (
+            upto,
+            head,
+        ):
+            return True
+        return write_prefixes(storage, table_blocks(storage, upto))
+    return False
