@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import NoReturn, TextIO
 
-from odf_chain import __version__, progress
+from odf_chain import __version__
 from odf_chain.errors import OdfChainError
 
 EXIT_OK = 0
@@ -143,6 +143,8 @@ def run_command(handler: Callable[[argparse.Namespace], int], args: argparse.Nam
     """``handler(args)``'s exit code, every error it raises turned into one line on stderr
     and its exit code (the list in :mod:`odf_chain.cli`). The lines begin with the name of the
     program run (``args.prog``, set by :func:`parse`: ``odf-chain`` or ``chain-verify``)."""
+    from odf_chain import progress  # (not at the top: --version and --help load no library)
+
     prog = getattr(args, "prog", None) or "odf-chain"
     listening = progress.LISTENER.set(terminal_progress())
     try:
@@ -205,7 +207,7 @@ def terminal_phases(stream: TextIO | None = None) -> Callable[[str], None] | Non
     return phase
 
 
-def terminal_progress(stream: TextIO | None = None) -> progress.Listener | None:
+def terminal_progress(stream: TextIO | None = None) -> Callable[[str, bool], None] | None:
     """On a terminal, how a long operation nobody asked for goes (an index rebuild): each
     step on its own line of stderr, a running count rewritten in place; None elsewhere."""
     stream = sys.stderr if stream is None else stream

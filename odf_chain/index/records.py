@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import struct
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
@@ -147,6 +147,11 @@ class SeqTable:
 
     def __getitem__(self, seq: int) -> SeqEntry:
         return SeqEntry(seq, Multihash.from_bytes(self.hashes[seq].tobytes()), int(self.times[seq]))
+
+    def pairs(self) -> Iterator[tuple[int, bytes]]:
+        """(sequence number, block hash bytes) of every block, oldest first."""
+        for seq, raw in enumerate(self.hashes):
+            yield seq, raw.tobytes()
 
     def encode(self, start: int, stop: int) -> bytes:
         """Records ``start..stop-1`` as :func:`encode_seq` writes them, built in columns."""

@@ -216,7 +216,11 @@ def save_all(
             storage.write_derived(snapshot_name(seq), snapshot.encode())
         storage.write_derived(SCHEMA_LIST, encode_list(schemas))
         storage.write_derived(LINEAGE_LIST, encode_list(lineage))
-        prefixes.write_prefixes(storage, ((e.sequence_number, e.block_hash) for e in entries))
+        if isinstance(entries, SeqTable):
+            blocks = entries.pairs()
+        else:
+            blocks = ((e.sequence_number, e.block_hash) for e in entries)
+        prefixes.write_prefixes(storage, blocks)
         storage.write_derived(HEAD_SNAPSHOT, head.encode())
 
 
