@@ -14,6 +14,7 @@ decode, and :meth:`WalkedChain.plain_run` for the fold's bulk step.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import fields, replace
 from datetime import UTC, datetime, timedelta
@@ -463,21 +464,30 @@ class WalkedChain(Sequence[BlockEntry]):
             return int(self._files.columns.system_time_us[item])  # type: ignore[union-attr]
         return (item.block.system_time - _EPOCH) // timedelta(microseconds=1)
 
-    def hashes_and_times(self) -> tuple[np.ndarray, np.ndarray]:
-        """Every block's own hash (multihash bytes, one row each) and system time (in
-        microseconds), by position: the index's sequence-number table, without decoding."""
-        hashes = np.zeros((self._count, HASH_SIZE), np.uint8)
-        times = np.zeros(self._count, np.int64)
-        if self._files is not None and self._plain.any():
-            rows = self._rows[self._plain]
-            hashes[self._plain] = self._files.name_hashes[rows]
-            times[self._plain] = self._files.columns.system_time_us[rows]
-        for i, entry in self._decoded:
+    def hashes_and_times(
+        self, start: int = 0, stop: int | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The own hash (multihash bytes, one row each) and system time (microseconds) of the
+        blocks at positions ``start..stop-1``: the index's sequence-number table, without
+        decoding."""
+        stop = self._count if stop is None else min(stop, self._count)
+        count = max(0, stop - start)
+        hashes = np.zeros((count, HASH_SIZE), np.uint8)
+        times = np.zeros(count, np.int64)
+        plain = self._plain[start:stop]
+        if self._files is not None and plain.any():
+            rows = self._rows[start:stop][plain]
+            hashes[plain] = self._files.name_hashes[rows]
+            times[plain] = self._files.columns.system_time_us[rows]
+        at = bisect.bisect_left(self._decoded, start, key=lambda item: item[0])
+        for i, entry in self._decoded[at:]:
+            if i >= stop:
+                break
             raw = bytes(entry.hash)
             if len(raw) != HASH_SIZE:
                 raise FormatError(f"block {entry.hash}: a hash of {len(raw)} bytes")
-            hashes[i] = np.frombuffer(raw, np.uint8)
-            times[i] = self.system_time_us(i)
+            hashes[i - start] = np.frombuffer(raw, np.uint8)
+            times[i - start] = self.system_time_us(i)
         return hashes, times
 
     def decoded(self) -> list[tuple[int, BlockEntry]]:

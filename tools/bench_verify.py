@@ -1,8 +1,18 @@
 #!/usr/bin/env python3
-"""Benchmark: structural verify of a long chain, and data verify against raw BLAKE3 hashing.
+"""Benchmark: structural verify and index rebuild of a long chain (time and memory), and data
+verify, each against raw BLAKE3 hashing.
 
     python tools/bench_verify.py [--blocks 100000] [--runs 3] [--slices 16] [--slice-mb 16]
-                                 [--dir PATH] [--keep]
+                                 [--dir PATH] [--keep] [--quick] [--chain DIR] [--no-data]
+
+``--quick`` builds the chain with ``tools/quick_chain.py`` (a few microseconds a block: the way
+to ten million); ``--chain DIR`` measures a chain already built. Verify and the rebuild each run
+in a fresh process (so no cache of an earlier run helps, and its memory is its own); their time
+is taken inside it around the call, and their memory is the peak of the proportional set size
+(PSS: pages shared with a helper process counted once) summed over the process and its
+helpers, sampled every 20 ms from outside. The rebuild first deletes the index
+(``info/odf-chain-index``) and then rebuilds and saves it, as ``odf-chain index DIR`` does on a
+dataset copied without it.
 
 Structural part: a chain of a Seed, a SetDataSchema and ``--blocks`` AddData blocks shaped as
 a Spark ingest writes them (a slice with logical and physical hashes and its offsets, a
@@ -19,16 +29,20 @@ Data part: ``--slices`` Parquet slices of about ``--slice-mb`` MB written by
 ``Dataset.write``; data verify (``verify(check_data=True)``) minus the structural verify of
 the same chain, against the peer ``blake3`` over the same files read in 1 MiB chunks.
 
-Runs are interleaved (peer, verify, peer, verify, ...) and medians printed: the machine is
-shared. A chain already in ``--dir`` with ``--keep`` is reused (``--dir D --keep`` twice).
+Runs are interleaved (peer, verify, rebuild, peer, verify, rebuild, ...) and medians printed:
+the machine is shared. A chain already in ``--dir`` with ``--keep`` is reused (``--dir D
+--keep`` twice).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from datetime import timedelta
@@ -99,6 +113,16 @@ def build_chain(root: Path, n: int) -> None:
     open_storage(root).compare_and_swap_head(str(first), str(state.head))
 
 
+def _build(root: Path, args: argparse.Namespace) -> None:
+    if args.quick:
+        sys.path.insert(0, str(Path(__file__).parent))
+        import quick_chain
+
+        quick_chain.build(root, args.blocks)
+    else:
+        build_chain(root, args.blocks)
+
+
 def build_data(root: Path, slices: int, slice_mb: int) -> None:
     """``slices`` Parquet slices of about ``slice_mb`` MB of incompressible numbers."""
     dataset = Dataset.create(root)
@@ -157,6 +181,61 @@ def timed_verify(root: Path, *, check_data: bool, helpers: bool = True) -> tuple
     return elapsed, report.blocks_checked
 
 
+def _probe(kind: str, root: Path) -> None:
+    """In a fresh process: one verify or one rebuild of ``root``, its time as JSON on stdout."""
+    if kind == "verify":
+        elapsed, blocks = timed_verify(root, check_data=False)
+    else:
+        from odf_chain.index.read import rebuild
+
+        shutil.rmtree(root / "info" / "odf-chain-index", ignore_errors=True)
+        start = time.perf_counter()
+        index = rebuild(open_storage(root), save=True)
+        elapsed, blocks = time.perf_counter() - start, index.length
+        if index.how != "rebuilt":
+            raise SystemExit(f"the index was not rebuilt: {index.how}")
+    print(json.dumps({"seconds": elapsed, "blocks": blocks}))
+
+
+def _tree(pid: int) -> list[int]:
+    out, at = [pid], 0
+    while at < len(out):
+        try:
+            for task in os.listdir(f"/proc/{out[at]}/task"):
+                with open(f"/proc/{out[at]}/task/{task}/children") as f:
+                    out += [int(c) for c in f.read().split()]
+        except OSError:
+            pass
+        at += 1
+    return out
+
+
+def _pss_kib(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def measured(kind: str, root: Path) -> tuple[float, int, float]:
+    """(seconds, blocks, peak MB of PSS over the process tree) of one probe."""
+    command = [sys.executable, __file__, "--probe", kind, str(root)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    peak = 0
+    while process.poll() is None:
+        peak = max(peak, sum(_pss_kib(p) for p in _tree(process.pid)))
+        time.sleep(0.02)
+    out = process.stdout.read() if process.stdout else ""
+    if process.returncode:
+        raise SystemExit(f"{kind} probe failed ({process.returncode}): {out}")
+    result = json.loads(out.strip().splitlines()[-1])
+    return result["seconds"], result["blocks"], peak / 1024
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--blocks", type=int, default=100_000)
@@ -165,16 +244,23 @@ def main() -> int:
     parser.add_argument("--slice-mb", type=int, default=16)
     parser.add_argument("--dir", type=Path, default=None, help="scratch directory (default: tmp)")
     parser.add_argument("--keep", action="store_true", help="keep (and reuse) the chains")
+    parser.add_argument("--quick", action="store_true", help="build with tools/quick_chain.py")
+    parser.add_argument("--chain", type=Path, help="measure this chain (built already)")
+    parser.add_argument("--no-data", action="store_true", help="skip the data part")
+    parser.add_argument("--probe", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.probe:
+        _probe(args.probe[0], Path(args.probe[1]))
+        return 0
     scratch = args.dir or Path(tempfile.mkdtemp(prefix="odf-bench-verify-"))
     scratch.mkdir(parents=True, exist_ok=True)
-    chain_root = scratch / f"chain-{args.blocks}"
+    chain_root = args.chain or scratch / f"chain-{args.blocks}"
     data_root = scratch / f"data-{args.slices}x{args.slice_mb}"
     try:
-        for root, build in (
-            (chain_root, lambda r: build_chain(r, args.blocks)),
-            (data_root, lambda r: build_data(r, args.slices, args.slice_mb)),
-        ):
+        builds = [] if args.chain else [(chain_root, lambda r: _build(r, args))]
+        if not args.no_data:
+            builds.append((data_root, lambda r: build_data(r, args.slices, args.slice_mb)))
+        for root, build in builds:
             done = root.with_name(root.name + ".done")  # beside the dataset, not in it
             if not done.exists():
                 shutil.rmtree(root, ignore_errors=True)
@@ -183,20 +269,30 @@ def main() -> int:
                 print(f"built {root.name} in {time.perf_counter() - start:.1f} s")
                 done.touch()
 
-        peer_s, verify_s, alone_s = [], [], []
+        peer_s, verify_s, rebuild_s, verify_mb, rebuild_mb = [], [], [], [], []
         blocks = 0
         for _ in range(args.runs):
             peer_s.append(peer_blocks(chain_root))
-            elapsed, blocks = timed_verify(chain_root, check_data=False)
+            elapsed, blocks, mb = measured("verify", chain_root)
             verify_s.append(elapsed)
-            alone_s.append(timed_verify(chain_root, check_data=False, helpers=False)[0])
+            verify_mb.append(mb)
+            elapsed, _, mb = measured("rebuild", chain_root)
+            rebuild_s.append(elapsed)
+            rebuild_mb.append(mb)
         peer, ours = statistics.median(peer_s), statistics.median(verify_s)
-        alone = statistics.median(alone_s)
-        print(f"structural verify, {blocks:,} blocks, median of {args.runs}:")
-        print(f"  verify(check_data=False)  {ours:7.3f} s  {blocks / ours:10,.0f} blocks/s")
-        print(f"  the same, helpers off     {alone:7.3f} s  {blocks / alone:10,.0f} blocks/s")
-        print(f"  peer read+BLAKE3 blocks   {peer:7.3f} s  {blocks / peer:10,.0f} blocks/s")
-        print(f"  verify / peer time        {ours / peer:7.2f}x (helpers off: {alone / peer:.2f}x)")
+        rebuilt = statistics.median(rebuild_s)
+        print(f"structural verify and index rebuild, {blocks:,} blocks, median of {args.runs}:")
+        print(f"  peer read+BLAKE3 blocks   {peer:8.2f} s  {blocks / peer:10,.0f} blocks/s")
+        print(
+            f"  verify(check_data=False)  {ours:8.2f} s  {ours / peer:5.2f}x the peer"
+            f"  peak {max(verify_mb):6.0f} MB (PSS, all processes)"
+        )
+        print(
+            f"  index rebuild, saved      {rebuilt:8.2f} s  {rebuilt / ours:5.2f}x verify"
+            f"  peak {max(rebuild_mb):6.0f} MB (PSS, all processes)"
+        )
+        if args.no_data:
+            return 0
 
         raw_s, data_s = [], []
         size = 0

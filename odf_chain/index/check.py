@@ -19,9 +19,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import fields
 
+import numpy as np
+
 from odf_chain.errors import OdfChainError
 from odf_chain.index.derive import kind_positions, lists_of, pointers_from, pointers_of
 from odf_chain.index.records import (
+    HASH_BYTES,
     HEAD_SNAPSHOT,
     INDEX_DIR,
     LINEAGE_LIST,
@@ -36,7 +39,7 @@ from odf_chain.index.records import (
     Pointers,
     Snapshot,
     decode_list,
-    raw_seq,
+    seq_records,
 )
 from odf_chain.state import DatasetState, apply
 from odf_chain.storage import Storage
@@ -182,44 +185,49 @@ def _read(storage: Storage, name: str, add: Add) -> Snapshot | None:
 
 
 def _check_table(storage: Storage, entries: WalkedChain, names: list[str], add: Add) -> None:
+    """Every entry of the sequence-number table against the block at its place, a segment at
+    a time, compared in columns."""
     shown = 0
     for name in sorted(n for n in names if n.startswith("seq-") and n[4:].isdigit()):
         path = f"{INDEX_DIR}/{name}"
         first = int(name[4:]) * SEGMENT_ENTRIES
         try:
             raw = storage.read_derived(path, SEGMENT_BYTES) or b""
-            table = raw_seq(raw, first, path)
+            records = seq_records(raw, first, path)
         except (OdfChainError, IndexDamage) as exc:
             add("warning", "index-damaged", str(exc), path=f"info/{path}")
             continue
-        for seq, moment, hash_bytes in table:
-            if seq >= len(entries):
-                add(
-                    "warning",
-                    "index-stale",
-                    f"{path} has entries from block {seq} on, past the head "
-                    f"(block {len(entries) - 1})",
-                    path=f"info/{path}",
-                )
-                break
+        inside = max(0, min(len(records), len(entries) - first))
+        if inside < len(records):
+            add(
+                "warning",
+                "index-stale",
+                f"{path} has entries from block {first + inside} on, past the head "
+                f"(block {len(entries) - 1})",
+                path=f"info/{path}",
+            )
+        hashes, times = entries.hashes_and_times(first, first + inside)
+        ours = records[:inside]
+        hash_wrong = ours["hash"] != hashes.view(f"S{HASH_BYTES}").ravel()
+        time_wrong = ours["time"] != times
+        for k in np.flatnonzero(hash_wrong | time_wrong).tolist():
+            if shown >= _SHOWN:
+                return
+            shown += 1
             wrong = [
-                what
-                for what, ok in (
-                    ("block hash", hash_bytes == entries.hash_bytes(seq)),
-                    ("system time", moment == entries.system_time_us(seq)),
-                )
-                if not ok
+                w
+                for w, bad in (("block hash", hash_wrong[k]), ("system time", time_wrong[k]))
+                if bad
             ]
-            if wrong and shown < _SHOWN:
-                shown += 1
-                add(
-                    "error",
-                    "index-mismatch",
-                    f"{path}: the entry of block {seq} has the wrong {' and '.join(wrong)}",
-                    sequence_number=seq,
-                    block_hash=entries.name(seq),
-                    path=f"info/{path}",
-                )
+            seq = first + k
+            add(
+                "error",
+                "index-mismatch",
+                f"{path}: the entry of block {seq} has the wrong {' and '.join(wrong)}",
+                sequence_number=seq,
+                block_hash=entries.name(seq),
+                path=f"info/{path}",
+            )
 
 
 def _check_list(

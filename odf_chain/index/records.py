@@ -114,7 +114,7 @@ def segment_offset(sequence_number: int) -> int:
 
 def raw_seq(data: bytes, first: int, where: str) -> list[tuple[int, int, bytes]]:
     """A segment's records as (sequence number, time, hash bytes), checked like
-    :func:`decode_seq` but without building a Multihash each: for verify's bulk compare."""
+    :func:`decode_seq` but without building a Multihash each."""
     if len(data) % SEQ_RECORD_BYTES:
         raise IndexDamage(f"{where}: {len(data)} bytes, not whole records (torn or cut)")
     out = []
@@ -125,6 +125,29 @@ def raw_seq(data: bytes, first: int, where: str) -> list[tuple[int, int, bytes]]
             raise IndexDamage(f"{where}: record {i} is block {seq}, expected {first + i}")
         out.append((seq, moment, raw))
     return out
+
+
+def seq_records(data: bytes, first: int, where: str) -> np.ndarray:
+    """A segment's records as a structured array (``seq``, ``time``, ``hash``), checked like
+    :func:`decode_seq` but without an object per record: for verify's bulk compare."""
+    import numpy as np
+
+    if len(data) % SEQ_RECORD_BYTES:
+        raise IndexDamage(f"{where}: {len(data)} bytes, not whole records (torn or cut)")
+    records = np.frombuffer(data, _SEQ_DTYPE)
+    body = SEQ_RECORD_BYTES - 4
+    crcs = [zlib.crc32(data[at : at + body]) for at in range(0, len(data), SEQ_RECORD_BYTES)]
+    bad = np.flatnonzero(records["crc"] != np.array(crcs, np.uint32))
+    if len(bad):
+        raise IndexDamage(f"{where}: record {int(bad[0])} fails its checksum")
+    expected = np.arange(first, first + len(records), dtype=np.uint64)
+    bad = np.flatnonzero(records["seq"] != expected)
+    if len(bad):
+        i = int(bad[0])
+        raise IndexDamage(
+            f"{where}: record {i} is block {int(records['seq'][i])}, expected {first + i}"
+        )
+    return records
 
 
 def encode_seq(entries: list[SeqEntry]) -> bytes:

@@ -272,22 +272,25 @@ class Pass:
         self._used = False
 
     def _listing(self) -> Iterator[list[str]]:
-        """The block file names, a chunk at a time, in the directory's own order."""
+        """The block file names, a chunk at a time, in the directory's own order. The loop
+        over a million entries does the least it can per entry (the listing's own type, the
+        name); the names are judged a chunk at a time."""
         others: list[os.DirEntry] = []
-        names: list[str] = []
+        files: list[str] = []
+        keep, other = files.append, others.append
         is_block_name = self._block_name
         with os.scandir(self._fd) as entries:
             for entry in entries:
-                if not entry.is_file(follow_symlinks=False):
-                    others.append(entry)
-                elif is_block_name(entry.name):
-                    names.append(entry.name)
-                    if len(names) == CHUNK_FILES:
-                        yield names
-                        names = []
+                if entry.is_file(follow_symlinks=False):
+                    keep(entry.name)
+                    if len(files) == CHUNK_FILES:
+                        yield [name for name in files if is_block_name(name)]
+                        files.clear()
+                else:
+                    other(entry)
             self.irregular = self._irregular_of(others)
-        if names:
-            yield names
+        if files:
+            yield [name for name in files if is_block_name(name)]
 
     def shares(self) -> Iterator[Share]:
         """Every block file, a chunk at a time (the helper's chunks as it answers them)."""
