@@ -32,12 +32,12 @@ import pyarrow as pa
 if __package__ in (None, ""):  # run as a script: the checkout's package
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from odf_chain.dataset import Dataset  # noqa: E402
-from odf_chain.events import AddData, DataSlice, MetadataBlock, OffsetInterval  # noqa: E402
-from odf_chain.format.codec import encode_block  # noqa: E402
-from odf_chain.format.multihash import BLAKE3, Multihash  # noqa: E402
-from odf_chain.state import SOURCE_KEY  # noqa: E402
-from odf_chain.storage import open_storage  # noqa: E402
+from odf_chain.dataset import Dataset
+from odf_chain.events import AddData, DataSlice, MetadataBlock, OffsetInterval
+from odf_chain.format.codec import encode_block
+from odf_chain.format.multihash import BLAKE3, Multihash
+from odf_chain.state import SOURCE_KEY
+from odf_chain.storage import open_storage
 
 ROWS = 50_000
 SCHEMA = pa.schema([("event_time", pa.timestamp("ms", tz="UTC")), ("amount", pa.float64())])
@@ -51,35 +51,60 @@ def _digest(kind: bytes, i: int) -> bytes:
 class _Template:
     """Block ``i``'s bytes: the real encoding of one block, its varying fields patched."""
 
-    FIELDS = ("seq", "prev", "prev_offset", "start", "end", "logical", "physical", "size")
-
-    def __init__(self, moment, extra) -> None:
-        self._moment, self._extra = moment, extra
-        base = self.values(3, _CODE + bytes(range(32)))
+    def __init__(self, moment, extra, shared=None) -> None:
+        self._moment, self._extra, self._shared = moment, extra, shared
+        self.rows = ROWS if shared is None else 1
+        self.FIELDS = ("seq", "prev", "prev_offset", "start", "end")
+        if shared is None:
+            self.FIELDS += ("logical", "physical", "size")
+        # each field found by its own distinct value, changed alone to another
+        base = self._probe(1)
         self.bytes = self.encode(base)
         self.places: dict[str, tuple[int, int]] = {}
         for name in self.FIELDS:
             changed = dict(base)
-            changed[name] = self.values(5, _CODE + bytes(range(1, 33)))[name]
+            changed[name] = self._probe(2)[name]
             other = self.encode(changed)
             if len(other) != len(self.bytes):
                 raise RuntimeError(f"field {name} changes the block's length")
             diff = [k for k in range(len(other)) if other[k] != self.bytes[k]]
-            width = len(self.raw(name, base[name]))
-            start = self.bytes.find(self.raw(name, base[name]))
-            if not diff or start < 0 or not (start <= diff[0] and diff[-1] < start + width):
+            raw = self.raw(name, base[name])
+            start = self.bytes.find(raw)
+            if not diff or start < 0 or not (start <= diff[0] and diff[-1] < start + len(raw)):
                 raise RuntimeError(f"field {name} not found in the encoding")
-            self.places[name] = (start, width)
+            self.places[name] = (start, len(raw))
 
-    @staticmethod
-    def values(i: int, prev: bytes) -> dict:
-        start = i * ROWS
+    def _probe(self, k: int) -> dict:
+        """Values no two fields share (and ``k`` = 2 changes every one of them)."""
+        v = self.values(3, _CODE + bytes([k] * 32))
+        for n, name in enumerate(("seq", "prev_offset", "start", "end", "size")):
+            if name in self.FIELDS:
+                v[name] = int.from_bytes(bytes([16 * k + n + 1] * 7), "little")
+        if "logical" in self.FIELDS:
+            v["logical"] = _CODE + bytes([k + 100] * 32)
+            v["physical"] = _CODE + bytes([k + 150] * 32)
+        return v
+
+    def values(self, i: int, prev: bytes) -> dict:
+        rows = self.rows
+        start = i * rows
+        if self._shared is not None:  # every block names the one real slice
+            return {
+                "seq": i,
+                "prev": prev,
+                "prev_offset": start - 1,
+                "start": start,
+                "end": start + rows - 1,
+                "logical": bytes(self._shared.logical_hash),
+                "physical": bytes(self._shared.physical_hash),
+                "size": self._shared.size,
+            }
         return {
             "seq": i,
             "prev": prev,
             "prev_offset": start - 1,
             "start": start,
-            "end": start + ROWS - 1,
+            "end": start + rows - 1,
             "logical": _digest(b"logical", i),
             "physical": _digest(b"physical", i),
             "size": 4_000_000 + i,
@@ -111,22 +136,31 @@ class _Template:
         return bytes(out)
 
 
-def build(root: Path, n: int, *, report: bool = True) -> None:
-    """A Seed, a schema and AddData blocks up to ``n`` blocks in all."""
+def build(root: Path, n: int, *, report: bool = True, shared_slice: bool = False) -> None:
+    """A Seed, a schema and AddData blocks up to ``n`` blocks in all. ``shared_slice``: a
+    real one-row slice first (``Dataset.write``), then every block names it with one-row
+    offsets of its own (what ``tools/bench_scale.py`` reads); else 50,000-row offsets naming
+    slices that are not there (a structural benchmark's chain)."""
     dataset = Dataset.create(root)
-    dataset.set_schema(SCHEMA)
+    shared = None
+    if shared_slice:
+        written = dataset.write(pa.table({"id": pa.array([0], pa.int64()), "v": ["x"]}))
+        shared = written[-1].block.event.new_data
+    else:
+        dataset.set_schema(SCHEMA)
     state = dataset.refresh()
     first, moment = state.head, state.system_time + timedelta(hours=1)
     extra = {SOURCE_KEY: {"format": "parquet", "inputs": [{"uri": "s3://landing/sales/"}]}}
-    template = _Template(moment, extra)
+    template = _Template(moment, extra, shared)
+    done = 0 if shared is None else 1  # data blocks already written
     # the first data block by the encoder (no previous offset), then the template
     head = bytes(state.head)
     fd = os.open(root / "blocks", os.O_RDONLY | os.O_DIRECTORY)
     began = time.monotonic()
     try:
-        for k in range(n - (state.sequence_number + 1)):
-            seq = state.sequence_number + 1 + k
-            v = _Template.values(k, head)
+        for k in range(done, done + n - (state.sequence_number + 1)):
+            seq = state.sequence_number + 1 + k - done
+            v = template.values(k, head)
             v["seq"] = seq
             if k == 0:
                 data = _first_block(template, v)
@@ -141,7 +175,7 @@ def build(root: Path, n: int, *, report: bool = True) -> None:
                 os.write(out, data)
             finally:
                 os.close(out)
-            if report and k % 500_000 == 0 and k:
+            if report and k % 500_000 == 0 and k > done:
                 rate = k / (time.monotonic() - began)
                 print(f"  {k:,} blocks, {rate:,.0f}/s", file=sys.stderr, flush=True)
     finally:
