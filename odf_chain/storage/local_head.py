@@ -48,6 +48,7 @@ from odf_chain.storage.base import (
 from odf_chain.storage.layout import check_name, is_name
 from odf_chain.storage.local_files import (
     DatasetDir,
+    lstat_at,
     os_errors,
     storage_error,
     write_all,
@@ -79,6 +80,13 @@ def _cut_zeros(fd: int, size: int) -> int:
         end = start
     os.ftruncate(fd, end)
     return end
+
+
+def _missing(path: Path) -> ConflictError:
+    return ConflictError(
+        f"{path} is missing at the head move (taken by gc, or never written): nothing was "
+        "committed; retry the write"
+    )
 
 
 class LocalHead(DatasetDir):
@@ -193,25 +201,15 @@ class LocalHead(DatasetDir):
                     f"head moved: expected {expected or 'no head'}, found "
                     f"{current or 'no head'}; another writer appended first — re-open and retry"
                 )
-            for directory, names in (("blocks", blocks), ("data", data)):
-                for name in names:
-                    relative = f"{directory}/{check_name(name)}"
-                    with os_errors("check", self._root / relative):
-                        present = self._entry_mode(relative)
-                    if present is None or not stat.S_ISREG(present):
-                        raise ConflictError(
-                            f"{self._root / relative} is missing at the head move (taken by gc, "
-                            "or never written): nothing was committed; retry the write"
-                        )
+            # sync 2 of an append: every block (and slice) the head will name has a durable
+            # name before the head does (write_block and commit_data synced their bytes, not
+            # their names); one fsync of the folder covers every file of the transaction
+            self._sync_named("blocks", blocks)
+            if data:
+                self._sync_named("data", data)
             log_fd, repair = self._open_head_log(current)
             try:
                 staging = self.staging_dir
-                # sync 2 of an append: every block (and slice) the head will name has a durable
-                # name before the head does (write_block and commit_data synced their bytes,
-                # not their names); one fsync of the folder covers every file of the transaction
-                for directory in ("blocks", "data") if data else ("blocks",):
-                    with os_errors("sync", self._root / directory), self._dir(directory) as fd:
-                        os.fsync(fd)
                 # syncs 3 and 4: the head's staging file, then refs/ after the rename
                 with os_errors("write", self._head_path):
                     write_atomic(self._head_path, new.encode("ascii"), staging)
@@ -224,6 +222,28 @@ class LocalHead(DatasetDir):
                     write_all(log_fd, repair + head_log_line(expected, new, _now_ms()))
             finally:
                 os.close(log_fd)
+
+    def _sync_named(self, directory: str, names: list[str]) -> None:
+        """Check (under the head lock) that each of ``names`` is a regular file of
+        ``directory``, then fsync the folder: one descriptor of it for both."""
+        for name in names:
+            check_name(name)
+        path = self._root / directory
+        with os_errors("sync", path):
+            try:
+                with self._dir(directory) as fd:
+                    for name in names:
+                        try:
+                            mode = lstat_at(name, fd).st_mode
+                        except FileNotFoundError:
+                            mode = None
+                        if mode is None or not stat.S_ISREG(mode):
+                            raise _missing(path / name)
+                    os.fsync(fd)
+            except FileNotFoundError:  # the folder itself is gone: so are the files named
+                if not names:
+                    raise
+                raise _missing(path / names[0]) from None
 
     def _open_head_log(self, current: str | None) -> tuple[int, bytes]:
         """The head log open for appending (under the head lock), made consistent first: a last
