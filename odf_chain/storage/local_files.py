@@ -141,11 +141,12 @@ def write_atomic(path: Path, data: bytes, staging_dir: Path | None = None) -> No
     staging_dir = path.parent if staging_dir is None else staging_dir
     fd, tmp = create_claimed(staging_dir, f".{path.name}.", ".tmp")
     try:
-        with os.fdopen(fd, "wb") as f:  # open (the claim held) until it is in place
-            f.write(data)
-            f.flush()
-            sync_data(f.fileno())
+        try:  # open (the claim held) until it is in place
+            write_all(fd, data)
+            sync_data(fd)
             os.rename(tmp, path)
+        finally:
+            os.close(fd)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
