@@ -50,6 +50,7 @@ from odf_chain.storage.local_files import (
     DatasetDir,
     lstat_at,
     os_errors,
+    read_regular_at,
     storage_error,
     write_all,
     write_atomic,
@@ -104,6 +105,19 @@ class LocalHead(DatasetDir):
             return None
         except OSError as exc:  # an unreadable file
             raise storage_error(exc, "read", self._head_path) from exc
+        return self._parsed_head(data)
+
+    def _read_head_at(self, refs_fd: int) -> str | None:
+        """:meth:`read_head` through a descriptor of ``refs/`` the caller holds."""
+        try:
+            data = read_regular_at(refs_fd, "head", self._head_path, MAX_HEAD_BYTES, "a head")
+        except FileNotFoundError:
+            return None
+        except OSError as exc:  # an unreadable file
+            raise storage_error(exc, "read", self._head_path) from exc
+        return self._parsed_head(data)
+
+    def _parsed_head(self, data: bytes) -> str:
         head = data.decode("ascii", errors="replace").removesuffix("\n")
         if not is_name(head):
             raise FormatError(f"{self._head_path}: invalid head {shown(data)}")
@@ -151,10 +165,18 @@ class LocalHead(DatasetDir):
         """Hold the exclusive head lock: ``flock`` on ``refs/.head.lock``. The OS drops it when
         the holder's process dies, so a crashed writer never leaves a stale lock behind. Writers
         hold it to move the head, gc for its whole deletion pass."""
+        with self._head_locked(timeout):
+            yield
+
+    @contextlib.contextmanager
+    def _head_locked(self, timeout: float) -> Iterator[int]:
+        """:meth:`head_lock`, giving the descriptor of ``refs/`` it locked in (held as long as
+        the lock), through which the head move reads the head."""
         lock_path = self._root / "refs" / ".head.lock"
         flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
         with os_errors("open the head lock", lock_path), self._dir("refs") as refs_fd:
             fd = os.open(".head.lock", flags, 0o644, dir_fd=refs_fd)
+            refs_fd = os.dup(refs_fd)
         try:
             deadline = time.monotonic() + timeout
             while True:
@@ -167,9 +189,10 @@ class LocalHead(DatasetDir):
                 if time.monotonic() >= deadline:
                     raise ConflictError(f"could not lock {lock_path} within {timeout:g} s")
                 time.sleep(_LOCK_POLL)
-            yield
+            yield refs_fd
         finally:
             os.close(fd)  # closing the descriptor releases the flock
+            os.close(refs_fd)
 
     def compare_and_swap_head(
         self,
@@ -194,8 +217,8 @@ class LocalHead(DatasetDir):
         check_name(new, "head")
         if expected is not None:
             check_name(expected, "expected head")
-        with self.head_lock(timeout):
-            current = self.read_head()
+        with self._head_locked(timeout) as refs_fd:
+            current = self._read_head_at(refs_fd)
             if current != expected:
                 raise ConflictError(
                     f"head moved: expected {expected or 'no head'}, found "
@@ -245,6 +268,15 @@ class LocalHead(DatasetDir):
                     raise
                 raise _missing(path / names[0]) from None
 
+    @staticmethod
+    def _open_log(logs_fd: int, path: Path) -> int:
+        try:
+            return os.open("head", _LOG_FLAGS, dir_fd=logs_fd)
+        except OSError as exc:
+            if exc.errno != errno.ELOOP:
+                raise
+            raise StorageError(f"{path} is a symlink: not written through") from None
+
     def _open_head_log(self, current: str | None) -> tuple[int, bytes]:
         """The head log open for appending (under the head lock), made consistent first: a last
         line a crash cut short (or a zeroed tail) is cut off. Returned with it: the line of the
@@ -256,15 +288,17 @@ class LocalHead(DatasetDir):
         path = self._root / HEAD_LOG
         with os_errors("write", path), self._dir("logs", create=True) as logs_fd:
             try:
-                fd = os.open("head", _LOG_FLAGS | os.O_CREAT | os.O_EXCL, 0o666, dir_fd=logs_fd)
-                os.fsync(logs_fd)
-            except FileExistsError:
+                fd = os.open("head", _LOG_FLAGS, dir_fd=logs_fd)  # there after the first move
+            except FileNotFoundError:
                 try:
-                    fd = os.open("head", _LOG_FLAGS, dir_fd=logs_fd)
-                except OSError as exc:
-                    if exc.errno != errno.ELOOP:
-                        raise
-                    raise StorageError(f"{path} is a symlink: not written through") from None
+                    fd = os.open("head", _LOG_FLAGS | os.O_CREAT | os.O_EXCL, 0o666, dir_fd=logs_fd)
+                    os.fsync(logs_fd)
+                except FileExistsError:  # made meanwhile
+                    fd = self._open_log(logs_fd, path)
+            except OSError as exc:
+                if exc.errno != errno.ELOOP:
+                    raise
+                raise StorageError(f"{path} is a symlink: not written through") from None
             try:
                 info = os.fstat(fd)
                 if not stat.S_ISREG(info.st_mode):
