@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import functools
 import os
 import stat
 import time
@@ -93,7 +94,7 @@ def _missing(path: Path) -> ConflictError:
 class LocalHead(DatasetDir):
     """The head and its log (see :class:`~odf_chain.storage.base.HeadStore`)."""
 
-    @property
+    @functools.cached_property
     def _head_path(self) -> Path:
         return self._root / "refs" / "head"
 
@@ -172,7 +173,7 @@ class LocalHead(DatasetDir):
     def _head_locked(self, timeout: float) -> Iterator[int]:
         """:meth:`head_lock`, giving the descriptor of ``refs/`` it locked in (held as long as
         the lock), through which the head move reads the head."""
-        lock_path = self._root / "refs" / ".head.lock"
+        lock_path = f"{self._root}/refs/.head.lock"  # for errors only: a string, no Path
         flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
         with os_errors("open the head lock", lock_path), self._dir("refs") as refs_fd:
             fd = os.open(".head.lock", flags, 0o644, dir_fd=refs_fd)
