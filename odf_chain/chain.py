@@ -226,7 +226,16 @@ def commit(
     return prepared[-1].after
 
 
-def check_not_rolled_back(storage: ChainStore, state: DatasetState) -> None:
+class Unread:
+    """The head log not read yet (None is a log with no head)."""
+
+
+UNREAD = Unread()
+
+
+def check_not_rolled_back(
+    storage: ChainStore, state: DatasetState, *, logged: str | Unread | None = UNREAD
+) -> None:
     """Refuse to write on a head the head log shows was moved back (rule ``head-rollback``).
 
     The log's last line names the head the last writer set. A head that is that block, or a
@@ -239,12 +248,16 @@ def check_not_rolled_back(storage: ChainStore, state: DatasetState) -> None:
 
     The log is read before the head: a move's line is written after the move, so a line past
     ``state`` means the head had left ``state`` before it is read here (read the other way
-    round, a writer that moves the head and logs it in between looks like a rollback)."""
+    round, a writer that moves the head and logs it in between looks like a rollback).
+
+    ``logged``: the log's last head as the caller read it just before the head it built
+    ``state`` on (:meth:`odf_chain.Dataset.append`: the head is then not read a second time)."""
     if state.head is None:
         return  # a new chain
-    logged = storage.logged_head()
-    if storage.read_head() != str(state.head):
-        return  # another writer moved the head: the move reports a conflict
+    if isinstance(logged, Unread):
+        logged = storage.logged_head()
+        if storage.read_head() != str(state.head):
+            return  # another writer moved the head: the move reports a conflict
     if logged is None or logged == str(state.head):
         return
     try:

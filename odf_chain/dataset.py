@@ -27,7 +27,7 @@ from odf_chain.events import (
     Seed,
 )
 from odf_chain.format.did import DatasetId
-from odf_chain.format.multihash import BLAKE3, check_algorithm
+from odf_chain.format.multihash import BLAKE3, Multihash, check_algorithm
 from odf_chain.state import EMPTY, DatasetState
 from odf_chain.storage import LocalStorage, Storage, create_storage, local_path, open_storage
 
@@ -151,7 +151,16 @@ class Dataset:
 
     def refresh(self) -> DatasetState:
         """Catch up with the head on disk (folding only the blocks not seen yet)."""
-        head = chain.read_head(self.storage)
+        return self._catch_up(chain.read_head(self.storage))
+
+    def _refresh_for_writing(self) -> tuple[DatasetState, str | None]:
+        """:meth:`refresh`, and the head log's last head read just before the head: what a
+        transaction checks a rollback against (:func:`chain.check_not_rolled_back`), so the
+        head is read once before the head move, not twice."""
+        logged = self.storage.logged_head()  # first: a line past the head means it moved on
+        return self._catch_up(chain.read_head(self.storage)), logged
+
+    def _catch_up(self, head: Multihash) -> DatasetState:
         if self._state.head is None:
             self._state = replay.head_state(self.storage, head)
         elif head != self._state.head:
@@ -354,22 +363,29 @@ class Dataset:
 
     # -- writing ------------------------------------------------------------------------------
 
-    def _append(self, event: MetadataEvent, *, algorithm: str | None = None) -> BlockEntry:
-        """``event`` as a transaction of its own (a new dataset's Seed, or any event)."""
+    def _append(
+        self,
+        event: MetadataEvent,
+        *,
+        algorithm: str | None = None,
+        logged_head: str | chain.Unread | None = chain.UNREAD,
+    ) -> BlockEntry:
+        """``event`` as a transaction of its own (a new dataset's Seed, or any event);
+        ``logged_head`` as :meth:`Transaction.begin` takes it."""
         from odf_chain.transaction import Transaction
 
         if self._state.head is None:
             tx = Transaction.create(self.storage, chain.prepare(EMPTY, event, algorithm=algorithm))
         else:
-            tx = Transaction.begin(self.storage, self._state)
+            tx = Transaction.begin(self.storage, self._state, logged_head=logged_head)
             tx.add(event)
         self._state = tx.commit()
         return tx.prepared[-1].entry
 
     def append(self, event: MetadataEvent) -> BlockEntry:
         """Append one event after checking every rule. Raises before writing if one is broken."""
-        self.refresh()
-        return self._append(event)
+        _, logged = self._refresh_for_writing()
+        return self._append(event, logged_head=logged)
 
     def set_schema(self, schema: pa.Schema) -> BlockEntry | None:
         """Declare the data schema before (or between) writes; system columns are added.
@@ -378,8 +394,8 @@ class Dataset:
         """
         from odf_chain.transaction import Transaction
 
-        state = self.refresh()
-        tx = Transaction.begin(self.storage, state)
+        state, logged = self._refresh_for_writing()
+        tx = Transaction.begin(self.storage, state, logged_head=logged)
         block = tx.declare_schema(slices.with_system_fields(schema, state.vocab))
         if block is None:
             return None
@@ -463,10 +479,10 @@ class Dataset:
         table = as_arrow_table(table)
         if transaction is not None:
             transaction = rules.transaction_argument(transaction)
-        state = self.refresh()
+        state, logged = self._refresh_for_writing()
         if table.num_rows == 0:
             return []
-        tx = Transaction.begin(self.storage, state, transaction=transaction)
+        tx = Transaction.begin(self.storage, state, transaction=transaction, logged_head=logged)
         if tx.already_recorded:
             self._state = tx.base
             return []

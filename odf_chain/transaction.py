@@ -100,14 +100,17 @@ class Transaction:
         transaction: tuple[str, int] | None = None,
         system_time: datetime | None = None,
         hooks: Sequence[PostCommitHook] = POST_COMMIT_HOOKS,
+        logged_head: str | chain.Unread | None = chain.UNREAD,
     ) -> Transaction:
         """A transaction on ``state``, the head as the writer just read it. Refuses a rolled
-        back head (rule ``head-rollback``) before anything is written. What a writer decides
-        from is proved against the chain, not taken from the index: a derivative dataset's
-        transformation and last run (:func:`replay.proven_derivation`) and, with
-        ``transaction``, the app id's last version (:attr:`already_recorded` then tells whether
-        this pair was written before, and the writer writes nothing)."""
-        chain.check_not_rolled_back(storage, state)
+        back head (rule ``head-rollback``) before anything is written: against
+        ``logged_head``, the head log's last head, when the writer read it just before that
+        head (:func:`chain.check_not_rolled_back`), else against the log and head read here.
+        What a writer decides from is proved against the chain, not taken from the index: a
+        derivative dataset's transformation and last run (:func:`replay.proven_derivation`)
+        and, with ``transaction``, the app id's last version (:attr:`already_recorded` then
+        tells whether this pair was written before, and the writer writes nothing)."""
+        chain.check_not_rolled_back(storage, state, logged=logged_head)
         state = replay.proven_derivation(storage, state)  # what a derive run starts from
         recorded = False
         if transaction is not None:

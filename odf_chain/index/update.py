@@ -81,7 +81,7 @@ def _record_commit(
         storage.remove_derived(INDEX_DIR)  # a new chain: nothing earlier can be its
     else:
         raw = storage.read_derived(HEAD_SNAPSHOT, MAX_SNAPSHOT_BYTES)
-        head = None if raw is None else Snapshot.decode(raw, HEAD_SNAPSHOT)
+        head = None if raw is None else _decode_head(raw)
         if head is None:  # deleted, or dropped as stale before: to be repaired
             return False
         if (head.sequence_number, head.block_hash) != (before.sequence_number, before.head):
@@ -112,8 +112,26 @@ def _record_commit(
             extend_list(storage, name, first, added)
     # in place: the head snapshot changes at every append, and a reader that meets it half
     # written sees a bad checksum and catches up from a periodic snapshot instead
-    storage.overwrite_derived(HEAD_SNAPSHOT, Snapshot.of_state(steps[-1][1], pointers).encode())
+    snapshot = Snapshot.of_state(steps[-1][1], pointers)
+    raw = snapshot.encode()
+    storage.overwrite_derived(HEAD_SNAPSHOT, raw)
+    global _written
+    _written = (raw, snapshot)
     return True
+
+
+_written: tuple[bytes, Snapshot] | None = None
+"""The head snapshot this process wrote last, its bytes beside it: the next append (of a writer
+that appends again and again) reads those bytes back, and need not decode them."""
+
+
+def _decode_head(raw: bytes) -> Snapshot:
+    """The head snapshot as read: the one this process wrote last when the bytes are the same
+    (the file is still read: another writer may have replaced it), else decoded and checked."""
+    written = _written
+    if written is not None and written[0] == raw:
+        return written[1]
+    return Snapshot.decode(raw, HEAD_SNAPSHOT)
 
 
 def _already_recorded(

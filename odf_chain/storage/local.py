@@ -73,6 +73,7 @@ from odf_chain.storage.local_files import (
     read_regular_at,
     storage_error,
     sync_data,
+    write_all,
     write_atomic,
 )
 from odf_chain.storage.local_head import LOCK_TIMEOUT, LocalHead
@@ -190,17 +191,18 @@ class LocalStorage(LocalHead, LocalDerived):
             staging = self.staging_dir
             with os_errors("write", path):
                 fd, tmp = create_claimed(staging, f".{name}.", ".tmp")
-                with os.fdopen(fd, "wb") as f:  # open (the claim held) until it is in place
+                try:  # open (the claim held) until it is in place
+                    write_all(fd, data)
+                    # sync 1 of an append: without it a power loss can leave the name (made
+                    # durable below, by the head move) on an empty or partial file
+                    sync_data(fd)
+                    created = install_new(tmp, path)
+                finally:
                     try:
-                        f.write(data)
-                        f.flush()
-                        # sync 1 of an append: without it a power loss can leave the name
-                        # (made durable below, by the head move) on an empty or partial file
-                        sync_data(f.fileno())
-                        created = install_new(tmp, path)
-                    finally:
                         with contextlib.suppress(FileNotFoundError):
                             os.unlink(tmp)
+                    finally:
+                        os.close(fd)
                 if created:  # blocks/ is fsynced by the head move, once per transaction
                     return True
         if self.read_block(name) != data:

@@ -77,7 +77,7 @@ class LocalDerived(DatasetDir):
         """See :meth:`Storage.patch_derived`: ``data`` written at ``offset``, then the file cut
         after it (a reader meeting the write half done sees records that fail their checks)."""
         parent, _, name = f"{DERIVED_DIR}/{check_derived(relative)}".rpartition("/")
-        path = self._root / parent / name
+        path = f"{self._root}/{parent}/{name}"  # for errors only: a string, no Path
         flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
         with os_errors("write", path), self._dir(parent, create=True) as d:
             fd = os.open(name, flags, 0o666, dir_fd=d)

@@ -141,11 +141,12 @@ def write_atomic(path: Path, data: bytes, staging_dir: Path | None = None) -> No
     staging_dir = path.parent if staging_dir is None else staging_dir
     fd, tmp = create_claimed(staging_dir, f".{path.name}.", ".tmp")
     try:
-        with os.fdopen(fd, "wb") as f:  # open (the claim held) until it is in place
-            f.write(data)
-            f.flush()
-            sync_data(f.fileno())
+        try:  # open (the claim held) until it is in place
+            write_all(fd, data)
+            sync_data(fd)
             os.rename(tmp, path)
+        finally:
+            os.close(fd)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
@@ -200,9 +201,10 @@ class DatasetDir:
         """``.staging/``, created on demand: it sits on the dataset's filesystem, so a rename
         out of it is atomic."""
         path = self._root / STAGING
-        self.check_layout()  # every write starts here: none goes through a symlinked directory
-        with os_errors("create", path):
-            path.mkdir(exist_ok=True)
+        # every write starts here: none goes through a symlinked directory
+        if STAGING not in self._check_layout():  # the check has just seen it, when it is there
+            with os_errors("create", path):
+                path.mkdir(exist_ok=True)
         return path
 
     def check_layout(self) -> None:
@@ -210,6 +212,11 @@ class DatasetDir:
         ``data/``, say): reads would refuse them, so writes must not go through them (the
         slices would land outside the dataset), and gc must not delete through them. Missing
         ones are fine."""
+        self._check_layout()
+
+    def _check_layout(self) -> set[str]:
+        """:meth:`check_layout`, returning the layout directories it found."""
+        found = set()
         with os_errors("check", self._root), self._dir("") as root_fd:
             for name in LAYOUT:
                 try:
@@ -221,6 +228,8 @@ class DatasetDir:
                         f"{self._root / name} is {file_kind(mode)}, not a directory: odf_chain "
                         "does not read, write or remove files through it"
                     )
+                found.add(name)
+        return found
 
     @contextlib.contextmanager
     def _dir(self, relative: str, *, create: bool = False) -> Iterator[int]:
@@ -245,9 +254,10 @@ class DatasetDir:
     def _open_dir(self, relative: str, *, create: bool = False) -> Iterator[int]:
         fd = os.open(self._root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
-            path = self._root
-            for part in filter(None, relative.split("/")):
-                path = path / part
+            parts = relative.split("/") if relative else ()
+            for i, part in enumerate(parts):
+                if not part:
+                    continue
                 try:
                     child = os.open(part, DIR_FLAGS, dir_fd=fd)
                 except FileNotFoundError:
@@ -261,6 +271,7 @@ class DatasetDir:
                     if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
                         raise
                     kind = file_kind(lstat_at(part, fd).st_mode)
+                    path = self._root.joinpath(*parts[: i + 1])  # named for the error only
                     raise StorageError(f"{path} is {kind}, not a directory: not followed") from None
                 os.close(fd)
                 fd = child
@@ -273,14 +284,14 @@ class DatasetDir:
         FIFO or a device (checked before opening and again on the opened file)."""
         parent, _, name = relative.rpartition("/")
         with self._dir(parent) as dir_fd:
-            return open_regular_at(dir_fd, name, self._root / relative)[0]
+            return open_regular_at(dir_fd, name, f"{self._root}/{relative}")[0]
 
     def _read_bounded(self, relative: str, limit: int, what: str) -> bytes:
         """The bytes of a regular file of at most ``limit`` bytes: a larger one is refused
         before reading, and one that grows while read is refused at ``limit + 1`` bytes."""
         parent, _, name = relative.rpartition("/")
         with self._dir(parent) as dir_fd:
-            return read_regular_at(dir_fd, name, self._root / relative, limit, what)
+            return read_regular_at(dir_fd, name, f"{self._root}/{relative}", limit, what)
 
     def _entry_mode(self, relative: str) -> int | None:
         """The type bits of ``relative`` itself (a symlink is not followed); None if missing."""

@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import functools
 import os
 import stat
 import time
@@ -48,7 +49,9 @@ from odf_chain.storage.base import (
 from odf_chain.storage.layout import check_name, is_name
 from odf_chain.storage.local_files import (
     DatasetDir,
+    lstat_at,
     os_errors,
+    read_regular_at,
     storage_error,
     write_all,
     write_atomic,
@@ -81,10 +84,17 @@ def _cut_zeros(fd: int, size: int) -> int:
     return end
 
 
+def _missing(path: Path) -> ConflictError:
+    return ConflictError(
+        f"{path} is missing at the head move (taken by gc, or never written): nothing was "
+        "committed; retry the write"
+    )
+
+
 class LocalHead(DatasetDir):
     """The head and its log (see :class:`~odf_chain.storage.base.HeadStore`)."""
 
-    @property
+    @functools.cached_property
     def _head_path(self) -> Path:
         return self._root / "refs" / "head"
 
@@ -96,6 +106,19 @@ class LocalHead(DatasetDir):
             return None
         except OSError as exc:  # an unreadable file
             raise storage_error(exc, "read", self._head_path) from exc
+        return self._parsed_head(data)
+
+    def _read_head_at(self, refs_fd: int) -> str | None:
+        """:meth:`read_head` through a descriptor of ``refs/`` the caller holds."""
+        try:
+            data = read_regular_at(refs_fd, "head", self._head_path, MAX_HEAD_BYTES, "a head")
+        except FileNotFoundError:
+            return None
+        except OSError as exc:  # an unreadable file
+            raise storage_error(exc, "read", self._head_path) from exc
+        return self._parsed_head(data)
+
+    def _parsed_head(self, data: bytes) -> str:
         head = data.decode("ascii", errors="replace").removesuffix("\n")
         if not is_name(head):
             raise FormatError(f"{self._head_path}: invalid head {shown(data)}")
@@ -143,10 +166,18 @@ class LocalHead(DatasetDir):
         """Hold the exclusive head lock: ``flock`` on ``refs/.head.lock``. The OS drops it when
         the holder's process dies, so a crashed writer never leaves a stale lock behind. Writers
         hold it to move the head, gc for its whole deletion pass."""
-        lock_path = self._root / "refs" / ".head.lock"
+        with self._head_locked(timeout):
+            yield
+
+    @contextlib.contextmanager
+    def _head_locked(self, timeout: float) -> Iterator[int]:
+        """:meth:`head_lock`, giving the descriptor of ``refs/`` it locked in (held as long as
+        the lock), through which the head move reads the head."""
+        lock_path = f"{self._root}/refs/.head.lock"  # for errors only: a string, no Path
         flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
         with os_errors("open the head lock", lock_path), self._dir("refs") as refs_fd:
             fd = os.open(".head.lock", flags, 0o644, dir_fd=refs_fd)
+            refs_fd = os.dup(refs_fd)
         try:
             deadline = time.monotonic() + timeout
             while True:
@@ -159,9 +190,10 @@ class LocalHead(DatasetDir):
                 if time.monotonic() >= deadline:
                     raise ConflictError(f"could not lock {lock_path} within {timeout:g} s")
                 time.sleep(_LOCK_POLL)
-            yield
+            yield refs_fd
         finally:
             os.close(fd)  # closing the descriptor releases the flock
+            os.close(refs_fd)
 
     def compare_and_swap_head(
         self,
@@ -186,32 +218,22 @@ class LocalHead(DatasetDir):
         check_name(new, "head")
         if expected is not None:
             check_name(expected, "expected head")
-        with self.head_lock(timeout):
-            current = self.read_head()
+        with self._head_locked(timeout) as refs_fd:
+            current = self._read_head_at(refs_fd)
             if current != expected:
                 raise ConflictError(
                     f"head moved: expected {expected or 'no head'}, found "
                     f"{current or 'no head'}; another writer appended first — re-open and retry"
                 )
-            for directory, names in (("blocks", blocks), ("data", data)):
-                for name in names:
-                    relative = f"{directory}/{check_name(name)}"
-                    with os_errors("check", self._root / relative):
-                        present = self._entry_mode(relative)
-                    if present is None or not stat.S_ISREG(present):
-                        raise ConflictError(
-                            f"{self._root / relative} is missing at the head move (taken by gc, "
-                            "or never written): nothing was committed; retry the write"
-                        )
+            # sync 2 of an append: every block (and slice) the head will name has a durable
+            # name before the head does (write_block and commit_data synced their bytes, not
+            # their names); one fsync of the folder covers every file of the transaction
+            self._sync_named("blocks", blocks)
+            if data:
+                self._sync_named("data", data)
             log_fd, repair = self._open_head_log(current)
             try:
                 staging = self.staging_dir
-                # sync 2 of an append: every block (and slice) the head will name has a durable
-                # name before the head does (write_block and commit_data synced their bytes,
-                # not their names); one fsync of the folder covers every file of the transaction
-                for directory in ("blocks", "data") if data else ("blocks",):
-                    with os_errors("sync", self._root / directory), self._dir(directory) as fd:
-                        os.fsync(fd)
                 # syncs 3 and 4: the head's staging file, then refs/ after the rename
                 with os_errors("write", self._head_path):
                     write_atomic(self._head_path, new.encode("ascii"), staging)
@@ -225,6 +247,37 @@ class LocalHead(DatasetDir):
             finally:
                 os.close(log_fd)
 
+    def _sync_named(self, directory: str, names: list[str]) -> None:
+        """Check (under the head lock) that each of ``names`` is a regular file of
+        ``directory``, then fsync the folder: one descriptor of it for both."""
+        for name in names:
+            check_name(name)
+        path = self._root / directory
+        with os_errors("sync", path):
+            try:
+                with self._dir(directory) as fd:
+                    for name in names:
+                        try:
+                            mode = lstat_at(name, fd).st_mode
+                        except FileNotFoundError:
+                            mode = None
+                        if mode is None or not stat.S_ISREG(mode):
+                            raise _missing(path / name)
+                    os.fsync(fd)
+            except FileNotFoundError:  # the folder itself is gone: so are the files named
+                if not names:
+                    raise
+                raise _missing(path / names[0]) from None
+
+    @staticmethod
+    def _open_log(logs_fd: int, path: Path) -> int:
+        try:
+            return os.open("head", _LOG_FLAGS, dir_fd=logs_fd)
+        except OSError as exc:
+            if exc.errno != errno.ELOOP:
+                raise
+            raise StorageError(f"{path} is a symlink: not written through") from None
+
     def _open_head_log(self, current: str | None) -> tuple[int, bytes]:
         """The head log open for appending (under the head lock), made consistent first: a last
         line a crash cut short (or a zeroed tail) is cut off. Returned with it: the line of the
@@ -236,15 +289,17 @@ class LocalHead(DatasetDir):
         path = self._root / HEAD_LOG
         with os_errors("write", path), self._dir("logs", create=True) as logs_fd:
             try:
-                fd = os.open("head", _LOG_FLAGS | os.O_CREAT | os.O_EXCL, 0o666, dir_fd=logs_fd)
-                os.fsync(logs_fd)
-            except FileExistsError:
+                fd = os.open("head", _LOG_FLAGS, dir_fd=logs_fd)  # there after the first move
+            except FileNotFoundError:
                 try:
-                    fd = os.open("head", _LOG_FLAGS, dir_fd=logs_fd)
-                except OSError as exc:
-                    if exc.errno != errno.ELOOP:
-                        raise
-                    raise StorageError(f"{path} is a symlink: not written through") from None
+                    fd = os.open("head", _LOG_FLAGS | os.O_CREAT | os.O_EXCL, 0o666, dir_fd=logs_fd)
+                    os.fsync(logs_fd)
+                except FileExistsError:  # made meanwhile
+                    fd = self._open_log(logs_fd, path)
+            except OSError as exc:
+                if exc.errno != errno.ELOOP:
+                    raise
+                raise StorageError(f"{path} is a symlink: not written through") from None
             try:
                 info = os.fstat(fd)
                 if not stat.S_ISREG(info.st_mode):
