@@ -17,14 +17,13 @@ from odf_chain.chain import advance
 from odf_chain.chain_walk import Findings
 from odf_chain.errors import FormatError, OdfChainError, RuleViolation
 from odf_chain.events import AddData, ExecuteTransform
-from odf_chain.index.records import SNAPSHOT_INTERVAL
 from odf_chain.rules import plain_run_passes
 from odf_chain.state import EMPTY, DatasetState, apply, apply_plain_run
 from odf_chain.walked import WalkedChain
 
 
 def refold(
-    chain: WalkedChain, report: Findings, every: int = SNAPSHOT_INTERVAL
+    chain: WalkedChain, report: Findings, *, every: int
 ) -> tuple[list[tuple[range, DatasetState]], DatasetState, dict[int, DatasetState]]:
     """Re-run every rule; return the positions of the data-carrying blocks with the state after
     them (its schema and vocab are what their slices must have), the state at the head, and

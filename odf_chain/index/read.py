@@ -683,7 +683,7 @@ def _rebuild_in_bulk(storage: Storage, head: Multihash, *, save: bool) -> ChainI
     if findings.errors or not walk.complete or not len(chain):
         return None
     progress.tell(f"read {len(chain):,} blocks; checking every rule")
-    _, state, periodic = refold(chain, findings)
+    _, state, periodic = refold(chain, findings, every=SNAPSHOT_INTERVAL)
     if findings.errors or state.head != head:
         return None
     try:

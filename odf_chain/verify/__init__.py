@@ -37,6 +37,7 @@ from pathlib import Path
 from odf_chain.chain_fold import refold
 from odf_chain.chain_walk import walk_chain
 from odf_chain.index.check import report_index
+from odf_chain.index.records import SNAPSHOT_INTERVAL
 from odf_chain.receipt import Receipt, load_receipts
 from odf_chain.state import EMPTY, DatasetState
 from odf_chain.storage import Storage, open_storage
@@ -80,7 +81,7 @@ def verify(
     chain = walk.chain
     with_data: list[tuple[range, DatasetState]] = []
     if walk.complete:
-        with_data, head_state, periodic = refold(chain, report)
+        with_data, head_state, periodic = refold(chain, report, every=SNAPSHOT_INTERVAL)
         check_lineage_inputs(chain, report)
         if report.ok:  # an index is compared with a sound chain only: else it is noise
             report_index(storage, chain, head_state, periodic, report.add)  # if the index lies
