@@ -18,7 +18,13 @@ own line in the head log), as an hourly ingest with one slice per run would leav
 AddData name the one shared slice: its content does not match their offsets, so the data check
 (``verify`` with ``check_data``) is not timed, only structural verify. A chain's directory is
 complete once ``<dir>.built.json`` exists; ``--rebuild`` builds again (say, after a change of
-the block format). Chains of ``--quick-from`` blocks or more (default: 1m) are built quickly,
+the block format). Chains of ``--patched-from`` blocks or more (default: 5m: ten million)
+are built by ``tools/quick_chain.py`` (the same shape, every block naming one real one-row
+slice with one-row offsets of its own; one real encoding with the varying fields patched in,
+a few microseconds a block; their system times and watermarks are equal, which the rules
+allow), then the index is rebuilt and saved once. Each probe also reports the peak resident
+memory of its process and its helpers (``peak RSS``; the commands timed as processes show
+none). Chains of ``--quick-from`` blocks or more (default: 1m) are built quickly,
 as ``tools/bench_verify.py`` builds its chain: the same blocks, each checked by every rule in
 memory, written as plain files without fsync, and the head set once at the end (one
 transaction, one head-log line): a million durable transactions would take hours, and a
@@ -103,7 +109,9 @@ def _progress(what: str, done: int, total: int, started: float) -> None:
     print(f"  {what}: {done:,}/{total:,} in {elapsed:.0f} s", file=sys.stderr, flush=True)
 
 
-def build_chain(path: Path, n: int, rebuild: bool, *, quick: bool = False) -> dict:
+def build_chain(
+    path: Path, n: int, rebuild: bool, *, quick: bool = False, patched: bool = False
+) -> dict:
     """A chain of ``n`` blocks (see the module docstring); cached. ``quick``: the same blocks,
     checked by the same rules, written as scratch files (no fsync, no lock) and the head set
     once at the end, so one transaction in all."""
@@ -114,10 +122,21 @@ def build_chain(path: Path, n: int, rebuild: bool, *, quick: bool = False) -> di
 
     from odf_chain import AddData, Dataset, DataSlice, OffsetInterval, SourceState, chain
     from odf_chain.index import read as index_read
+    from odf_chain.storage import open_storage
 
     if n < 3:
         raise SystemExit("a chain needs at least 3 blocks (Seed, SetDataSchema, AddData)")
     started = time.perf_counter()
+    if patched:  # tools/quick_chain.py: the same shape, a few microseconds a block
+        sys.path.insert(0, str(Path(__file__).parent))
+        import quick_chain
+
+        quick_chain.build(path, n, shared_slice=True)
+        index_read.rebuild(open_storage(path), save=True)
+        info = {"blocks": n, "build_seconds": round(time.perf_counter() - started, 1)}
+        info["quick"] = "patched"
+        _marker(path).write_text(json.dumps(info))
+        return info
     dataset = Dataset.create(path)
     first = dataset.write(pa.table({"id": pa.array([0], pa.int64()), "v": ["x"]}))[-1]
     shared = first.block.event.new_data
@@ -241,13 +260,25 @@ def _env() -> dict[str, str]:
 
 
 def run_probe(system: str, kind: str, path: Path, arg: int) -> dict:
+    """The probe's seconds by name, and ``rss``: the peak, sampled every 20 ms, of the
+    resident set size summed over the probe process and its helpers, in MB (see
+    ``tools/bench_verify.py``)."""
+    from bench_verify import rss_of_tree
+
     argv = [sys.executable, __file__, "--probe", system, kind, str(path), str(arg)]
-    done = subprocess.run(
-        argv, capture_output=True, text=True, env=_env(), timeout=PROBE_TIMEOUT, check=False
+    process = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env()
     )
-    if done.returncode != 0:
-        raise SystemExit(f"probe {system} {kind} {path} {arg} failed:\n{done.stderr[-2000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    started, peak = time.monotonic(), 0.0
+    while process.poll() is None:
+        if time.monotonic() - started > PROBE_TIMEOUT:
+            process.kill()
+        peak = max(peak, rss_of_tree(process.pid))
+        time.sleep(0.02)
+    out, err = process.communicate()
+    if process.returncode != 0:
+        raise SystemExit(f"probe {system} {kind} {path} {arg} failed:\n{err[-2000:]}")
+    return {**json.loads(out.strip().splitlines()[-1]), "rss": peak}
 
 
 def _odf_cli(*args: str) -> list[str]:
@@ -319,13 +350,16 @@ def measures(n: int, odf: Path, delta: Path | None, log_n: bool) -> list[tuple[M
     def odf_probe(kind: str, arg: int, row: str | None = None) -> Measure:
         def run() -> dict[str, float]:
             result = run_probe("odf", kind, odf, arg)
-            return result if row is None else {row: result[kind]}
+            rss = result.pop("rss")
+            out = result if row is None else {row: result[kind]}
+            return {**out, **{f"{name} rss": rss for name in out}}
 
         return Measure("odf", run)
 
     def delta_probe(kind: str, arg: int, row: str | None = None) -> Measure:
         def run() -> dict[str, float]:
             result = run_probe("delta", kind, delta, arg)
+            result.pop("rss")
             return result if row is None else {row: result[kind]}
 
         return Measure("delta", run)
@@ -393,8 +427,9 @@ def table(sizes: list[int], results: dict, log_label: str) -> str:
     base = sizes[0]
     peer = any(key[0] == "delta" for key in results)
     lines = [
-        f"| operation | N | odf_chain | vs N={label(base)} | delta-rs | odf_chain / delta-rs |",
-        "|---|---|---|---|---|---|",
+        f"| operation | N | odf_chain | vs N={label(base)} | peak RSS | delta-rs "
+        "| odf_chain / delta-rs |",
+        "|---|---|---|---|---|---|---|",
     ]
     for row, odf_name, delta_name in ROWS:
         if row == "log":
@@ -409,8 +444,11 @@ def table(sizes: list[int], results: dict, log_label: str) -> str:
                 shown += f" ({n / mine:,.0f} blocks/s)"
             scale = f"{mine / first:.2f}x" if mine and first and n != base else ""
             versus = f"{mine / theirs:.2f}x" if mine and theirs else ""
+            rss = results.get(("odf", n, f"{row} rss"))
+            memory = f"{rss:,.0f} MB" if rss else "—"
             lines.append(
-                f"| {name} | {label(n)} | {shown} | {scale} | {fmt_seconds(theirs)} | {versus} |"
+                f"| {name} | {label(n)} | {shown} | {scale} | {memory} | {fmt_seconds(theirs)} "
+                f"| {versus} |"
             )
     return "\n".join(lines)
 
@@ -443,6 +481,13 @@ def main() -> int:
         help="chains of at least this many blocks are built quickly (default: 1m; see the "
         "docstring)",
     )
+    parser.add_argument(
+        "--patched-from",
+        type=parse_size,
+        default=5_000_000,
+        help="chains of at least this many blocks are built by tools/quick_chain.py "
+        "(default: 5m; see the docstring)",
+    )
     parser.add_argument("--rebuild", action="store_true", help="build chains and tables again")
     parser.add_argument(
         "--build-only",
@@ -466,8 +511,11 @@ def main() -> int:
     log_n = log_has_limit()
     for n in sizes:
         odf = work / f"odf-{label(n)}"
-        info = build_chain(odf, n, args.rebuild, quick=n >= args.quick_from)
-        how = ", quick: one transaction" if info.get("quick") else ""
+        patched = n >= args.patched_from
+        info = build_chain(odf, n, args.rebuild, quick=n >= args.quick_from, patched=patched)
+        how = {True: ", quick: one transaction", "patched": ", by tools/quick_chain.py"}.get(
+            info.get("quick"), ""
+        )
         builds.append(f"odf_chain {label(n)}: {info['build_seconds']} s to build{how}")
         delta = None
         if not args.no_delta and n <= args.delta_max:

@@ -8,11 +8,10 @@ verify, each against raw BLAKE3 hashing.
 ``--quick`` builds the chain with ``tools/quick_chain.py`` (a few microseconds a block: the way
 to ten million); ``--chain DIR`` measures a chain already built. Verify and the rebuild each run
 in a fresh process (so no cache of an earlier run helps, and its memory is its own); their time
-is taken inside it around the call, and their memory is the peak of the proportional set size
-(PSS: pages shared with a helper process counted once) summed over the process and its
-helpers, sampled every 20 ms from outside. The rebuild first deletes the index
-(``info/odf-chain-index``) and then rebuilds and saves it, as ``odf-chain index DIR`` does on a
-dataset copied without it.
+is taken inside it around the call, and their memory is the peak of the resident set size
+summed over the process and its helper processes, sampled every 20 ms from outside. The
+rebuild first deletes the index (``info/odf-chain-index``) and then rebuilds and saves it, as
+``odf-chain index DIR`` does on a dataset copied without it.
 
 Structural part: a chain of a Seed, a SetDataSchema and ``--blocks`` AddData blocks shaped as
 a Spark ingest writes them (a slice with logical and physical hashes and its offsets, a
@@ -210,30 +209,50 @@ def _tree(pid: int) -> list[int]:
     return out
 
 
-def _pss_kib(pid: int) -> int:
+def _status_kib(pid: int, field: str = "VmRSS:") -> int:
     try:
-        with open(f"/proc/{pid}/smaps_rollup") as f:
+        with open(f"/proc/{pid}/status") as f:
             for line in f:
-                if line.startswith("Pss:"):
+                if line.startswith(field):
                     return int(line.split()[1])
     except OSError:
         pass
     return 0
 
 
+def _cmdline(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+def rss_of_tree(pid: int) -> float:
+    """The resident set size of ``pid`` and of each helper it started, summed, in MB. A child
+    still running its parent's program (forked, not yet exec'd: for a millisecond it shows the
+    parent's pages, which it shares) is not counted."""
+    own = _cmdline(pid)
+    total = _status_kib(pid)
+    for child in _tree(pid)[1:]:
+        if _cmdline(child) != own:
+            total += _status_kib(child)
+    return total / 1024
+
+
 def measured(kind: str, root: Path) -> tuple[float, int, float]:
-    """(seconds, blocks, peak MB of PSS over the process tree) of one probe."""
+    """(seconds, blocks, peak MB of RSS over the process tree) of one probe."""
     command = [sys.executable, __file__, "--probe", kind, str(root)]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     peak = 0
     while process.poll() is None:
-        peak = max(peak, sum(_pss_kib(p) for p in _tree(process.pid)))
+        peak = max(peak, rss_of_tree(process.pid))
         time.sleep(0.02)
     out = process.stdout.read() if process.stdout else ""
     if process.returncode:
         raise SystemExit(f"{kind} probe failed ({process.returncode}): {out}")
     result = json.loads(out.strip().splitlines()[-1])
-    return result["seconds"], result["blocks"], peak / 1024
+    return result["seconds"], result["blocks"], peak
 
 
 def main() -> int:
@@ -285,11 +304,11 @@ def main() -> int:
         print(f"  peer read+BLAKE3 blocks   {peer:8.2f} s  {blocks / peer:10,.0f} blocks/s")
         print(
             f"  verify(check_data=False)  {ours:8.2f} s  {ours / peer:5.2f}x the peer"
-            f"  peak {max(verify_mb):6.0f} MB (PSS, all processes)"
+            f"  peak {max(verify_mb):6.0f} MB (RSS, all processes)"
         )
         print(
             f"  index rebuild, saved      {rebuilt:8.2f} s  {rebuilt / ours:5.2f}x verify"
-            f"  peak {max(rebuild_mb):6.0f} MB (PSS, all processes)"
+            f"  peak {max(rebuild_mb):6.0f} MB (RSS, all processes)"
         )
         if args.no_data:
             return 0
