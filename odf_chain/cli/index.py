@@ -19,7 +19,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("dir", help=DIR_HELP)
     parser.add_argument(
-        "--rebuild", action="store_true", help="rebuild it from the chain (one full fold, every rule)"
+        "--rebuild",
+        action="store_true",
+        help="rebuild it from the chain (one full fold, every rule)",
     )
     parser.set_defaults(run=run)
 
