@@ -29,9 +29,14 @@ def run(*args: str | Path) -> subprocess.CompletedProcess[str]:
 
 
 def short(name: str) -> str:
-    """What log prints of a block file's name: 12 hex digits after the 5-character header."""
+    """What log prints of a block file's name: 12 hex digits after the 5-character header, or
+    up to the first letter when those 12 are all digits (so it is never read as a number)."""
     assert name[:5] == "f1e20"
-    return name[5:17]
+    digest = name[5:]
+    end = 12
+    while end < len(digest) and digest[:end].isdigit():
+        end += 1
+    return digest[:end]
 
 
 @pytest.fixture(scope="module")

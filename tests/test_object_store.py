@@ -447,7 +447,9 @@ def test_an_open_and_a_small_write_on_s3_take_few_requests(
     # read again for it), the CAS read, the PUT
     assert sum(p.endswith("/refs/head") for p in paths) == 3, written
     assert sum(p.endswith("/odf-chain-index/lineage") for p in paths) == 1, written
-    assert len(written) <= 24, written  # 23, and the head log read before the head
+    # 24 before the hash-prefix index (index/prefixes.py), whose update a write now makes too:
+    # 28 in CI
+    assert len(written) <= 28, written
     assert Dataset.open(uri).state.num_records == 2 and verify(open_storage(uri)).ok
 
 
