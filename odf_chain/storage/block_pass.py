@@ -253,9 +253,10 @@ class _Helper:
 class Pass:
     """A pass over the block files of ``dir_fd`` (a descriptor of ``blocks/``, duplicated
     here): :meth:`shares` yields them a chunk at a time, once. ``block_name`` says which
-    regular files are listed as block files; ``irregular_of`` words what the listing found
-    beside regular files (see Storage.irregular_entries), set as :attr:`irregular` once the
-    listing is done."""
+    regular files are listed as block files: a test of each character (ASCII letters and
+    digits, say), so that it holds for names joined exactly when it holds for each;
+    ``irregular_of`` words what the listing found beside regular files (see
+    Storage.irregular_entries), set as :attr:`irregular` once the listing is done."""
 
     def __init__(
         self,
@@ -278,19 +279,26 @@ class Pass:
         others: list[os.DirEntry] = []
         files: list[str] = []
         keep, other = files.append, others.append
-        is_block_name = self._block_name
         with os.scandir(self._fd) as entries:
             for entry in entries:
                 if entry.is_file(follow_symlinks=False):
                     keep(entry.name)
                     if len(files) == CHUNK_FILES:
-                        yield [name for name in files if is_block_name(name)]
-                        files.clear()
+                        yield self._block_names(files)
+                        files = []
+                        keep = files.append
                 else:
                     other(entry)
             self.irregular = self._irregular_of(others)
         if files:
-            yield [name for name in files if is_block_name(name)]
+            yield self._block_names(files)
+
+    def _block_names(self, names: list[str]) -> list[str]:
+        """The block file names among ``names``: one test of the whole chunk, joined, when it
+        passes (the usual case), else one name at a time."""
+        if self._block_name("".join(names)):  # the test is one on each character
+            return names
+        return [name for name in names if self._block_name(name)]
 
     def shares(self) -> Iterator[Share]:
         """Every block file, a chunk at a time (the helper's chunks as it answers them)."""
