@@ -16,17 +16,16 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import fields, replace
+from dataclasses import fields
 from datetime import UTC, datetime, timedelta
 from typing import NamedTuple, overload
 
 import numpy as np
 
-from odf_chain import helper_process
+from odf_chain.block_parts import Part, name_hashes, worker
 from odf_chain.chain import BlockEntry, parse_block_name
 from odf_chain.errors import FormatError, IntegrityError
 from odf_chain.events import AddData, DataSlice, ExecuteTransform
-from odf_chain.format import extra_json
 from odf_chain.format.codec import decode_block
 from odf_chain.format.columns import HASH_SIZE, BlockColumns, decode_columns
 from odf_chain.format.multihash import BLAKE3, SHA3_256, Multihash
@@ -38,13 +37,6 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # algorithm.
 BLOCK_NAMES = Hashes({str(Multihash(a, bytes(32)))[:5]: a for a in (BLAKE3, SHA3_256)}, 5 + 64)
 
-
-# From this many ExtraAttributes texts on, a helper process judges them while the walk runs.
-JSON_HELPER_MIN_TEXTS = 20_000
-
-
-_JSON_BATCH = 32_768  # ExtraAttributes texts judged together (by a helper, from the threshold)
-_JSON_IN_FLIGHT = 2  # batches being judged before the pass waits for the oldest
 _TRIM_EVERY = 16  # shares of the pass between two returns of freed memory to the system
 _LINK_CHECK_ROWS = 65_536  # rows compared at a time when runs are found (bounded temporaries)
 
@@ -65,41 +57,27 @@ class BlockFiles:
         read_again: Callable[[str], bytes],
         progress: Callable[[int], None] | None = None,
     ) -> None:
-        """From :meth:`Storage.read_all_blocks` (given :data:`BLOCK_NAMES`). Each share of the
-        pass is decoded as columns as it arrives and its ExtraAttributes handed, in batches, to
-        a helper process of their own while the pass goes on; only the columns stay. A block
-        wanted whole later is read again by name (``read_again``: the storage's read) and
-        hash-checked: the same bytes, or an error."""
+        """From :meth:`Storage.read_all_blocks` (given :data:`BLOCK_NAMES`). Each chunk of the
+        pass is decoded as columns, its ExtraAttributes judged, by whichever process reads it
+        (:mod:`odf_chain.block_parts`); only the columns stay. A block wanted whole later is
+        read again by name (``read_again``: the storage's read) and hash-checked: the same
+        bytes, or an error."""
         self._read_again = read_again
         self.unread: list[str] = []  # the block files the pass left out (see block_pass)
         self._odd: dict[int, str] = {}  # rows whose names are not in the canonical form
         parts: list[dict[str, np.ndarray]] = []
-        judging = _Judging()
         rows = 0
-        for share in found.shares():
-            read = [i for i, content in enumerate(share.contents) if content is not None]
-            if len(read) < len(share.names):
-                pairs = zip(share.names, share.contents, strict=True)
-                self.unread += [n for n, c in pairs if c is None]
-            names = [share.names[i] for i in read]
-            hashes, canonical = _name_hashes(names)
-            for i in np.flatnonzero(~canonical).tolist():
-                self._odd[rows + i] = names[i]
-            columns = _kept(decode_columns([share.contents[i] for i in read]))
-            part = {
-                "name_hashes": hashes,
-                "hash_ok": np.array([share.matches[i] for i in read], bool),
-                "sizes": np.array([len(share.contents[i]) for i in read], np.uint32),
-            }
-            parts.append(part)
-            judging.add(part, columns)
-            rows += len(read)
-            del share, columns
+        part: Part
+        for part in found.shares(worker()):
+            self.unread += part.unread
+            self._odd.update((rows + i, name) for i, name in part.odd)
+            parts.append(part.arrays)
+            rows += part.rows
+            del part
             if len(parts) % _TRIM_EVERY == 0:
                 release_free_memory()  # the chunks' freed buffers, kept by the allocator
             if progress is not None:
                 progress(rows)
-        judging.finish()
         self.irregular = found.irregular  # what else the listing found (symlinks, FIFOs...)
         joined = _concat(parts)
         self.name_hashes: np.ndarray = joined.pop("name_hashes")
@@ -169,7 +147,7 @@ class BlockFiles:
 
     def rows_of(self, names: list[str]) -> np.ndarray:
         """:meth:`row` of each of ``names`` at once, -1 for None."""
-        return self._by_hash.rows(*_name_hashes(names))
+        return self._by_hash.rows(*name_hashes(names))
 
     def reader(self, by_name: Callable[[str], bytes]) -> Callable[[str], bytes]:
         """A block's bytes from this pass, or read by name when the pass did not read it under
@@ -180,13 +158,6 @@ class BlockFiles:
             return by_name(name) if k is None else self.read(k)
 
         return read
-
-
-def _kept(columns: BlockColumns) -> BlockColumns:
-    """What the pass keeps of a share's columns: all of them but the logical hash, of which
-    the rules read the first byte only (its algorithm's code; the data checks read the block):
-    33 bytes a block, 33 MB at a million."""
-    return replace(columns, logical_hash=np.ascontiguousarray(columns.logical_hash[:, :1]))
 
 
 def _concat(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
@@ -205,74 +176,6 @@ def _concat(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
             "sizes": np.zeros(0, np.uint32),
         }
     return joined
-
-
-class _Judging:
-    """The ExtraAttributes texts of the pass's shares, judged in batches while the pass goes
-    on (at most :data:`_JSON_IN_FLIGHT` batches at once, so the texts held stay bounded); each
-    part's columns are kept, verdicts applied, as its batch is judged."""
-
-    def __init__(self) -> None:
-        self._batch: list[tuple[dict[str, np.ndarray], BlockColumns]] = []
-        self._texts = 0
-        self._flying: list[tuple[list[tuple[dict[str, np.ndarray], BlockColumns]], _Judgement]] = []
-
-    def add(self, part: dict[str, np.ndarray], columns: BlockColumns) -> None:
-        self._batch.append((part, columns))
-        self._texts += len(columns.extras)
-        if self._texts >= _JSON_BATCH:
-            self._send()
-
-    def _send(self) -> None:
-        texts = [t for _, columns in self._batch for t in columns.extras]
-        self._flying.append((self._batch, _Judgement(texts)))
-        self._batch, self._texts = [], 0
-        while len(self._flying) > _JSON_IN_FLIGHT:
-            self._land()
-
-    def _land(self) -> None:
-        batch, judgement = self._flying.pop(0)
-        verdicts = judgement.verdicts()
-        at = 0
-        for part, columns in batch:
-            count = len(columns.extras)
-            judged = columns.judged(verdicts[at : at + count])
-            at += count
-            part.update({f.name: getattr(judged, f.name) for f in fields(BlockColumns)[:-2]})
-
-    def finish(self) -> None:
-        if self._batch:
-            self._send()
-        while self._flying:
-            self._land()
-
-
-def _name_hashes(names: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """The multihash bytes each of ``names`` spells (one row each), and whether it spells one
-    in the canonical form (``f`` and lowercase hex; zeros otherwise)."""
-    width = 1 + 2 * HASH_SIZE
-    hashes = np.zeros((len(names), HASH_SIZE), np.uint8)
-    canonical = np.zeros(len(names), bool)
-    if all(len(n) == width and n[0] == "f" for n in names):  # one hex parse for all
-        digits = "".join([n[1:] for n in names])
-        try:
-            digests = bytes.fromhex(digits)
-        except ValueError:
-            digests = b""
-        if digests.hex() == digits:
-            hashes[:] = np.frombuffer(digests, np.uint8).reshape(-1, HASH_SIZE)
-            canonical[:] = True
-            return hashes, canonical
-    for i, name in enumerate(names):  # some name is not of the form: one by one
-        if len(name) == width and name[0] == "f":
-            try:
-                digest = bytes.fromhex(name[1:])
-            except ValueError:
-                continue
-            if digest.hex() == name[1:]:
-                hashes[i] = np.frombuffer(digest, np.uint8)
-                canonical[i] = True
-    return hashes, canonical
 
 
 class _HashIndex:
@@ -314,30 +217,6 @@ class Runs(NamedTuple):
     place: np.ndarray
     run_end: np.ndarray
     prev: np.ndarray  # each row's predecessor's row, -1 when the pass did not read it rightly named
-
-
-class _Judgement:
-    """The verdicts on some ExtraAttributes texts: from a helper process when there are enough
-    of them to pay for one, else judged right away."""
-
-    def __init__(self, texts: list[bytes]) -> None:
-        self._texts = texts
-        self._helper = None
-        self._verdicts = b""
-        if len(texts) >= JSON_HELPER_MIN_TEXTS and helper_process.available():
-            self._helper = extra_json.Helper(texts)
-        else:
-            self._verdicts = extra_json.judge(texts)
-
-    @property
-    def pending(self) -> bool:
-        return self._helper is not None
-
-    def verdicts(self) -> bytes:
-        if self._helper is not None:
-            self._verdicts = self._helper.result() or extra_json.judge(self._texts)
-            self._helper = None
-        return self._verdicts
 
 
 class WalkedChain(Sequence[BlockEntry]):
@@ -539,7 +418,7 @@ class WalkedChain(Sequence[BlockEntry]):
         if self._plain.any() and len(names):
             column = self._plain_slice_hashes()
             index = _HashIndex(column, None)
-            found = index.rows(*_name_hashes(names)) >= 0
+            found = index.rows(*name_hashes(names)) >= 0
         if found.all():
             return found.tolist()
         named = self.slice_names()  # an orphan (or 8 shared hash bytes): exactly, by name

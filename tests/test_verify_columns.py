@@ -30,7 +30,8 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from odf_chain import chain, helper_process
+from odf_chain import block_parts, chain, helper_process
+from odf_chain.block_parts import Part
 from odf_chain.dataset import Dataset
 from odf_chain.errors import FormatError
 from odf_chain.events import (
@@ -540,8 +541,9 @@ def test_bulk_verify_when_extra_attributes_are_refused(
     _write_chain(
         tmp_path / "ds", events, patch=lambda i, data: _refuse_extra(data, how) if i == 10 else data
     )
+    monkeypatch.setattr(block_pass, "CHUNK_FILES", 4)
     for helper_min in (10**9, 1):  # judged in-process, then by the helper process
-        monkeypatch.setattr("odf_chain.walked.JSON_HELPER_MIN_TEXTS", helper_min)
+        monkeypatch.setattr(block_pass, "HELPER_MIN_FILES", helper_min)
         assert "block-format" in _compare(tmp_path / "ds")
 
 
@@ -624,17 +626,24 @@ def test_a_helper_that_fails_mid_pass_leaves_its_chunks_to_this_process(
     monkeypatch.setattr(block_pass, "CHUNK_FILES", 4)
     monkeypatch.setattr(block_pass, "HELPER_MIN_FILES", 2)
     monkeypatch.setattr(block_pass, "HELPER_BACKLOG", 1000)  # every chunk after the first
-    answered = block_pass._Helper._share
+    started = block_pass._Helper.__init__
 
-    def answer_then_die(helper, raw):  # the real answer; then the helper process is killed
-        share = answered(helper, raw)
-        helper._proc.kill()
-        return share
+    def start(helper, *args) -> None:  # its first answer taken; then the process is killed
+        started(helper, *args)
+        parse = helper._parse
 
-    monkeypatch.setattr(block_pass._Helper, "_share", answer_then_die)
+        def answer_then_die(raw: bytes, names: list[str]) -> object:
+            made = parse(raw, names)
+            helper._proc.kill()
+            return made
+
+        helper._parse = answer_then_die
+
+    monkeypatch.setattr(block_pass._Helper, "__init__", start)
     found = storage.read_all_blocks(BLOCK_NAMES)
     assert found is not None
     assert found.all() == alone
+    assert _compare(root) == []  # verify's parts too: the chunks left are made here
 
 
 TEXTS = [
@@ -718,9 +727,100 @@ def test_loads_object_is_json_loads(text: str) -> None:
         JSON_OBJECTS.map(lambda v: json.dumps(v).encode()) | st.binary(max_size=30), max_size=40
     )
 )
-def test_extra_json_helper_answers_what_judge_answers(texts: list[bytes]) -> None:
+def test_extra_json_judges_each_text_alone(texts: list[bytes]) -> None:
+    """A text's verdict does not depend on the texts judged with it (a chunk's, any chunk's)."""
     texts = TEXTS + texts
-    assert extra_json.Helper(texts).result() == extra_json.judge(texts)
+    assert extra_json.judge(texts) == b"".join(extra_json.judge([t]) for t in texts)
+
+
+def _parts(root: Path, monkeypatch: pytest.MonkeyPatch, *, helper: bool) -> list[Part]:
+    """What verify's pass makes of every chunk of 4 files: here, or every chunk but the first
+    two by the helper process."""
+    monkeypatch.setattr(block_pass, "CHUNK_FILES", 4)
+    monkeypatch.setattr(block_pass, "HELPER_MIN_FILES", 2 if helper else 10**9)
+    monkeypatch.setattr(block_pass, "HELPER_BACKLOG", 1000)
+    found = LocalStorage(root).read_all_blocks(BLOCK_NAMES)
+    assert found is not None
+    return list(found.shares(block_parts.worker()))
+
+
+def _same_parts(here: list[Part], there: list[Part]) -> None:
+    assert len(here) == len(there)
+    for a, b in zip(here, there, strict=True):
+        assert (a.unread, a.odd) == (b.unread, b.odd)
+        assert a.arrays.keys() == b.arrays.keys()
+        for key in a.arrays:
+            assert a.arrays[key].dtype == b.arrays[key].dtype, key
+            assert np.array_equal(a.arrays[key], b.arrays[key]), key
+
+
+def test_the_helper_makes_the_parts_this_process_makes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Decoded, judged and kept in the helper or here: the same arrays, byte for byte, over
+    blocks of every kind (refused ExtraAttributes, a transaction, a non-block, a wrong hash, a
+    name not in the canonical form, a file left unread)."""
+    root = tmp_path / "ds"
+    events = _run_events(40)
+    events[7] = replace(events[7], extra={TRANSACTION_KEY: {"app_id": "job", "version": 1}})
+    for i in (10, 20):
+        events[i] = replace(events[i], extra=EXTRA)
+    hows = list(REFUSED_TEXTS)
+    _write_chain(
+        root,
+        events,
+        patch=lambda i, data: _refuse_extra(data, hows[i % len(hows)]) if i in (10, 20) else data,
+    )
+    blocks = root / "blocks"
+    names = sorted(p.name for p in blocks.iterdir())
+    (blocks / names[3]).write_bytes(b"altered")  # a wrong hash
+    (blocks / names[9]).write_bytes(b"\0" * (MAX_BLOCK_BYTES + 1))  # oversized: left unread
+    (blocks / ("f" + names[12][1:].upper())).write_bytes((blocks / names[12]).read_bytes())
+    here = _parts(root, monkeypatch, helper=False)
+    there = _parts(root, monkeypatch, helper=True)
+    assert any(p.odd for p in here) and any(p.unread for p in here)
+    assert not np.concatenate([p.arrays["plain"] for p in here]).all()  # refused ones
+    _same_parts(here, there)
+
+
+def test_a_part_from_the_helper_is_checked(tmp_path: Path) -> None:
+    """An answer that is not exactly a part for its chunk is refused (then this process makes
+    the chunk's part itself)."""
+    root = tmp_path / "ds"
+    _write_chain(root, _run_events(6))
+    names = sorted(p.name for p in (root / "blocks").iterdir())
+    dir_fd = os.open(root / "blocks", os.O_RDONLY)
+    try:
+        share = block_pass.own_share(dir_fd, names, MAX_BLOCK_BYTES, BLOCK_NAMES)
+    finally:
+        os.close(dir_fd)
+    part = block_parts.part_of(share)
+    raw = block_parts.encode(part)
+    again = block_parts.parse(raw, names)
+    assert again is not None
+    _same_parts([part], [again])
+    header = json.dumps({"rows": part.rows, "unread": [], "odd": []}).encode()
+    body = raw[4 + struct.unpack_from("<I", raw)[0] :]
+    lying = [
+        raw[:-1],
+        raw + b"\0",
+        raw[:3],
+        b"",
+        struct.pack("<I", len(header) + 9) + header + body,
+        _reheaded({"rows": part.rows - 1, "unread": [names[0]], "odd": []}, body),
+        _reheaded({"rows": part.rows - 1, "unread": ["f" + "0" * 68], "odd": []}, body),
+        _reheaded({"rows": part.rows, "unread": [], "odd": [[part.rows, names[0]]]}, body),
+        _reheaded({"rows": part.rows, "unread": []}, body),
+        _reheaded({"rows": "6", "unread": [], "odd": []}, body),
+    ]
+    for raw_lie in lying:
+        assert block_parts.parse(raw_lie, names) is None
+    assert block_parts.parse(raw, names[:-1]) is None  # another chunk's answer
+
+
+def _reheaded(header: dict, body: bytes) -> bytes:
+    text = json.dumps(header).encode()
+    return struct.pack("<I", len(text)) + text + body
 
 
 # -- found in review: edges where the two paths once parted -------------------------------------
@@ -742,7 +842,8 @@ def test_deep_extra_attributes_with_a_transaction_are_left_to_the_decoder(
 ) -> None:
     """Nesting past MAX_DEPTH is refused whatever else the object holds (a transaction key
     included), so the decoder, wherever it runs, decides: no path crashes, both agree."""
-    monkeypatch.setattr("odf_chain.walked.JSON_HELPER_MIN_TEXTS", helper_min)
+    monkeypatch.setattr(block_pass, "CHUNK_FILES", 2)
+    monkeypatch.setattr(block_pass, "HELPER_MIN_FILES", helper_min)
     for depth in (extra_json.MAX_DEPTH + 1, 700, 960, 990, 1200):
         nested: object = "x"
         for _ in range(depth):
@@ -763,43 +864,67 @@ def test_deep_extra_attributes_with_a_transaction_are_left_to_the_decoder(
         _compare(root)
 
 
-def test_the_json_helper_parses_under_the_callers_digit_limit() -> None:
+def test_the_helper_parses_under_the_callers_digit_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     big = b'{"n": ' + b"7" * 2000 + b"}"
     texts = [big, b'{"n": 1}', b'{"n": ' + b"7" * 900 + b"}"]
+    root = tmp_path / "ds"
+    events = _run_events(12)
+    for i, digits in ((4, 2000), (8, 900)):
+        events[i] = replace(events[i], extra={"n": int("7" * digits)})
+    _write_chain(root, events)
     limit = sys.get_int_max_str_digits()
     sys.set_int_max_str_digits(1000)
     try:
         here = extra_json.judge(texts)
         assert here == bytes([extra_json.REFUSED, extra_json.OBJECT, extra_json.OBJECT])
-        assert extra_json.Helper(texts).result() == here
+        in_process = _parts(root, monkeypatch, helper=False)
+        by_helper = _parts(root, monkeypatch, helper=True)
     finally:
         sys.set_int_max_str_digits(limit)
+    _same_parts(in_process, by_helper)
+    assert np.concatenate([p.arrays["plain"] for p in by_helper]).sum() == len(events) - 1
     assert extra_json.judge(texts)[0] == extra_json.OBJECT  # the default limit takes 2000
 
 
 @pytest.mark.parametrize(
-    "script, answer",
+    "script",
     [
-        ("import sys; sys.stdout.write(sys.stdin.read().upper())", b"ABC"),
-        ("import sys; sys.stdout.write('x'); sys.exit(3)", None),  # a failure
-        ("import time; time.sleep(30)", None),  # too late: killed
-        ("raise SystemExit('no')", None),
+        "import sys; sys.stdout.write('x' * 9); sys.stdout.flush()",  # not an answer
+        "import sys; sys.stdout.buffer.write(bytes(4)); sys.exit(3)",  # an empty one, a failure
+        "import time; time.sleep(60)",  # too late: killed
+        "raise SystemExit('no')",
     ],
 )
-def test_a_helper_process_answers_or_fails_cleanly(
-    tmp_path: Path, script: str, answer: bytes | None
+def test_a_helper_that_answers_wrongly_leaves_its_chunks_to_this_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, script: str
 ) -> None:
+    root = tmp_path / "ds"
+    _write_chain(root, _run_events(12))
+    storage = LocalStorage(root)
+    monkeypatch.setattr(block_pass, "HELPER_MIN_FILES", 10**9)
+    alone = storage.read_all_blocks(BLOCK_NAMES).all()  # type: ignore[union-attr]
     path = tmp_path / "helper.py"
     path.write_text(script)
+    monkeypatch.setattr(block_pass, "CHUNK_FILES", 3)
+    monkeypatch.setattr(block_pass, "HELPER_MIN_FILES", 2)
+    monkeypatch.setattr(helper_process, "seconds_for", lambda files: 3.0)
+    worker = block_pass.Worker(str(path), [], lambda share: share, block_pass.SHARES.parse)
+    found = storage.read_all_blocks(BLOCK_NAMES)
+    assert found is not None
     started = time.monotonic()
-    assert helper_process.Helper(str(path), [], b"abc", timeout=3).result() == answer
+    shares = list(found.shares(worker))
     assert time.monotonic() - started < 60  # the time limit holds (bounded, not timed tight)
+    got = {
+        n: (c, m) for s in shares for n, c, m in zip(s.names, s.contents, s.matches, strict=True)
+    }
+    assert got == alone
 
 
 def test_no_helper_process_without_a_python_to_run(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sys, "executable", "")
     assert not helper_process.available()
-    assert helper_process.Helper("x.py", [], b"", timeout=1).result() is None
 
 
 def test_slices_whose_hashes_share_the_looked_up_bytes_are_told_apart(tmp_path: Path) -> None:

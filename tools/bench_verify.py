@@ -21,8 +21,8 @@ durable write), its file written without fsync (a scratch chain; durability is n
 measured), and refs/head set once at the end. Slices are not written: ``check_data=False``.
 The peer is the floor any structural verify pays: reading every block file once and BLAKE3
 hashing it, with no decoding and no rules (``os.open``/``os.read`` per file, one thread).
-Verify is timed twice: as it runs (a helper process reads a share of the block files and
-another judges ExtraAttributes, from 20,000 blocks on) and with both helpers off (one core).
+Verify is timed twice: as it runs (from 20,000 blocks on a helper process reads, decodes and
+judges a share of the block files) and with the helper off (one core).
 
 Data part: ``--slices`` Parquet slices of about ``--slice-mb`` MB written by
 ``Dataset.write``; data verify (``verify(check_data=True)``) minus the structural verify of
@@ -51,7 +51,7 @@ import blake3
 import numpy as np
 import pyarrow as pa
 
-from odf_chain import chain, walked
+from odf_chain import chain
 from odf_chain.dataset import Dataset
 from odf_chain.events import AddData, DataSlice, OffsetInterval
 from odf_chain.format.multihash import BLAKE3, Multihash
@@ -60,7 +60,7 @@ from odf_chain.storage import block_pass, open_storage
 from odf_chain.verify import verify
 
 ROWS_PER_SLICE = 50_000
-HELPER_MIN_FILES, JSON_HELPER_MIN_TEXTS = block_pass.HELPER_MIN_FILES, walked.JSON_HELPER_MIN_TEXTS
+HELPER_MIN_FILES = block_pass.HELPER_MIN_FILES
 
 
 def build_chain(root: Path, n: int) -> None:
@@ -171,7 +171,6 @@ def peer_data(root: Path) -> tuple[float, int]:
 
 def timed_verify(root: Path, *, check_data: bool, helpers: bool = True) -> tuple[float, int]:
     block_pass.HELPER_MIN_FILES = HELPER_MIN_FILES if helpers else 1 << 62
-    walked.JSON_HELPER_MIN_TEXTS = JSON_HELPER_MIN_TEXTS if helpers else 1 << 62
     start = time.perf_counter()
     report = verify(open_storage(root), check_data=check_data)
     elapsed = time.perf_counter() - start

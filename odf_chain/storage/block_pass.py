@@ -5,14 +5,16 @@ Verify of a long chain reads every block file once; with a million files that is
 system calls and as many hashes, most of the time a structural verify takes. The pass goes
 through the directory listing a chunk of :data:`CHUNK_FILES` names at a time and hands each
 chunk either to this process or, from :data:`HELPER_MIN_FILES` names on, to a helper process
-(this file run as a script: standard library and ``blake3`` only, started fresh, never forked)
-whenever the helper has fewer than :data:`HELPER_BACKLOG` chunks waiting: the two share the
-work by speed, not by a fixed split.
+(started fresh, never forked) whenever the helper has fewer than :data:`HELPER_BACKLOG` chunks
+waiting: the two share the work by speed, not by a fixed split. A :class:`Worker` says what is
+made of each chunk, the same in both processes: verify's decodes and judges it there
+(:mod:`odf_chain.block_parts`), so only what is kept crosses the pipe; without one, the chunk's
+bytes themselves (this file run as the helper: standard library and ``blake3`` only).
 
-Nothing here holds the files' bytes beyond a chunk: a consumer decodes each :class:`Share` as
-it arrives and keeps what it needs in compact form (verify keeps columns; a block it wants whole
-later is read again by its name, whose hash proves it the same bytes). The helper's chunks
-waiting to be consumed are at most :data:`HELPER_BACKLOG`.
+Nothing here holds the files' bytes beyond a chunk: a consumer keeps what it needs of each in
+compact form (verify keeps columns; a block it wants whole later is read again by its name,
+whose hash proves it the same bytes). The helper's chunks waiting to be consumed are at most
+:data:`HELPER_BACKLOG`.
 
 The checks are those of every block read: entries the listing says are regular files, opened
 without following a symlink and without waiting on a FIFO, the opened file checked to be
@@ -20,7 +22,8 @@ regular and at most ``limit`` bytes, read in one call, and kept only when it did
 size meanwhile. A file that fails any check is left out (``None``): reading it by name reports
 exactly what is wrong. Should the helper fail in any way, the parent reads its chunks itself.
 
-This file imports nothing from odf_chain: it runs as the helper's whole program.
+This file imports nothing from odf_chain: it runs as the helper's whole program (see
+:data:`SHARES`).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 # Below this many files, starting a helper costs more than it saves.
 HELPER_MIN_FILES = 20_000
@@ -44,8 +48,8 @@ CHUNK_FILES = 8192  # names per chunk: about 6 MB of block bytes held at a time
 HELPER_BACKLOG = 2  # chunks waiting for the helper before this process reads one itself
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _HEADER = struct.Struct("<BI")  # status, length
-_COUNT = struct.Struct("<I")  # a frame of names: its size first
-_FRAME = struct.Struct("<II")  # a frame of answers: their count and the size of their bytes
+_COUNT = struct.Struct("<I")  # a frame (of names, of an answer): its size first
+_FRAME = struct.Struct("<II")  # a chunk's bytes: the count of names and the size of their bytes
 _READ, _MISMATCH, _SKIPPED = 0, 1, 2
 
 
@@ -115,9 +119,60 @@ class Share:
     matches: list[bool]
 
 
-def _own_share(dir_fd: int, names: list[str], limit: int, hashes: Hashes) -> Share:
+def own_share(dir_fd: int, names: list[str], limit: int, hashes: Hashes) -> Share:
     found = read_share(dir_fd, names, limit, hashes)
     return Share(names, [data for data, _ in found], [ok for _, ok in found])
+
+
+@dataclass(frozen=True)
+class Worker:
+    """What a pass makes of each chunk: ``own`` of its :class:`Share` in this process; in the
+    helper, ``script`` run with ``arguments`` and then the pass's own (it calls :func:`serve`),
+    and ``parse`` turns the helper's answer for a chunk of names into the same thing as
+    ``own`` (None: not a valid answer, the helper has failed)."""
+
+    script: str
+    arguments: list[str]
+    own: Callable[[Share], object]
+    parse: Callable[[bytes, list[str]], object | None]
+
+
+def _encode_share(share: Share) -> bytes:
+    """A share as the helper sends it: a status and length per name, then the bytes read."""
+    headers, chunks = bytearray(), []
+    for data, matches in zip(share.contents, share.matches, strict=True):
+        if data is None:
+            headers += _HEADER.pack(_SKIPPED, 0)
+        else:
+            headers += _HEADER.pack(_READ if matches else _MISMATCH, len(data))
+            chunks.append(data)
+    data = b"".join(chunks)
+    return _FRAME.pack(len(share.names), len(data)) + headers + data
+
+
+def _parse_share(raw: bytes, names: list[str]) -> Share | None:
+    """The share the helper sent for ``names`` (see :func:`_encode_share`); None if malformed."""
+    if len(raw) < _FRAME.size:
+        return None
+    count, size = _FRAME.unpack(raw[: _FRAME.size])
+    end = _FRAME.size + count * _HEADER.size
+    parsed = _parse_frame(raw[_FRAME.size : end], count) if count == len(names) else None
+    if parsed is None or sum(length for _, length in parsed) != size or len(raw) != end + size:
+        return None
+    contents: list[bytes | None] = []
+    matches, at = [], end
+    for status, length in parsed:
+        if status == _SKIPPED:
+            contents.append(None)
+        else:
+            contents.append(raw[at : at + length])
+            at += length
+        matches.append(status == _READ)  # its word is taken: it runs this very code
+    return Share(names, contents, matches)
+
+
+# The bytes of every chunk as they are: what a pass yields without a worker of its own.
+SHARES = Worker(__file__, [], lambda share: share, _parse_share)
 
 
 def _parse_frame(headers: bytes, count: int) -> list[tuple[int, int]] | None:
@@ -134,14 +189,15 @@ def _parse_frame(headers: bytes, count: int) -> list[tuple[int, int]] | None:
 
 class _Helper:
     """The helper process, fed chunks of names through a writer thread; a reader thread
-    collects its answers (a status and a length per name, then the bytes of those read)."""
+    collects its answers (one frame per chunk, made by ``worker`` there)."""
 
-    def __init__(self, dir_fd: int, limit: int, hashes: Hashes) -> None:
+    def __init__(self, dir_fd: int, limit: int, hashes: Hashes, worker: Worker) -> None:
         self.failed = False
-        arguments = [str(dir_fd), str(limit), str(hashes.name_length)]
+        self._parse = worker.parse
+        arguments = [*worker.arguments, str(dir_fd), str(limit), str(hashes.name_length)]
         arguments += [f"{p}={a}" for p, a in hashes.prefixes.items()]
         self._proc = subprocess.Popen(
-            [sys.executable, "-I", __file__, *arguments],
+            [sys.executable, "-I", worker.script, *arguments],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -172,9 +228,9 @@ class _Helper:
         stdout = self._proc.stdout
         assert stdout is not None
         try:
-            while len(head := stdout.read(2 * _COUNT.size)) == 2 * _COUNT.size:
-                count, size = _FRAME.unpack(head)
-                self._answers.put(head + stdout.read(count * _HEADER.size + size))
+            while len(head := stdout.read(_COUNT.size)) == _COUNT.size:
+                (size,) = _COUNT.unpack(head)
+                self._answers.put(stdout.read(size))
         except (OSError, ValueError):
             pass
         finally:
@@ -190,39 +246,21 @@ class _Helper:
         self._files += len(names)
         self._outbox.put(_COUNT.pack(len(frame)) + frame)
 
-    def answered(self, *, wait: bool = False) -> Iterator[Share]:
+    def answered(self, *, wait: bool = False) -> Iterator[object]:
         """The shares answered so far (``wait``: all of them, until the helper ends)."""
         while self._waiting and not self.failed:
             try:
                 raw = self._answers.get(block=wait)
             except queue.Empty:
                 return
-            share = None if raw is None else self._share(raw)
-            if share is None:
+            made = None if raw is None else self._parse(raw, self._waiting[0])
+            if made is None:
                 self.failed = True
                 return
-            yield share
+            self._waiting.popleft()
+            yield made
 
-    def _share(self, raw: bytes) -> Share | None:
-        count, size = _FRAME.unpack(raw[: _FRAME.size])
-        names = self._waiting[0]
-        end = _FRAME.size + count * _HEADER.size
-        parsed = _parse_frame(raw[_FRAME.size : end], count) if count == len(names) else None
-        if parsed is None or sum(length for _, length in parsed) != size or len(raw) != end + size:
-            return None
-        self._waiting.popleft()
-        contents: list[bytes | None] = []
-        matches, at = [], end
-        for status, length in parsed:
-            if status == _SKIPPED:
-                contents.append(None)
-            else:
-                contents.append(raw[at : at + length])
-                at += length
-            matches.append(status == _READ)  # its word is taken: it runs this very code
-        return Share(names, contents, matches)
-
-    def finish(self) -> Iterator[Share]:
+    def finish(self) -> Iterator[object]:
         """Every answer still to come; then the chunks it did not answer are :meth:`left`."""
         self._outbox.put(None)
         from odf_chain import helper_process  # not at the top: the helper runs this file alone
@@ -300,8 +338,9 @@ class Pass:
             return names
         return [name for name in names if self._block_name(name)]
 
-    def shares(self) -> Iterator[Share]:
-        """Every block file, a chunk at a time (the helper's chunks as it answers them)."""
+    def shares(self, worker: Worker = SHARES) -> Iterator[Any]:
+        """What ``worker`` makes of every chunk of block files (by default the chunk itself,
+        a :class:`Share`), the helper's chunks as it answers them."""
         if self._used:
             raise RuntimeError("a pass over blocks/ is read once")
         self._used = True
@@ -313,19 +352,19 @@ class Pass:
                 listed += len(names)
                 if helper is None and listed >= HELPER_MIN_FILES and _helper_available():
                     try:
-                        helper = _Helper(fd, limit, hashes)
+                        helper = _Helper(fd, limit, hashes, worker)
                     except (OSError, ValueError):
                         helper = None
                 if helper is not None and not helper.failed and helper.backlog < HELPER_BACKLOG:
                     helper.send(names)
                 else:
-                    yield _own_share(fd, names, limit, hashes)
+                    yield worker.own(own_share(fd, names, limit, hashes))
                 if helper is not None:
                     yield from helper.answered()
             if helper is not None:
                 yield from helper.finish()
                 for names in helper.left():
-                    yield _own_share(fd, names, limit, hashes)
+                    yield worker.own(own_share(fd, names, limit, hashes))
         finally:
             if helper is not None:
                 helper.stop()
@@ -347,24 +386,19 @@ def _helper_available() -> bool:
     return helper_process.available()
 
 
-def _main(argv: list[str]) -> None:
+def serve(argv: list[str], work: Callable[[Share], bytes]) -> None:
+    """The helper's loop (``argv``: the pass's arguments): each chunk of names read from stdin
+    is read from ``blocks/``, and what ``work`` makes of it written to stdout."""
     dir_fd, limit, name_length = (int(a) for a in argv[:3])
     hashes = Hashes(dict(a.split("=", 1) for a in argv[3:]), name_length)
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     while len(head := stdin.read(_COUNT.size)) == _COUNT.size:
         (size,) = _COUNT.unpack(head)
         names = stdin.read(size).decode("ascii").split("\n")
-        headers, chunks = bytearray(), []
-        for data, matches in read_share(dir_fd, names, limit, hashes):
-            if data is None:
-                headers += _HEADER.pack(_SKIPPED, 0)
-            else:
-                headers += _HEADER.pack(_READ if matches else _MISMATCH, len(data))
-                chunks.append(data)
-        data = b"".join(chunks)
-        stdout.write(_FRAME.pack(len(names), len(data)) + headers + data)
+        answer = work(own_share(dir_fd, names, limit, hashes))
+        stdout.write(_COUNT.pack(len(answer)) + answer)
         stdout.flush()
 
 
 if __name__ == "__main__":
-    _main(sys.argv[1:])
+    serve(sys.argv[1:], _encode_share)
