@@ -11,8 +11,6 @@ compared with: nothing is folded twice.
 
 from __future__ import annotations
 
-import numpy as np
-
 from odf_chain.chain import advance
 from odf_chain.chain_walk import Findings
 from odf_chain.errors import FormatError, OdfChainError, RuleViolation
@@ -20,6 +18,8 @@ from odf_chain.events import AddData, ExecuteTransform
 from odf_chain.rules import plain_run_passes
 from odf_chain.state import EMPTY, DatasetState, apply, apply_plain_run
 from odf_chain.walked import WalkedChain
+
+_RUN_PLACES = 64  # snapshot places a run of plain blocks is checked across at once
 
 
 def refold(
@@ -37,23 +37,28 @@ def refold(
     periodic: dict[int, DatasetState] = {}
     n, total = 0, len(chain)
     while n < total:
-        # a run ends at the next snapshot's place (the next multiple of ``every``), inclusive
-        stop = min(total, -(-n // every) * every + 1)
+        # a run is checked up to _RUN_PLACES snapshot places on (multiples of ``every``), and
+        # applied one stretch at a time, each ending at such a place (inclusive): the state
+        # there is one the index must describe
+        stop = min(total, -(-n // every) * every + 1 + (_RUN_PLACES - 1) * every)
         end = chain.plain_run_end(n, stop)
         if end > n:
             run, hashes = chain.plain_run(n, end)
             good = plain_run_passes(state, run, hashes)
-            if good:
-                if good < len(run):
-                    run, hashes = run.take(np.arange(good)), hashes[:good]
-                state = apply_plain_run(state, run, hashes)
-                report.blocks_checked += good
-                with_data.append((range(n, n + good), state))
-                n += good
-                if (n - 1) % every == 0:
-                    periodic[n - 1] = state
-                if n == end:
-                    continue
+            at = n
+            while at < n + good:
+                until = min(n + good, -(-at // every) * every + 1)
+                state = apply_plain_run(
+                    state, run.rows(at - n, until - n), hashes[at - n : until - n]
+                )
+                with_data.append((range(at, until), state))
+                if (until - 1) % every == 0:
+                    periodic[until - 1] = state
+                at = until
+            report.blocks_checked += good
+            n += good
+            if n == end:
+                continue
         try:
             entry = chain[n]
         except FormatError as exc:  # the columns vouched for a block the decoder refuses
