@@ -118,8 +118,7 @@ class BlockFiles:
         """Where the walk can leap: see :class:`Runs`."""
         columns = self.columns
         rows = np.flatnonzero(columns.plain & self.hash_ok)
-        # newest first; among equal sequence numbers (a fork), by row: a run then stops there
-        order = rows[np.argsort(columns.sequence_number[rows], kind="stable")[::-1]]
+        order = _newest_first(rows, columns.sequence_number[rows])
         small = np.int32 if len(self) < 2**31 else np.int64  # half the memory, a million rows
         place = np.full(len(self), -1, small)
         place[order] = np.arange(len(order), dtype=small)
@@ -158,6 +157,21 @@ class BlockFiles:
             return by_name(name) if k is None else self.read(k)
 
         return read
+
+
+def _newest_first(rows: np.ndarray, numbers: np.ndarray) -> np.ndarray:
+    """``rows`` by their sequence ``numbers``, newest first; among equal numbers (a fork), by
+    row, so a run stops there. A chain's numbers are usually each number of a range once: then
+    each row is put in its place directly, no sort."""
+    if len(rows):
+        low = numbers.min()
+        places = (numbers - low).astype(np.int64)  # wraps above 2**63: then not a range
+        if places.min() >= 0 and places.max() == len(rows) - 1:
+            placed = np.full(len(rows), -1, np.int64)
+            placed[places] = rows
+            if (placed >= 0).all():  # every place taken once: a permutation
+                return placed[::-1]
+    return rows[np.argsort(numbers, kind="stable")[::-1]]
 
 
 def _concat(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:

@@ -30,7 +30,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from odf_chain import block_parts, chain, helper_process
+from odf_chain import block_parts, chain, helper_process, walked
 from odf_chain.block_parts import Part
 from odf_chain.dataset import Dataset
 from odf_chain.errors import FormatError
@@ -953,3 +953,20 @@ def test_slices_whose_hashes_share_the_looked_up_bytes_are_told_apart(tmp_path: 
     report = verify(LocalStorage(tmp_path / "ds"), check_data=False)
     assert [(p.rule, p.path) for p in report.warnings] == [("orphan-data", f"data/{names[2]}")]
     assert report.ok
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.integers(0, 2**64 - 1), max_size=12)
+    | st.integers(0, 12).flatmap(
+        lambda n: st.integers(0, 2**64 - 1 - n).flatmap(
+            lambda low: st.permutations([low + i for i in range(n)])
+        )
+    )
+)
+def test_rows_newest_first_as_a_stable_sort_orders_them(numbers: list[int]) -> None:
+    """Placed directly when the numbers are a range, each once; else sorted: the same order."""
+    rows = np.arange(len(numbers), dtype=np.int64) * 3
+    values = np.array(numbers, np.uint64)
+    expected = rows[np.argsort(values, kind="stable")[::-1]]
+    assert np.array_equal(walked._newest_first(rows, values), expected)

@@ -17,8 +17,11 @@ LAYOUT = ("blocks", "refs", "data", STAGING, "checkpoints", "info", "logs")
 
 
 def is_name(name: object) -> bool:
-    """[0-9a-zA-Z]+: ASCII letters and digits (``isalnum`` alone takes any script's)."""
-    return isinstance(name, str) and name.isascii() and name.isalnum()
+    """[0-9a-zA-Z]+: ASCII letters and digits (``str.isalnum`` alone takes any script's). A
+    test of each character, so it holds for names joined exactly when it holds for each (a
+    listing tests a chunk of names at once); ``bytes.isalnum`` is the ASCII test, and some 40
+    times faster than ``str``'s on long strings."""
+    return isinstance(name, str) and name.isascii() and name.encode("ascii").isalnum()
 
 
 def check_name(name: str, what: str = "name") -> str:

@@ -261,7 +261,7 @@ class LocalStorage(LocalHead, LocalDerived):
                     dir_fd,
                     MAX_BLOCK_BYTES,
                     hashes,
-                    lambda name: name.isascii() and name.isalnum(),
+                    is_name,
                     lambda others: self._irregular("blocks", others),
                 )
         except (OSError, OdfChainError):
