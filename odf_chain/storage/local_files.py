@@ -17,7 +17,9 @@ import os
 import secrets
 import shutil
 import stat
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait as wait_all
 from pathlib import Path
 
 from odf_chain.errors import NotFoundError, StorageError
@@ -95,6 +97,46 @@ def sync_data(fd: int) -> None:
     read the data back: size, allocation), not its times: no reader of a block, a head or a
     slice looks at its mtime. ``fsync`` where the OS has no fdatasync (macOS)."""
     getattr(os, "fdatasync", os.fsync)(fd)
+
+
+_SYNC_THREADS = 4
+_sync_pool: tuple[int, ThreadPoolExecutor] | None = None
+_sync_pool_lock = threading.Lock()
+
+
+def _pool() -> ThreadPoolExecutor:
+    """The process's sync threads, started on first use; a forked child (a Spark worker, say)
+    starts its own: a pool inherited through ``fork`` has no threads behind it."""
+    global _sync_pool
+    with _sync_pool_lock:
+        if _sync_pool is None or _sync_pool[0] != os.getpid():
+            pool = ThreadPoolExecutor(_SYNC_THREADS, thread_name_prefix="odf-chain-sync")
+            _sync_pool = (os.getpid(), pool)
+        return _sync_pool[1]
+
+
+def sync_together(syncs: Sequence[tuple[Callable[[int], None], int]]) -> None:
+    """Make each ``sync(fd)`` of ``syncs`` at the same time (this thread does the first, the
+    process's sync threads the others: ``fsync`` releases the GIL) and return when all are
+    done; the first error is raised after every sync has ended, so no descriptor is closed
+    under a sync still running. For syncs that must all be complete before one later step
+    (a head move) and need no order among themselves: a filesystem with a journal (ext4, XFS)
+    commits the ones in flight together, so n syncs cost about one journal commit, not n.
+    """
+    if not syncs:
+        return
+    futures: list[Future] = [_pool().submit(sync, fd) for sync, fd in syncs[1:]]
+    error: BaseException | None = None
+    try:
+        syncs[0][0](syncs[0][1])
+    except BaseException as exc:  # raised below, once every sync has ended
+        error = exc
+    wait_all(futures)  # even on an interrupt: the caller closes these descriptors next
+    for future in futures:
+        if error is None and future.exception() is not None:
+            error = future.exception()
+    if error is not None:
+        raise error
 
 
 def fsync_dir(path: Path) -> None:
