@@ -18,7 +18,7 @@ import secrets
 import shutil
 import stat
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait as wait_all
 from pathlib import Path
 
@@ -137,6 +137,21 @@ def sync_together(syncs: Sequence[tuple[Callable[[int], None], int]]) -> None:
             error = future.exception()
     if error is not None:
         raise error
+
+
+def start_writeback(fds: Iterable[int]) -> None:
+    """Start writing the files' dirty pages out, without waiting (a hint: nothing depends on
+    it). On Linux ``POSIX_FADV_DONTNEED`` starts the writeback in this call, and ext4 then
+    allocates the files' blocks in the journal transaction that is open now: syncs made next,
+    at once, find all of them in one transaction and wait for one commit, where a directory's
+    fsync starting first would commit without them and leave them a second one. Pages being
+    written are not dropped from the cache."""
+    advise = getattr(os, "posix_fadvise", None)
+    if advise is None:
+        return
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            advise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
 
 
 def fsync_dir(path: Path) -> None:

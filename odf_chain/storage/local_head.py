@@ -54,6 +54,7 @@ from odf_chain.storage.local_files import (
     lstat_at,
     os_errors,
     read_regular_at,
+    start_writeback,
     storage_error,
     sync_data,
     sync_together,
@@ -271,9 +272,11 @@ class LocalHead(DatasetDir):
             try:
                 try:  # open (the claim held) until it is in place
                     write_all(fd, head)
-                    # syncs 1-3 together: the blocks' bytes, blocks/ (and data/), the head's
-                    # bytes; on ext4 about one journal commit instead of three
-                    sync_together([*syncs, (sync_data, fd)])
+                    syncs = [(sync_data, fd), *syncs]
+                    start_writeback(fd for sync, fd in syncs if sync is sync_data)
+                    # syncs 1-3 together: the head's bytes, the blocks' bytes, blocks/ (and
+                    # data/); on ext4 about one journal commit instead of three
+                    sync_together(syncs)
                     os.rename(tmp, path)
                 finally:
                     os.close(fd)
