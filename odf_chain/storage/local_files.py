@@ -14,12 +14,12 @@ import contextlib
 import errno
 import fcntl
 import os
+import queue
 import secrets
 import shutil
 import stat
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, wait as wait_all
 from pathlib import Path
 
 from odf_chain.errors import NotFoundError, StorageError
@@ -100,19 +100,34 @@ def sync_data(fd: int) -> None:
 
 
 _SYNC_THREADS = 4
-_sync_pool: tuple[int, ThreadPoolExecutor] | None = None
-_sync_pool_lock = threading.Lock()
+_sync_jobs: tuple[int, queue.SimpleQueue] | None = None
+_sync_jobs_lock = threading.Lock()
 
 
-def _pool() -> ThreadPoolExecutor:
-    """The process's sync threads, started on first use; a forked child (a Spark worker, say)
-    starts its own: a pool inherited through ``fork`` has no threads behind it."""
-    global _sync_pool
-    with _sync_pool_lock:
-        if _sync_pool is None or _sync_pool[0] != os.getpid():
-            pool = ThreadPoolExecutor(_SYNC_THREADS, thread_name_prefix="odf-chain-sync")
-            _sync_pool = (os.getpid(), pool)
-        return _sync_pool[1]
+def _sync_worker(jobs: queue.SimpleQueue) -> None:
+    while True:
+        sync, fd, done, errors = jobs.get()
+        try:
+            sync(fd)
+        except BaseException as exc:  # handed to the caller, which raises it
+            errors.append(exc)
+        finally:
+            done.release()
+
+
+def _jobs() -> queue.SimpleQueue:
+    """The queue of the process's sync threads, started on first use (daemons: they only ever
+    run a sync a caller is waiting for); a forked child (a Spark worker, say) starts its own:
+    threads do not survive ``fork``."""
+    global _sync_jobs
+    with _sync_jobs_lock:
+        if _sync_jobs is None or _sync_jobs[0] != os.getpid():
+            jobs: queue.SimpleQueue = queue.SimpleQueue()
+            for i in range(_SYNC_THREADS):
+                name = f"odf-chain-sync-{i}"
+                threading.Thread(target=_sync_worker, args=(jobs,), name=name, daemon=True).start()
+            _sync_jobs = (os.getpid(), jobs)
+        return _sync_jobs[1]
 
 
 def sync_together(syncs: Sequence[tuple[Callable[[int], None], int]]) -> None:
@@ -122,21 +137,28 @@ def sync_together(syncs: Sequence[tuple[Callable[[int], None], int]]) -> None:
     under a sync still running. For syncs that must all be complete before one later step
     (a head move) and need no order among themselves: a filesystem with a journal (ext4, XFS)
     commits the ones in flight together, so n syncs cost about one journal commit, not n.
+    Each hand-off is a queue entry and a lock the worker releases when done (the cheapest
+    wake-up Python has: a thread pool's futures cost several times more per sync).
     """
     if not syncs:
         return
-    futures: list[Future] = [_pool().submit(sync, fd) for sync, fd in syncs[1:]]
-    error: BaseException | None = None
+    errors: list[BaseException] = []
+    pending = []
+    if len(syncs) > 1:
+        jobs = _jobs()
+        for sync, fd in syncs[1:]:
+            done = threading.Lock()
+            done.acquire()
+            jobs.put((sync, fd, done, errors))
+            pending.append(done)
     try:
         syncs[0][0](syncs[0][1])
     except BaseException as exc:  # raised below, once every sync has ended
-        error = exc
-    wait_all(futures)  # even on an interrupt: the caller closes these descriptors next
-    for future in futures:
-        if error is None and future.exception() is not None:
-            error = future.exception()
-    if error is not None:
-        raise error
+        errors.insert(0, exc)
+    for done in pending:  # all ended before the caller closes these descriptors
+        done.acquire()
+    if errors:
+        raise errors[0]
 
 
 def start_writeback(fds: Iterable[int]) -> None:
