@@ -23,6 +23,7 @@ import pytest
 from odf_chain import Dataset
 from odf_chain.errors import RuleViolation
 from odf_chain.events import AddData, SourceState
+from odf_chain.storage.local_head import HELD_FILES
 from odf_chain.transaction import Transaction
 from odf_chain.verify import verify_path
 
@@ -151,6 +152,28 @@ def test_a_transaction_of_three_blocks_syncs_six_times(tmp_path: Path, syscalls)
     )
     assert calls[rename:] == [RENAME, ("fsync", "refs/")]
     assert len(_syncs(calls)) == 6
+    assert Dataset.open(ds.storage.root).state.head == after.head
+    assert verify_path(ds.storage.root).ok
+
+
+def test_a_long_transaction_syncs_every_block_before_the_rename(tmp_path: Path, syscalls) -> None:
+    """More blocks than a head move holds open at once (``HELD_FILES``): the first ones are
+    synced (and closed) first, every one still before the head is renamed; k + 3 syncs."""
+    ds = _dataset(tmp_path / "ds", 1)
+    k = HELD_FILES + 6
+    syscalls(ds.storage.root)
+    tx = Transaction.begin(ds.storage, ds.state)
+    for i in range(1, k + 1):
+        tx.add(_event(i))
+    after = tx.commit()
+    calls = syscalls(ds.storage.root)
+    rename = calls.index(RENAME)
+    assert calls[:k] == [("link", ".staging/block tmp", "blocks/<block>")] * k
+    assert sorted(calls[k:rename]) == sorted(
+        [("fdatasync", "blocks/<block>")] * k
+        + [("fsync", "blocks/"), ("fdatasync", ".staging/head tmp")]
+    )
+    assert calls[rename:] == [RENAME, ("fsync", "refs/")]
     assert Dataset.open(ds.storage.root).state.head == after.head
     assert verify_path(ds.storage.root).ok
 

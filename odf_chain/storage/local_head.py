@@ -63,6 +63,9 @@ from odf_chain.storage.local_files import (
 from odf_chain.storage.user_files import file_kind
 
 Sync = tuple[Callable[[int], None], int]  # a sync function and the descriptor it syncs
+HELD_FILES = 64
+"""Block files a head move holds open for their syncs at most; a transaction of more has the
+others synced (together) and closed first, so a long one never runs out of descriptors."""
 _LOG_FLAGS = os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _LOG_TAIL = 4096  # a head log line is ~160 bytes: the last one is in this many
 LOCK_TIMEOUT = 30.0
@@ -94,6 +97,16 @@ def _missing(path: Path) -> ConflictError:
         f"{path} is missing at the head move (taken by gc, or never written): nothing was "
         "committed; retry the write"
     )
+
+
+def _sync_files(files: list[Sync]) -> None:
+    """Sync ``files`` together and close them, emptying the list."""
+    try:
+        start_writeback(fd for _, fd in files)
+        sync_together(files)
+    finally:
+        while files:
+            os.close(files.pop()[1])
 
 
 class LocalHead(DatasetDir):
@@ -304,28 +317,38 @@ class LocalHead(DatasetDir):
                 if not names:
                     raise
                 raise _missing(path / names[0]) from None
-            syncs: list[Sync] = [(os.fsync, dir_fd)]
-            for name in names:
-                if sync_files:
-                    try:
-                        fd = os.open(name, READ_FLAGS, dir_fd=dir_fd)
-                    except (FileNotFoundError, NotADirectoryError):
-                        raise _missing(path / name) from None
-                    except OSError as exc:
-                        if exc.errno != errno.ELOOP:  # a symlink: not the file written
-                            raise
-                        raise _missing(path / name) from None
-                    held.callback(os.close, fd)
-                    mode = os.fstat(fd).st_mode
-                    syncs.append((sync_data, fd))
-                else:
-                    try:
-                        mode = lstat_at(name, dir_fd).st_mode
-                    except FileNotFoundError:
-                        mode = None
-                if mode is None or not stat.S_ISREG(mode):
-                    raise _missing(path / name)
-            return syncs
+            files: list[Sync] = []
+            try:
+                for name in names:
+                    if sync_files:
+                        if len(files) == HELD_FILES:  # a long transaction: these first
+                            _sync_files(files)
+                        try:
+                            fd = os.open(name, READ_FLAGS, dir_fd=dir_fd)
+                        except (FileNotFoundError, NotADirectoryError):
+                            raise _missing(path / name) from None
+                        except OSError as exc:
+                            if exc.errno != errno.ELOOP:  # a symlink: not the file written
+                                raise
+                            raise _missing(path / name) from None
+                        files.append((sync_data, fd))
+                        mode = os.fstat(fd).st_mode
+                    else:
+                        try:
+                            mode = lstat_at(name, dir_fd).st_mode
+                        except FileNotFoundError:
+                            mode = None
+                    if mode is None or not stat.S_ISREG(mode):
+                        raise _missing(path / name)
+            except BaseException:
+                for _, fd in files:
+                    os.close(fd)
+                raise
+            for _, fd in files:
+                held.callback(os.close, fd)
+            # the files first: this thread takes the first sync of the group, and a folder's
+            # fsync, having no data to write, would start the journal commit soonest
+            return [*files, (os.fsync, dir_fd)]
 
     @staticmethod
     def _open_log(logs_fd: int, path: Path) -> int:
