@@ -2,11 +2,12 @@
 that dies with its holder, and ``logs/head`` (git's reflog), to which every move is appended,
 so a head that moved back is known.
 
-A head move syncs three times (the count and its reasons: :mod:`odf_chain.storage.local`):
-``blocks/`` (so every block the new head needs has a durable name before the head does; and
-``data/`` for the slices, when it names any), the new head's staging file, and ``refs/`` after
-the rename (so the move survives a power loss once it returns). The head log line is appended
-after that and **not synced**:
+A head move makes an append's syncs (the count and its reasons: :mod:`odf_chain.storage.local`):
+at once, before the rename, the new head's staging file, each new block file and ``blocks/``
+(so every block the new head needs has durable bytes and a durable name before the head does;
+and ``data/`` for the slices, when it names any); then ``refs/`` after the rename (so the move
+survives a power loss once it returns). Why they may run at once: :meth:`LocalHead._move_head`.
+The head log line is appended after that and **not synced**:
 
 - the log only ever lags: its lines (the move, and the repair of one it missed) are written
   after ``refs/`` is synced, so a power loss can take log lines (the last ones: a tail cut
@@ -346,8 +347,8 @@ class LocalHead(DatasetDir):
                 raise
             for _, fd in files:
                 held.callback(os.close, fd)
-            # the files first: this thread takes the first sync of the group, and a folder's
-            # fsync, having no data to write, would start the journal commit soonest
+            # files before folders: sync threads take them in this order, and a folder's
+            # fsync, having no data to write out, starts a journal commit soonest
             return [*files, (os.fsync, dir_fd)]
 
     @staticmethod
