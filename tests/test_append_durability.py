@@ -2,9 +2,11 @@
 head log that is no longer synced.
 
 The syncs are counted by wrapping ``os.fsync``, ``os.fdatasync``, ``os.link`` and ``os.rename``
-in this process: each wrapper records the call and makes the real one, so the files are as
-durable as without it (measuring, not mocking). A power loss cannot be simulated here; what it
-can leave of an unsynced head log (its last lines gone, or zeroed) is written by hand.
+in this process (its sync threads too): each wrapper makes the real call and records it once it
+has returned, so the files are as durable as without it (measuring, not mocking), and a sync
+recorded before the rename had ended before the rename was made. A power loss cannot be
+simulated here; what it can leave of an unsynced head log (its last lines gone, or zeroed) is
+written by hand.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import pytest
 from odf_chain import Dataset
 from odf_chain.errors import RuleViolation
 from odf_chain.events import AddData, SourceState
+from odf_chain.storage.local_head import HELD_FILES
 from odf_chain.transaction import Transaction
 from odf_chain.verify import verify_path
 
@@ -70,8 +73,9 @@ def syscalls(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Path], list[
         real = getattr(os, name)
 
         def call(fd: int) -> None:
-            calls.append((name, os.readlink(f"/proc/self/fd/{fd}"), None))
+            path = os.readlink(f"/proc/self/fd/{fd}")
             real(fd)
+            calls.append((name, path, None))  # list.append: safe from the sync threads
 
         return call
 
@@ -103,27 +107,36 @@ def syscalls(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Path], list[
     yield named
 
 
+SYNCS_BEFORE_RENAME = {
+    ("fdatasync", "blocks/<block>"),  # 1: the block's bytes
+    ("fsync", "blocks/"),  # 2: its name
+    ("fdatasync", ".staging/head tmp"),  # 3: the new head's bytes
+}
+RENAME = ("rename", ".staging/head tmp", "refs/head")
+
+
+def _syncs(calls: list[tuple]) -> list[tuple]:
+    return [c for c in calls if c[0] in ("fsync", "fdatasync")]
+
+
 def test_an_append_syncs_four_times_blocks_before_the_head(tmp_path: Path, syscalls) -> None:
-    """One block: its bytes, then (its name linked) blocks/, then the head's bytes, then (the
-    head renamed) refs/. No sync of the head log nor of the index."""
+    """One block: linked into blocks/, then its bytes, blocks/ and the head's bytes synced at
+    once (in any order, all ended before the head is renamed), then (the head renamed)
+    refs/. No sync of the head log nor of the index."""
     ds = _dataset(tmp_path / "ds", 3)
     syscalls(ds.storage.root)
     entry = ds.append(_event(3))
-    assert syscalls(ds.storage.root) == [
-        ("fdatasync", ".staging/block tmp"),
-        ("link", ".staging/block tmp", "blocks/<block>"),
-        ("fsync", "blocks/"),
-        ("fdatasync", ".staging/head tmp"),
-        ("rename", ".staging/head tmp", "refs/head"),
-        ("fsync", "refs/"),
-    ]
+    calls = syscalls(ds.storage.root)
+    assert calls[0] == ("link", ".staging/block tmp", "blocks/<block>")
+    assert set(calls[1:4]) == SYNCS_BEFORE_RENAME
+    assert calls[4:] == [RENAME, ("fsync", "refs/")]
     assert (ds.storage.root / "refs" / "head").read_text() == str(entry.hash)
     assert verify_path(ds.storage.root).ok
 
 
 def test_a_transaction_of_three_blocks_syncs_six_times(tmp_path: Path, syscalls) -> None:
-    """k blocks: k files, blocks/ once, the head's two: k + 3. Every block file's bytes and
-    name are synced before the head is renamed."""
+    """k blocks: k files, blocks/ once, the head's two: k + 3. Every block file is linked
+    before the syncs, and its bytes and name are synced before the head is renamed."""
     ds = _dataset(tmp_path / "ds", 1)
     syscalls(ds.storage.root)
     tx = Transaction.begin(ds.storage, ds.state)
@@ -131,26 +144,44 @@ def test_a_transaction_of_three_blocks_syncs_six_times(tmp_path: Path, syscalls)
         tx.add(_event(i))
     after = tx.commit()
     calls = syscalls(ds.storage.root)
-    syncs = [c for c in calls if c[0] in ("fsync", "fdatasync")]
-    assert syncs == [("fdatasync", ".staging/block tmp")] * 3 + [
-        ("fsync", "blocks/"),
-        ("fdatasync", ".staging/head tmp"),
-        ("fsync", "refs/"),
-    ]
-    links = [i for i, c in enumerate(calls) if c[0] == "link"]
-    assert len(links) == 3
-    assert (
-        max(links)
-        < calls.index(("fsync", "blocks/"))
-        < calls.index(("rename", ".staging/head tmp", "refs/head"))
+    rename = calls.index(RENAME)
+    assert calls[:3] == [("link", ".staging/block tmp", "blocks/<block>")] * 3
+    assert sorted(calls[3:rename]) == sorted(
+        [("fdatasync", "blocks/<block>")] * 3
+        + [("fsync", "blocks/"), ("fdatasync", ".staging/head tmp")]
     )
+    assert calls[rename:] == [RENAME, ("fsync", "refs/")]
+    assert len(_syncs(calls)) == 6
+    assert Dataset.open(ds.storage.root).state.head == after.head
+    assert verify_path(ds.storage.root).ok
+
+
+def test_a_long_transaction_syncs_every_block_before_the_rename(tmp_path: Path, syscalls) -> None:
+    """More blocks than a head move holds open at once (``HELD_FILES``): the first ones are
+    synced (and closed) first, every one still before the head is renamed; k + 3 syncs."""
+    ds = _dataset(tmp_path / "ds", 1)
+    k = HELD_FILES + 6
+    syscalls(ds.storage.root)
+    tx = Transaction.begin(ds.storage, ds.state)
+    for i in range(1, k + 1):
+        tx.add(_event(i))
+    after = tx.commit()
+    calls = syscalls(ds.storage.root)
+    rename = calls.index(RENAME)
+    assert calls[:k] == [("link", ".staging/block tmp", "blocks/<block>")] * k
+    assert sorted(calls[k:rename]) == sorted(
+        [("fdatasync", "blocks/<block>")] * k
+        + [("fsync", "blocks/"), ("fdatasync", ".staging/head tmp")]
+    )
+    assert calls[rename:] == [RENAME, ("fsync", "refs/")]
     assert Dataset.open(ds.storage.root).state.head == after.head
     assert verify_path(ds.storage.root).ok
 
 
 def test_a_write_of_several_slices_syncs_each_folder_once(tmp_path: Path, syscalls) -> None:
-    """s slices, each with its AddData: the s slice files and s block files synced, data/ and
-    blocks/ once each before the head moves, then the head's two syncs: 2s + 4."""
+    """s slices, each with its AddData: each slice file synced before it is named (commit_data,
+    before the lock); then, all at once and ended before the head is renamed, the s block
+    files, blocks/ and data/ once each, and the head's bytes; then refs/: 2s + 4."""
     ds = Dataset.create(tmp_path / "ds")
     ds.write(pa.table({"x": pa.array(range(10), pa.int64())}))  # the schema first
     before = ds.state.sequence_number
@@ -161,20 +192,25 @@ def test_a_write_of_several_slices_syncs_each_folder_once(tmp_path: Path, syscal
     added = [e for e in Dataset.open(ds.storage.root).blocks() if e.block.sequence_number > before]
     slices = {str(e.block.event.new_data.physical_hash) for e in added}
     assert len(slices) == len(added) > 1
-    syncs = [c for c in calls if c[0] in ("fsync", "fdatasync")]
-    assert sorted(syncs[: 2 * len(added)]) == sorted(
-        [("fdatasync", ".staging/slice tmp")] * len(added)
-        + [("fdatasync", ".staging/block tmp")] * len(added)
-    )
-    assert syncs[2 * len(added) :] == [
-        ("fsync", "blocks/"),
-        ("fsync", "data/"),
-        ("fdatasync", ".staging/head tmp"),
-        ("fsync", "refs/"),
+    s = len(added)
+    rename = calls.index(RENAME)
+    assert calls[rename:] == [RENAME, ("fsync", "refs/")]
+    slice_syncs = [i for i, c in enumerate(calls) if c == ("fdatasync", ".staging/slice tmp")]
+    slice_links = [
+        i for i, c in enumerate(calls) if c == ("link", ".staging/slice tmp", "data/<slice>")
     ]
-    named = [i for i, c in enumerate(calls) if c[0] == "link"]
-    assert len(named) == 2 * len(added)  # every slice and block gets its name ...
-    assert max(named) < calls.index(("fsync", "blocks/"))  # ... before its folder is synced
+    block_links = [
+        i for i, c in enumerate(calls) if c == ("link", ".staging/block tmp", "blocks/<block>")
+    ]
+    assert len(slice_syncs) == len(slice_links) == len(block_links) == s
+    # each slice's bytes are durable before it gets its name
+    assert all(sync < link for sync, link in zip(slice_syncs, slice_links, strict=True))
+    together = calls[max(block_links + slice_links) + 1 : rename]
+    assert sorted(together) == sorted(
+        [("fdatasync", "blocks/<block>")] * s
+        + [("fsync", "blocks/"), ("fsync", "data/"), ("fdatasync", ".staging/head tmp")]
+    )
+    assert len(_syncs(calls)) == 2 * s + 4
     assert verify_path(ds.storage.root).ok
 
 

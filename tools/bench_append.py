@@ -17,16 +17,19 @@ a probe's append p50 over its own floor p50 (neighbours in time: this machine's 
 several-fold within seconds, which a ratio of pooled medians would mix in).
 
 **Sizes.** The chains are built once under ``--work`` (``chain-<N>``, reused by later runs; the
-builder of ``tools/bench_scale.py``, quick from 100k blocks up: block files written without
-fsync and the head set once, so a million blocks take minutes, not hours) and grow by the
-appends measured. ``/1k`` is the median over rounds of a probe's append p50 over the same
-tree's at 1k in the same round.
+builder of ``tools/bench_scale.py``; from 100k blocks up ``tools/quick_chain.py``'s: one real
+encoding patched per block, files written without fsync and the head set once, so a million
+blocks take about ten minutes, not hours) and grow by the appends measured. ``/1k`` is the
+median over rounds of a probe's append p50 over the same tree's at 1k in the same round.
 
 **Before and after.** ``--baseline DIR`` names another checkout of ``odf_chain`` (say
 ``git archive <commit> odf_chain | tar -x -C DIR``), measured in the same run: every
 measurement is a fresh process whose ``PYTHONPATH`` starts with its tree, and rounds
 interleave trees and sizes. ``syncs`` counts the fsync and fdatasync calls of one append in
-that process (wrappers that count and make the real call).
+that process (wrappers that count and make the real call). On ext4 the journal's commits
+(``/proc/fs/jbd2``) are counted around each append and each floor write too: what the syncs
+cost, and what an append's syncs made at once save. They count every writer to that
+filesystem: give ``--work`` a filesystem of its own (a loop-mounted image) for exact figures.
 
 ``--index-cost N`` instead times N appends to a fresh dataset with the derived index kept
 beside N with its update switched off, interleaved in chunks of 250 in one process.
@@ -71,6 +74,22 @@ def durable_write(directory: Path, name: str, data: bytes) -> None:
         os.close(dir_fd)
 
 
+def journal_info(path: Path) -> Path | None:
+    """``/proc/fs/jbd2/<device>/info`` of the ext4 filesystem holding ``path`` (its first line
+    counts the journal's commits), or None (another filesystem, another OS)."""
+    dev = os.stat(path).st_dev
+    try:
+        name = Path(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}").resolve().name
+    except OSError:
+        return None
+    info = Path(f"/proc/fs/jbd2/{name}-8/info")
+    return info if info.is_file() else None
+
+
+def journal_commits(info: Path | None) -> int:
+    return 0 if info is None else int(info.read_text().split(maxsplit=1)[0])
+
+
 def _event(state, tag: str):
     """The next AddData on ``state``: no new rows, the watermark a second on, a new source
     state (what a poll that found nothing new records)."""
@@ -108,23 +127,31 @@ def probe(dataset: Path, appends: int, floor_dir: Path) -> dict:
     ds.append(_event(ds.state, tag))  # warm-up: the rules, the codec, the index's files
     payload = os.urandom(BLOCK_BYTES)
     durable_write(floor_dir, "warm", payload)
+    journal = journal_info(dataset)  # on ext4: the journal's commits, counted between probes
     append_s, floor_s, syncs = [], [], []
+    commits = {"append": 0, "floor": 0}
     for i in range(1, appends + 1):
         event = _event(ds.state, tag)
         before = counted["syncs"]
+        j0 = journal_commits(journal)
         t0 = time.perf_counter()
         ds.append(event)
         t1 = time.perf_counter()
+        j1 = journal_commits(journal)
         syncs.append(counted["syncs"] - before)
-        durable_write(floor_dir, f"f{i % 8}", payload)
         t2 = time.perf_counter()
+        durable_write(floor_dir, f"f{i % 8}", payload)
+        t3 = time.perf_counter()
+        commits["append"] += j1 - j0
+        commits["floor"] += journal_commits(journal) - j1
         append_s.append(t1 - t0)
-        floor_s.append(t2 - t1)
+        floor_s.append(t3 - t2)
     return {
         "blocks_before": start_seq + 1,
         "append": append_s,
         "floor": floor_s,
         "syncs": statistics.median(syncs),
+        "commits": None if journal is None else {k: v / appends for k, v in commits.items()},
     }
 
 
@@ -166,7 +193,8 @@ def build(work: Path, n: int) -> Path:
     import bench_scale
 
     path = work / f"chain-{n}"
-    info = bench_scale.build_chain(path, n, False, quick=n >= QUICK_FROM)
+    big = n >= QUICK_FROM  # tools/quick_chain.py: a million blocks in about ten minutes
+    info = bench_scale.build_chain(path, n, False, quick=big, patched=big)
     print(f"chain of {bench_scale.label(n)} blocks: {path} ({info})", file=sys.stderr)
     return path
 
@@ -241,6 +269,7 @@ def main() -> int:
     results: dict[tuple[str, int], dict[str, list[float]]] = {}
     probes: dict[tuple[str, int], list[tuple[float, float]]] = {}  # per probe: p50s
     syncs: dict[tuple[str, int], float] = {}
+    commits: dict[tuple[str, int], list[dict]] = {}
     for r in range(args.rounds):
         order = list(trees.items()) if r % 2 == 0 else list(reversed(trees.items()))
         for name, tree in order:
@@ -252,6 +281,8 @@ def main() -> int:
                 a50, f50 = statistics.median(got["append"]), statistics.median(got["floor"])
                 probes.setdefault((name, n), []).append((a50, f50))
                 syncs[(name, n)] = got["syncs"]
+                if got["commits"] is not None:
+                    commits.setdefault((name, n), []).append(got["commits"])
                 print(
                     f"  round {r + 1}: {name} at {label(n)} ({got['blocks_before']:,} blocks): "
                     f"append p50 {a50 * 1e3:.2f} ms, floor p50 {f50 * 1e3:.2f} ms",
@@ -259,6 +290,12 @@ def main() -> int:
                     flush=True,
                 )
     report(trees, sizes, results, probes, syncs, args)
+    if commits:
+        print("ext4 journal commits (all writers to that filesystem: alone on it, these are ours)")
+        for (name, n), got in commits.items():
+            a = statistics.mean(c["append"] for c in got)
+            f = statistics.mean(c["floor"] for c in got)
+            print(f"  {name} at {label(n)}: {a:.2f} per append, {f:.2f} per floor write")
     return 0
 
 

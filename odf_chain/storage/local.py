@@ -11,15 +11,26 @@ acknowledged commit, and never leaves a head naming a missing or torn block). A 
 k blocks syncs k + 3 times, 4 for one block (and s + 1 more for s data slices: each slice's
 bytes, ``data/`` once, beside 2), each needed for one of those two promises:
 
-1. each block file's bytes (fdatasync, before it is linked into ``blocks/``): else the head
-   could name a block whose file a power loss left empty;
-2. ``blocks/`` once (fsync, under the head lock, before the head is renamed): else the head
-   could name a block whose directory entry a power loss dropped (``data/`` likewise, once,
-   when the new blocks name slices);
-3. the new head's bytes (fdatasync of its staging file, before the rename): else ``refs/head``
-   could be left empty, a dataset with no readable head;
+1. each block file's bytes (fdatasync): else the head could name a block whose file a power
+   loss left empty;
+2. ``blocks/`` once (fsync): else the head could name a block whose directory entry a power
+   loss dropped (``data/`` likewise, once, when the new blocks name slices);
+3. the new head's bytes (fdatasync of its staging file): else ``refs/head`` could be left
+   empty, a dataset with no readable head;
 4. ``refs/`` (fsync, after the rename, before returning): else the acknowledged commit could
    be undone by a power loss (the old head comes back).
+
+1, 2 and 3 need only be complete before the rename that publishes the head, in no order among
+themselves: the head move (:meth:`~.local_head.LocalHead.compare_and_swap_head`, under the
+head lock) issues them at once and renames only when all have returned (a journalling
+filesystem commits them together: an append costs about two journal commits, as any durable
+small write does), then makes 4. The block file is linked into ``blocks/`` by
+:meth:`LocalStorage.write_block` before its bytes are synced, so a power loss before the rename
+can leave a block name on an empty or torn file; no head names it (the old head is still the
+durable one), no reader opens it, and verify reports it as an unreferenced block (gc removes
+it with the uncommitted files). A slice's bytes are still synced before its name
+(:meth:`LocalStorage.commit_data`: a slice is large, its sync is its write, and it is made
+before the lock is taken).
 
 Not synced: the head log line (``logs/head``, appended after 4; :mod:`.local_head` argues why
 a lost line is repaired and never misread as a rollback) and the derived index (``info/``, a
@@ -178,11 +189,11 @@ class LocalStorage(LocalHead, LocalDerived):
         name exactly one gets True: a writer that then loses the head race can
         :meth:`remove_block` exactly what it created.
 
-        Durability: the bytes are synced before the file gets its name, so no crash leaves a
-        block name on a torn or empty file; the name itself becomes durable with the head move
-        that names it (:meth:`compare_and_swap_head` fsyncs ``blocks/`` once, for every block
-        of the transaction, before the head moves). Until then it is an unreferenced leftover,
-        which a power loss may take: nothing was acknowledged.
+        Durability: none here. The file is written whole before it is linked into ``blocks/``
+        (so no reader ever sees part of it), and the head move that names it syncs its bytes
+        and ``blocks/`` together before the head moves (:meth:`compare_and_swap_head`; why that
+        order is enough: the module docstring). Until then it is an unreferenced leftover,
+        which a power loss may take or leave torn: nothing was acknowledged.
         """
         path = self._block_path(name)
         with os_errors("check", path):
@@ -193,9 +204,6 @@ class LocalStorage(LocalHead, LocalDerived):
                 fd, tmp = create_claimed(staging, f".{name}.", ".tmp")
                 try:  # open (the claim held) until it is in place
                     write_all(fd, data)
-                    # sync 1 of an append: without it a power loss can leave the name (made
-                    # durable below, by the head move) on an empty or partial file
-                    sync_data(fd)
                     created = install_new(tmp, path)
                 finally:
                     try:
@@ -203,7 +211,7 @@ class LocalStorage(LocalHead, LocalDerived):
                             os.unlink(tmp)
                     finally:
                         os.close(fd)
-                if created:  # blocks/ is fsynced by the head move, once per transaction
+                if created:  # its bytes and blocks/ are synced by the head move
                     return True
         if self.read_block(name) != data:
             raise IntegrityError(f"block {name} already stored with different content")

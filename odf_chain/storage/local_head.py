@@ -2,11 +2,12 @@
 that dies with its holder, and ``logs/head`` (git's reflog), to which every move is appended,
 so a head that moved back is known.
 
-A head move syncs three times (the count and its reasons: :mod:`odf_chain.storage.local`):
-``blocks/`` (so every block the new head needs has a durable name before the head does; and
-``data/`` for the slices, when it names any), the new head's staging file, and ``refs/`` after
-the rename (so the move survives a power loss once it returns). The head log line is appended
-after that and **not synced**:
+A head move makes an append's syncs (the count and its reasons: :mod:`odf_chain.storage.local`):
+at once, before the rename, the new head's staging file, each new block file and ``blocks/``
+(so every block the new head needs has durable bytes and a durable name before the head does;
+and ``data/`` for the slices, when it names any); then ``refs/`` after the rename (so the move
+survives a power loss once it returns). Why they may run at once: :meth:`LocalHead._move_head`.
+The head log line is appended after that and **not synced**:
 
 - the log only ever lags: its lines (the move, and the repair of one it missed) are written
   after ``refs/`` is synced, so a power loss can take log lines (the last ones: a tail cut
@@ -31,7 +32,7 @@ import functools
 import os
 import stat
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from odf_chain.errors import ConflictError, FormatError, StorageError
@@ -48,16 +49,24 @@ from odf_chain.storage.base import (
 )
 from odf_chain.storage.layout import check_name, is_name
 from odf_chain.storage.local_files import (
+    READ_FLAGS,
     DatasetDir,
+    create_claimed,
     lstat_at,
     os_errors,
     read_regular_at,
+    start_writeback,
     storage_error,
+    sync_data,
+    sync_together,
     write_all,
-    write_atomic,
 )
 from odf_chain.storage.user_files import file_kind
 
+Sync = tuple[Callable[[int], None], int]  # a sync function and the descriptor it syncs
+HELD_FILES = 64
+"""Block files a head move holds open for their syncs at most; a transaction of more has the
+others synced (together) and closed first, so a long one never runs out of descriptors."""
 _LOG_FLAGS = os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _LOG_TAIL = 4096  # a head log line is ~160 bytes: the last one is in this many
 LOCK_TIMEOUT = 30.0
@@ -89,6 +98,16 @@ def _missing(path: Path) -> ConflictError:
         f"{path} is missing at the head move (taken by gc, or never written): nothing was "
         "committed; retry the write"
     )
+
+
+def _sync_files(files: list[Sync]) -> None:
+    """Sync ``files`` together and close them, emptying the list."""
+    try:
+        start_writeback(fd for _, fd in files)
+        sync_together(files)
+    finally:
+        while files:
+            os.close(files.pop()[1])
 
 
 class LocalHead(DatasetDir):
@@ -218,56 +237,119 @@ class LocalHead(DatasetDir):
         check_name(new, "head")
         if expected is not None:
             check_name(expected, "expected head")
-        with self._head_locked(timeout) as refs_fd:
+        with self._head_locked(timeout) as refs_fd, contextlib.ExitStack() as held:
             current = self._read_head_at(refs_fd)
             if current != expected:
                 raise ConflictError(
                     f"head moved: expected {expected or 'no head'}, found "
                     f"{current or 'no head'}; another writer appended first — re-open and retry"
                 )
-            # sync 2 of an append: every block (and slice) the head will name has a durable
-            # name before the head does (write_block and commit_data synced their bytes, not
-            # their names); one fsync of the folder covers every file of the transaction
-            self._sync_named("blocks", blocks)
-            if data:
-                self._sync_named("data", data)
+            # every file the head will name, checked under the lock, with what makes it durable
+            syncs = self._named(held, "blocks", blocks, sync_files=True)
+            if data:  # the slices' bytes were synced by commit_data: their names are not
+                syncs += self._named(held, "data", data, sync_files=False)
             log_fd, repair = self._open_head_log(current)
-            try:
-                staging = self.staging_dir
-                # syncs 3 and 4: the head's staging file, then refs/ after the rename
-                with os_errors("write", self._head_path):
-                    write_atomic(self._head_path, new.encode("ascii"), staging)
-                # The head has moved: a failure now must not report the write as failed. The
-                # log then misses this move until the next one repairs it (_open_head_log).
-                # Not synced: a power loss can take these lines, which that repair re-derives
-                # from the head (see the module docstring). The repair of a move the log missed
-                # goes in only now, after refs/ is synced: the log never gets ahead of the head.
-                with contextlib.suppress(OSError):
-                    write_all(log_fd, repair + head_log_line(expected, new, _now_ms()))
-            finally:
-                os.close(log_fd)
+            held.callback(os.close, log_fd)
+            self._move_head(refs_fd, new.encode("ascii"), syncs)
+            # The head has moved: a failure now must not report the write as failed. The log
+            # then misses this move until the next one repairs it (_open_head_log). Not
+            # synced: a power loss can take these lines, which that repair re-derives from the
+            # head (see the module docstring). The repair of a move the log missed goes in
+            # only now, after refs/ is synced: the log never gets ahead of the head.
+            with contextlib.suppress(OSError):
+                write_all(log_fd, repair + head_log_line(expected, new, _now_ms()))
 
-    def _sync_named(self, directory: str, names: list[str]) -> None:
+    def _move_head(self, refs_fd: int, head: bytes, syncs: list[Sync]) -> None:
+        """Write the new head to a staging file, make it and everything in ``syncs`` durable
+        at once, rename it to ``refs/head``, then sync ``refs/`` (the syncs of an append:
+        :mod:`odf_chain.storage.local`).
+
+        Why syncs 1-3 may run at once and why the rename waits for all of them, crash by crash:
+
+        - before the rename, ``refs/head`` is the old head (durable since the move that set
+          it): whatever of the new block, its name or the staging file a power loss keeps or
+          takes is named by no head; a block file it left torn is a leftover (verify's
+          ``orphan-block``) no reader opens;
+        - the rename is made only once all of syncs 1-3 have returned: should it survive a
+          power loss, the block it names has its bytes (1) and its name (2), and the head file
+          its bytes (3), on disk;
+        - a reader sees the new head only after the rename, when the block is already in
+          ``blocks/`` (linked by ``write_block`` before the lock was taken): it never sees a
+          head naming a missing block, crash or no crash;
+        - sync 4 (``refs/``) after the rename, before returning: the acknowledged move survives
+          a power loss; it cannot join the others (it is what makes the rename durable).
+        """
+        path = self._head_path
+        staging = self.staging_dir
+        with os_errors("write", path):
+            fd, tmp = create_claimed(staging, ".head.", ".tmp")
+            try:
+                try:  # open (the claim held) until it is in place
+                    write_all(fd, head)
+                    syncs = [(sync_data, fd), *syncs]
+                    start_writeback(fd for sync, fd in syncs if sync is sync_data)
+                    # syncs 1-3 together: the head's bytes, the blocks' bytes, blocks/ (and
+                    # data/); on ext4 about one journal commit instead of three
+                    sync_together(syncs)
+                    os.rename(tmp, path)
+                finally:
+                    os.close(fd)
+            except BaseException:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+                raise
+            os.fsync(refs_fd)  # sync 4: the rename itself, through the lock's descriptor
+
+    def _named(
+        self, held: contextlib.ExitStack, directory: str, names: list[str], *, sync_files: bool
+    ) -> list[Sync]:
         """Check (under the head lock) that each of ``names`` is a regular file of
-        ``directory``, then fsync the folder: one descriptor of it for both."""
+        ``directory``; the syncs that make them durable: ``directory`` itself (their names),
+        and with ``sync_files`` each file's bytes, through a descriptor opened here (the
+        check itself: a file replaced by anything else fails it). The descriptors stay open
+        in ``held``."""
         for name in names:
             check_name(name)
         path = self._root / directory
         with os_errors("sync", path):
             try:
-                with self._dir(directory) as fd:
-                    for name in names:
-                        try:
-                            mode = lstat_at(name, fd).st_mode
-                        except FileNotFoundError:
-                            mode = None
-                        if mode is None or not stat.S_ISREG(mode):
-                            raise _missing(path / name)
-                    os.fsync(fd)
+                dir_fd = held.enter_context(self._dir(directory))
             except FileNotFoundError:  # the folder itself is gone: so are the files named
                 if not names:
                     raise
                 raise _missing(path / names[0]) from None
+            files: list[Sync] = []
+            try:
+                for name in names:
+                    if sync_files:
+                        if len(files) == HELD_FILES:  # a long transaction: these first
+                            _sync_files(files)
+                        try:
+                            fd = os.open(name, READ_FLAGS, dir_fd=dir_fd)
+                        except (FileNotFoundError, NotADirectoryError):
+                            raise _missing(path / name) from None
+                        except OSError as exc:
+                            if exc.errno != errno.ELOOP:  # a symlink: not the file written
+                                raise
+                            raise _missing(path / name) from None
+                        files.append((sync_data, fd))
+                        mode = os.fstat(fd).st_mode
+                    else:
+                        try:
+                            mode = lstat_at(name, dir_fd).st_mode
+                        except FileNotFoundError:
+                            mode = None
+                    if mode is None or not stat.S_ISREG(mode):
+                        raise _missing(path / name)
+            except BaseException:
+                for _, fd in files:
+                    os.close(fd)
+                raise
+            for _, fd in files:
+                held.callback(os.close, fd)
+            # files before folders: sync threads take them in this order, and a folder's
+            # fsync, having no data to write out, starts a journal commit soonest
+            return [*files, (os.fsync, dir_fd)]
 
     @staticmethod
     def _open_log(logs_fd: int, path: Path) -> int:
