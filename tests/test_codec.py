@@ -454,18 +454,6 @@ def test_bytes_follow_flatc_builder_order(block):
     assert _repacked_by_flatc_object_api(data) == read_manifest(data)[1]
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(block=BLOCKS)
-def test_lean_builder_writes_the_generic_builders_bytes(block):
-    """The encoder's builder (:mod:`odf_chain.format.lean_builder`) lays every block out byte
-    for byte as ``flatbuffers.Builder`` does, the same encoder driving both."""
-    from odf_chain.format.block_encoder import BlockEncoder
-
-    generic = BlockEncoder(timestamp_alignment=4)
-    generic.b = flatbuffers.Builder(1024)
-    assert BlockEncoder(timestamp_alignment=4).block(block) == generic.block(block)
-
-
 @settings(max_examples=150, deadline=None)
 @given(block=BLOCKS)
 def test_header_readable_by_generated_bindings(block):

@@ -80,7 +80,6 @@ from odf_chain.format.generated import (
     SourceState as fbSourceState,
     Transformation as fbTransformation,
 )
-from odf_chain.format.lean_builder import LeanBuilder
 from odf_chain.format.multihash import Multihash
 from odf_chain.format.plain_tables import ENUMS, LAYOUT, SCALARS, UNIONS, FieldType
 from odf_chain.format.timestamp import prepend_timestamp
@@ -96,7 +95,7 @@ class BlockEncoder:
     """Builds one MetadataBlock flatbuffer in reference-implementation order."""
 
     def __init__(self, timestamp_alignment: int) -> None:
-        self.b = LeanBuilder(_INITIAL_BUFFER)  # the generic builder's bytes, faster
+        self.b = flatbuffers.Builder(_INITIAL_BUFFER)
         self.ts_align = timestamp_alignment
 
     # -- leaves -------------------------------------------------------------------------------

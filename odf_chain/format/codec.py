@@ -34,11 +34,11 @@ _Reader = TableReader
 
 
 def _wrap_manifest(content: bytes, version: int) -> bytes:
-    # writing only: flatbuffers imports numpy (~80 ms), reading needs neither
-    from odf_chain.format.generated import Manifest as fbManifest
-    from odf_chain.format.lean_builder import LeanBuilder
+    import flatbuffers  # writing only: the package imports numpy (~80 ms), reading needs neither
 
-    b = LeanBuilder(len(content) + 64)
+    from odf_chain.format.generated import Manifest as fbManifest
+
+    b = flatbuffers.Builder(len(content) + 64)
     payload = b.CreateByteVector(content)
     fbManifest.Start(b)
     fbManifest.AddKind(b, MANIFEST_KIND_METADATA_BLOCK)
