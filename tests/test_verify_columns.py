@@ -970,3 +970,26 @@ def test_rows_newest_first_as_a_stable_sort_orders_them(numbers: list[int]) -> N
     values = np.array(numbers, np.uint64)
     expected = rows[np.argsort(values, kind="stable")[::-1]]
     assert np.array_equal(walked._newest_first(rows, values), expected)
+
+
+def test_the_pass_reads_in_inode_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Names of the canonical form come in the order of their inode numbers (about the order
+    they were written: a sweep of the disk on a cold cache), every chunk; others after them,
+    judged one by one; every block file once."""
+    root = tmp_path / "ds"
+    _write_chain(root, _run_events(40))
+    blocks = root / "blocks"
+    names = sorted(p.name for p in blocks.iterdir())
+    (blocks / ("f" + names[3][1:].upper())).write_bytes(b"x")  # not canonical: last
+    (blocks / "f123").write_bytes(b"x")  # canonical, another width: last
+    (blocks / "notes.txt").write_bytes(b"x")  # not a block name at all
+    monkeypatch.setattr(block_pass, "CHUNK_FILES", 8)
+    monkeypatch.setattr(block_pass, "HELPER_MIN_FILES", 10**9)
+    found = LocalStorage(root).read_all_blocks(BLOCK_NAMES)
+    assert found is not None
+    listed = [name for share in found.shares() for name in share.names]
+    inodes = [os.stat(blocks / name, follow_symlinks=False).st_ino for name in listed]
+    assert len(listed) == len(set(listed)) == len(names) + 2
+    assert sorted(listed[: len(names)]) == names
+    assert inodes[: len(names)] == sorted(inodes[: len(names)])
+    assert sorted(listed[len(names) :]) == sorted(["f" + names[3][1:].upper(), "f123"])

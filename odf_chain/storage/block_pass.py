@@ -28,6 +28,7 @@ This file imports nothing from odf_chain: it runs as the helper's whole program 
 
 from __future__ import annotations
 
+import array
 import collections
 import contextlib
 import hashlib
@@ -311,25 +312,51 @@ class Pass:
         self._used = False
 
     def _listing(self) -> Iterator[list[str]]:
-        """The block file names, a chunk at a time, in the directory's own order. The loop
-        over a million entries does the least it can per entry (the listing's own type, the
-        name); the names are judged a chunk at a time."""
+        """The block file names, a chunk at a time, in the order of their inode numbers.
+
+        Files read in inode order are read about in the order they were written to the disk:
+        on a cold page cache (a chain larger than the memory, or just copied) that is a sweep
+        the disk's read-ahead serves, where the directory's own order (a hash order) is one
+        random read per file. So the whole listing comes first, kept compact: a name of the
+        canonical form (``f`` and lowercase hex) as its bytes and its inode number, 50 bytes a
+        name with the sort; others (a handful, if any) as they are, last. The loop over the
+        entries does the least it can per entry (the listing's own type, inode and name); the
+        names are judged a chunk at a time."""
+        import numpy as np  # this process only: the helper runs this file without it
+
         others: list[os.DirEntry] = []
-        files: list[str] = []
-        keep, other = files.append, others.append
+        inodes: list[int] = []
+        names: list[str] = []
+        packed, numbers, odd = bytearray(), array.array("Q"), []
+        keep, number, other = names.append, inodes.append, others.append
         with os.scandir(self._fd) as entries:
             for entry in entries:
                 if entry.is_file(follow_symlinks=False):
                     keep(entry.name)
-                    if len(files) == CHUNK_FILES:
-                        yield self._block_names(files)
-                        files = []
-                        keep = files.append
+                    number(entry.inode())
+                    if len(names) == CHUNK_FILES:
+                        odd += _pack(names, inodes, packed, numbers)
+                        names, inodes = [], []
+                        keep, number = names.append, inodes.append
                 else:
                     other(entry)
-            self.irregular = self._irregular_of(others)
-        if files:
-            yield self._block_names(files)
+        odd += _pack(names, inodes, packed, numbers)
+        self.irregular = self._irregular_of(others)
+        del names, inodes, others
+        if numbers:
+            width = len(packed) // len(numbers)
+            rows = np.frombuffer(packed, np.uint8).reshape(len(numbers), width)
+            order = np.argsort(np.frombuffer(numbers, np.uint64), kind="stable")
+            del numbers
+            for at in range(0, len(order), CHUNK_FILES):
+                digits = rows[order[at : at + CHUNK_FILES]].tobytes().hex()
+                step = 2 * width
+                yield self._block_names(
+                    ["f" + digits[i : i + step] for i in range(0, len(digits), step)]
+                )
+        odd.sort()
+        for at in range(0, len(odd), CHUNK_FILES):
+            yield self._block_names([name for _, name in odd[at : at + CHUNK_FILES]])
 
     def _block_names(self, names: list[str]) -> list[str]:
         """The block file names among ``names``: one test of the whole chunk, joined, when it
@@ -378,6 +405,35 @@ class Pass:
             for share in self.shares()
             for name, data, ok in zip(share.names, share.contents, share.matches, strict=True)
         }
+
+
+def _pack(
+    names: list[str], inodes: list[int], packed: bytearray, numbers: array.array
+) -> list[tuple[int, str]]:
+    """Add the names of the canonical form (``f`` and lowercase hex of one length: multibase
+    base16, as block names are) to ``packed`` as bytes and their inode numbers to ``numbers``;
+    return the others with theirs."""
+    if not names:
+        return []
+    width = len(names[0])
+    if width % 2 and all(len(n) == width and n[0] == "f" for n in names):
+        digits = "".join([n[1:] for n in names])
+        try:
+            raw = bytes.fromhex(digits)
+        except ValueError:
+            raw = b""
+        if raw.hex() == digits and (
+            not numbers or len(raw) // len(names) == len(packed) // len(numbers)
+        ):
+            packed += raw
+            numbers.extend(inodes)
+            return []
+    if len(names) == 1:
+        return [(inodes[0], names[0])]
+    half = len(names) // 2  # some name is not of the form: halves, down to the odd ones
+    return _pack(names[:half], inodes[:half], packed, numbers) + _pack(
+        names[half:], inodes[half:], packed, numbers
+    )
 
 
 def _helper_available() -> bool:
