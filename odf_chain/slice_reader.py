@@ -5,11 +5,15 @@ another valid slice of the dataset, or rewritten with other values, is a valid P
 that decodes without complaint, and only its size and physical hash (the multihash of the
 whole file) tell it from the slice the block recorded. So :func:`read_table` reads each slice
 into memory once, checks those bytes, and decodes the same bytes: there is no window between
-the check and the use. It hashes the next slice in a thread while the current one is decoded
-(BLAKE3, SHA3 and pyarrow's decoding release the GIL), holding at most two slices' bytes
-beside the result. ``tools/bench_read.py`` over 1.09 GB of slices: checked 1.04x-1.07x the
-unchecked read in wall time (medians of 7 alternating runs on a shared machine); BLAKE3 runs at
-~5 GB/s, a few percent of what decoding costs.
+the check and the use.
+
+Many small slices (an hourly ingest after two years: 16k files of a few KB) cost what each
+file costs to open, check and decode, not what its rows cost, so :func:`read_table` spends as
+little as it can per file and spreads the files over threads (see :func:`read_table`):
+``tools/bench_slices.py`` compares it with ``pyarrow.dataset`` over the same files
+(docs/performance.md). Over large slices (``tools/bench_read.py``, 1.09 GB in 20 slices) the
+checked read is 1.04x-1.07x the unchecked one in wall time; BLAKE3 runs at ~5 GB/s, a few
+percent of what decoding costs.
 
 Whatever goes wrong with a slice is an :class:`OdfChainError` naming its file and the block
 (sequence number and hash) that added it: a mismatch or a file that does not decode is an
@@ -23,7 +27,7 @@ from __future__ import annotations
 import functools
 import os
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, BinaryIO, Literal, get_args
@@ -46,9 +50,16 @@ physical hash, ``"size"`` its size only, ``None`` nothing (a trusted pipeline)."
 
 CHECKS: tuple[SliceCheck, ...] = (*get_args(Literal["hash", "size"]), None)
 
-READ_AHEAD = 1
-"""Slices read and checked in a thread ahead of the one being decoded: with one, the bytes of
-at most two slices are held beside the result."""
+READ_THREADS = 2
+"""Threads :func:`read_table` reads, checks and decodes slices in by default. Reading, BLAKE3
+and SHA3 and pyarrow's Parquet decoding all release the GIL, so two threads keep two cores
+busy; on the 2-core machine of docs/performance.md 3 and 4 threads were no faster than 2
+(``tools/bench_slices.py --threads``)."""
+
+QUEUED_PER_THREAD = 4
+"""Slices handed to the threads ahead of the one the result takes next, per thread: enough
+that a thread never waits for the caller, few enough that a bad slice stops the read soon
+(at most this many times the threads are read after it)."""
 
 CHECK_THREADS = 2
 """Threads hashing files for :func:`check_files` (as verify hashes them: two cores' worth)."""
@@ -172,36 +183,98 @@ def decode(
 ) -> pa.Table:
     """One slice's rows from its bytes, as of ``schema`` (columns it lacks are nulls), with
     ``columns`` and ``filter`` pushed down to the Parquet reader."""
-    try:
-        fragment = _parquet().make_fragment(pa.BufferReader(data))
-        return fragment.to_table(schema=schema, columns=columns, filter=filter)
-    except (pa.ArrowException, OSError) as exc:
-        raise IntegrityError(
-            f"{piece.where()}: does not decode as a Parquet file of the dataset's schema: {exc}"
-        ) from None
+    return Decoder(schema, columns, filter)(piece, data)
 
 
-def _read_ahead(
-    storage: Storage, pieces: Sequence[NamedSlice], check: SliceCheck
-) -> Iterator[tuple[NamedSlice, pa.Buffer]]:
-    """Each slice's checked bytes in chain order, the next ones read in a thread meanwhile."""
-    pending: deque[tuple[NamedSlice, Future[pa.Buffer]]] = deque()
+class Decoder:
+    """Decodes slices' bytes into tables of one schema, ``columns`` and ``filter``.
 
-    def oldest() -> tuple[NamedSlice, pa.Buffer]:  # its future not kept here: nor its bytes
-        piece, future = pending.popleft()
-        return piece, future.result()
+    A slice whose file holds exactly the columns asked for, with the types of ``schema`` (every
+    slice written since the last schema change), is decoded by ``pq.ParquetFile.read`` in the
+    calling thread: that costs less than half the CPU of a pyarrow.dataset fragment's scan,
+    whose per-file setup (a scanner, a schema projection, its own thread pool) is most of what
+    a slice of a few KB costs (~0.3 ms against ~0.85 ms on the bench's 64-row slices). Any
+    other slice (an older schema, other column types, extra columns), and every slice when a
+    ``filter`` is to be pushed down to the row groups, goes through the fragment, which reads
+    missing columns as nulls and casts what the dataset widened since."""
 
-    with ThreadPoolExecutor(1, thread_name_prefix="odf-chain-read") as pool:
+    def __init__(
+        self, schema: pa.Schema, columns: Sequence[str] | None, filter: pc.Expression | None
+    ) -> None:
+        self.schema = schema
+        self.columns = None if columns is None else list(columns)
+        self.filter = filter
+        wanted = schema.names if columns is None else self.columns
+        self.direct: pa.Schema | None = None  # what the direct read must find, when it may
+        if filter is None and len(set(wanted)) == len(wanted) and set(wanted) <= set(schema.names):
+            self.direct = pa.schema([schema.field(name) for name in wanted], schema.metadata)
+
+    def _fits(self, found: pa.Schema) -> bool:
+        """Whether a file of schema ``found`` reads directly as :attr:`direct`: the columns
+        asked for, each once, of the same types (metadata aside), and when all are asked for,
+        no others."""
+        assert self.direct is not None
+        if self.columns is None:
+            return found.equals(self.direct, check_metadata=False)
+        for field in self.direct:
+            at = found.get_field_index(field.name)  # -1 when absent or there twice
+            if at < 0 or not found.field(at).equals(field):
+                return False
+        return True
+
+    def __call__(self, piece: NamedSlice, data: pa.Buffer) -> pa.Table:
+        import pyarrow.parquet as pq
+
+        try:
+            if self.direct is not None:
+                file = pq.ParquetFile(pa.BufferReader(data), pre_buffer=False)
+                if self._fits(file.schema_arrow):
+                    table = file.read(self.columns, use_threads=False)
+                    if table.schema.equals(self.direct):
+                        return table
+                    if table.schema.equals(self.direct, check_metadata=False):
+                        # the schema's metadata, as the fragment gives it
+                        return pa.Table.from_arrays(table.columns, schema=self.direct)
+            fragment = _parquet().make_fragment(pa.BufferReader(data))
+            return fragment.to_table(schema=self.schema, columns=self.columns, filter=self.filter)
+        except (pa.ArrowException, OSError, ValueError, TypeError, LookupError) as exc:
+            # what bytes that are not a Parquet file of the schema make pyarrow raise (its
+            # Python layer parses the file's metadata too)
+            raise IntegrityError(
+                f"{piece.where()}: does not decode as a Parquet file of the dataset's schema: {exc}"
+            ) from None
+
+
+def _in_order(
+    work: Callable[[NamedSlice], pa.Table], pieces: Sequence[NamedSlice], threads: int
+) -> Iterator[pa.Table]:
+    """``work`` of each piece, in the order of ``pieces``, done by ``threads`` threads at a
+    time. Results are taken in order, so the first failure in chain order is the one raised,
+    whatever thread met it first; what was not started then is not started."""
+    if threads == 1 or len(pieces) < 2:
+        for piece in pieces:
+            yield work(piece)
+        return
+    pending: deque[Future[pa.Table]] = deque()
+    ahead = threads * QUEUED_PER_THREAD
+    with ThreadPoolExecutor(threads, thread_name_prefix="odf-chain-read") as pool:
         try:
             for piece in pieces:
-                pending.append((piece, pool.submit(read_slice, storage, piece, check)))
-                if len(pending) > READ_AHEAD:
-                    yield oldest()
+                pending.append(pool.submit(work, piece))
+                if len(pending) > ahead:
+                    yield pending.popleft().result()
             while pending:
-                yield oldest()
+                yield pending.popleft().result()
         finally:  # stopped early (an error): what was not started is not read
-            for _, future in pending:
+            for future in pending:
                 future.cancel()
+
+
+def thread_count(threads: object) -> int:
+    """``threads`` if it is a positive int, else an OdfChainError saying what is."""
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise OdfChainError(f"threads must be a positive integer; got {threads!r}")
+    return threads
 
 
 def read_table(
@@ -212,18 +285,28 @@ def read_table(
     columns: Sequence[str] | None = None,
     filter: pc.Expression | None = None,
     check: SliceCheck = "hash",
+    threads: int = READ_THREADS,
 ) -> pa.Table:
     """The rows of ``pieces`` in chain order as one table of ``schema``, each slice checked
-    as ``check`` says before any of its rows is decoded (see the module)."""
+    as ``check`` says before any of its rows is decoded (see the module).
+
+    ``threads`` threads each take a slice whole: read it into memory, check those bytes,
+    decode them (:class:`Decoder`) and drop them, so at most ``threads`` slices' bytes are
+    held beside the decoded tables, and no bytes are read twice. The tables are taken in chain
+    order and joined by one ``concat_tables`` at the end (no copy: each becomes chunks of the
+    result)."""
+    thread_count(threads)
     # an unknown column or an ill-typed filter is the caller's mistake, not a slice's: it
     # fails here, as pyarrow reports it, before any slice is read
     import pyarrow.dataset as pads
 
     empty = pads.InMemoryDataset(schema.empty_table()).to_table(columns=columns, filter=filter)
-    tables = []
-    for piece, data in _read_ahead(storage, pieces, check):
-        tables.append(decode(piece, data, schema, columns, filter))
-        del data  # the bytes go as soon as they are decoded
+    decoder = Decoder(schema, columns, filter)
+
+    def work(piece: NamedSlice) -> pa.Table:
+        return decoder(piece, read_slice(storage, piece, check))
+
+    tables = list(_in_order(work, pieces, threads))
     return pa.concat_tables(tables) if tables else empty
 
 
