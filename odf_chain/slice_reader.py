@@ -25,10 +25,11 @@ check.
 from __future__ import annotations
 
 import functools
+import itertools
 import os
-from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, BinaryIO, Literal, get_args
 
@@ -56,11 +57,6 @@ READ_THREADS = 2
 and SHA3 and pyarrow's Parquet decoding all release the GIL, so two threads keep two cores
 busy; on the 2-core machine of docs/performance.md 3 and 4 threads were no faster than 2
 (``tools/bench_slices.py --threads``)."""
-
-QUEUED_PER_THREAD = 4
-"""Slices handed to the threads ahead of the one the result takes next, per thread: enough
-that a thread never waits for the caller, few enough that a bad slice stops the read soon
-(at most this many times the threads are read after it)."""
 
 CHECK_THREADS = 2
 """Threads hashing files for :func:`check_files` (as verify hashes them: two cores' worth)."""
@@ -260,27 +256,51 @@ class Decoder:
 
 def _in_order(
     work: Callable[[NamedSlice], pa.Table], pieces: Sequence[NamedSlice], threads: int
-) -> Iterator[pa.Table]:
-    """``work`` of each piece, in the order of ``pieces``, done by ``threads`` threads at a
-    time. Results are taken in order, so the first failure in chain order is the one raised,
-    whatever thread met it first; what was not started then is not started."""
+) -> list[pa.Table]:
+    """``work`` of each piece, in the order of ``pieces``, done in ``threads`` threads (the
+    calling one and ``threads - 1`` more), each taking the next piece not taken yet.
+
+    No queue and no future per piece: a piece costs a counter step and a list slot, so two
+    threads cost hardly more CPU than one (futures and a queue cost ~10% more on 64-row
+    slices, which a shared machine's other jobs pay for). A failure stops the taking of
+    pieces after it, but every piece before it is still done, so the error raised is that of
+    the first bad piece in chain order, whichever thread met which first."""
     if threads == 1 or len(pieces) < 2:
-        for piece in pieces:
-            yield work(piece)
-        return
-    pending: deque[Future[pa.Table]] = deque()
-    ahead = threads * QUEUED_PER_THREAD
-    with ThreadPoolExecutor(threads, thread_name_prefix="odf-chain-read") as pool:
-        try:
-            for piece in pieces:
-                pending.append(pool.submit(work, piece))
-                if len(pending) > ahead:
-                    yield pending.popleft().result()
-            while pending:
-                yield pending.popleft().result()
-        finally:  # stopped early (an error): what was not started is not read
-            for future in pending:
-                future.cancel()
+        return [work(piece) for piece in pieces]
+    results: list[pa.Table | None] = [None] * len(pieces)
+    taken = itertools.count()
+    lock = threading.Lock()
+    first: list[tuple[int, BaseException]] = []  # the failure of the lowest piece yet
+    stop = len(pieces)  # pieces from here on are not taken
+
+    def run() -> None:
+        nonlocal stop
+        while True:
+            with lock:
+                i = next(taken)
+            if i >= stop:
+                return
+            try:
+                results[i] = work(pieces[i])
+            except BaseException as exc:  # raised in the calling thread, below
+                with lock:
+                    if i < stop:
+                        stop = i
+                        first[:] = [(i, exc)]
+                return
+
+    helpers = [
+        threading.Thread(target=run, name=f"odf-chain-read-{n}", daemon=True)
+        for n in range(min(threads, len(pieces)) - 1)
+    ]
+    for helper in helpers:
+        helper.start()
+    run()  # a failure here (even KeyboardInterrupt) is recorded as any other: the helpers stop
+    for helper in helpers:
+        helper.join()
+    if first:
+        raise first[0][1]
+    return results  # type: ignore[return-value]
 
 
 def thread_count(threads: object) -> int:
@@ -319,7 +339,7 @@ def read_table(
     def work(piece: NamedSlice) -> pa.Table:
         return decoder(piece, read_slice(storage, piece, check))
 
-    tables = list(_in_order(work, pieces, threads))
+    tables = _in_order(work, pieces, threads)
     return pa.concat_tables(tables) if tables else empty
 
 
