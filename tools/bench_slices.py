@@ -3,7 +3,7 @@
 and DuckDB over the same files.
 
     python tools/bench_slices.py [--slices 16384] [--rows 64] [--runs 7] [--dir PATH]
-        [--threads 1,3,4]
+        [--threads 1,3,4] [--core]
 
 A dataset of ``--slices`` slices is built once under ``--dir`` (default
 ``/tmp/bench-slices``; reused by later runs: ``<dir>/slices-<N>.done`` marks it complete) by
@@ -97,6 +97,11 @@ def main() -> int:
         default=[1, 3, 4],
         help="to_table(threads=N) rows beside the default's (comma-separated; '' for none)",
     )
+    parser.add_argument(
+        "--core",
+        action="store_true",
+        help="only pyarrow.dataset and the to_table rows (more runs in the same time)",
+    )
     args = parser.parse_args()
     args.dir.mkdir(parents=True, exist_ok=True)
     root = args.dir / f"slices-{args.slices}"
@@ -146,20 +151,21 @@ def main() -> int:
     }
     for threads in args.threads:
         cases[f"to_table(threads={threads})"] = lambda t=threads: dataset.to_table(threads=t)
-    if hasattr(replay, "listed_slices_at"):
+    if not args.core:
         cases["before: to_table()"] = before
         cases["listing alone (bulk)"] = lambda: _Rows(replay.listed_slices_at(dataset.storage)[1])
         cases["listing alone (walk)"] = lambda: _Rows(replay.slice_blocks_at(dataset.storage)[1])
     try:
         import duckdb
-
+    except ImportError:
+        print("duckdb is not installed: its row is left out")
+        duckdb = None
+    if duckdb is not None and not args.core:
         listed = "[" + ", ".join(f"'{p}'" for p in paths) + "]"
         connection = duckdb.connect()
         cases["DuckDB read_parquet"] = lambda: connection.sql(
             f"select * from read_parquet({listed})"
         ).to_arrow_table()
-    except ImportError:
-        print("duckdb is not installed: its row is left out")
     seconds: dict[str, list[float]] = {name: [] for name in cases}
     cpu: dict[str, list[float]] = {name: [] for name in cases}
     rows: dict[str, int] = {}
