@@ -24,6 +24,7 @@ check.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import os
@@ -57,6 +58,10 @@ READ_THREADS = 2
 and SHA3 and pyarrow's Parquet decoding all release the GIL, so two threads keep two cores
 busy; on the 2-core machine of docs/performance.md 3 and 4 threads were no faster than 2
 (``tools/bench_slices.py --threads``)."""
+
+OPEN_AHEAD = 32
+"""Slices :func:`read_table` keeps open ahead of the one it reads, the kernel told to read
+them in (see :class:`_OpenedAhead`): 32 file descriptors at most."""
 
 CHECK_THREADS = 2
 """Threads hashing files for :func:`check_files` (as verify hashes them: two cores' worth)."""
@@ -151,16 +156,21 @@ def read_slice(storage: Storage, piece: NamedSlice, check: SliceCheck) -> pa.Buf
     """The bytes of one slice, read once, checked as ``check`` says (see :data:`SliceCheck`).
     A file of the wrong size is refused before it is read."""
     with _open(storage, piece) as fh:
-        try:
-            if check is None:
-                data = fh.read()
-            else:
-                size = _size(fh)
-                if size != piece.data.size:
-                    raise _wrong_size(piece, size)
-                data = fh.read(size + 1)  # one byte more: a file that grew since fstat
-        except OSError as exc:
-            raise _unreadable(piece, exc) from exc
+        return _read_checked(piece, fh, check)
+
+
+def _read_checked(piece: NamedSlice, fh: BinaryIO, check: SliceCheck) -> pa.Buffer:
+    """The bytes of ``piece`` from its open file ``fh``, checked (see :func:`read_slice`)."""
+    try:
+        if check is None:
+            data = fh.read()
+        else:
+            size = _size(fh)
+            if size != piece.data.size:
+                raise _wrong_size(piece, size)
+            data = fh.read(size + 1)  # one byte more: a file that grew since fstat
+    except OSError as exc:
+        raise _unreadable(piece, exc) from exc
     if check is not None and len(data) != piece.data.size:
         raise _wrong_size(piece, len(data))
     if check == "hash":
@@ -169,6 +179,50 @@ def read_slice(storage: Storage, piece: NamedSlice, check: SliceCheck) -> pa.Buf
         if found != expected:
             raise _wrong_hash(piece, found)
     return pa.py_buffer(data)
+
+
+class _OpenedAhead:
+    """The slices' files opened :data:`OPEN_AHEAD` slices ahead of the one read, each with a
+    hint to the kernel to read it in meanwhile (``POSIX_FADV_WILLNEED``): a file not in the
+    page cache is then read from the disk while the slices before it are decoded, as
+    pyarrow.dataset's I/O threads do, instead of stalling the read when its turn comes. The
+    bytes checked and decoded are still read from that one descriptor, once (no re-open).
+    A file that cannot be opened is that slice's error, raised when the slice is taken."""
+
+    def __init__(self, storage: Storage, pieces: Sequence[NamedSlice]) -> None:
+        self.storage = storage
+        self.pieces = pieces
+        self.opened: dict[int, BinaryIO | OdfChainError] = {}
+        self.next = 0  # the first slice not opened yet
+        self.lock = threading.Lock()
+
+    def _open(self, i: int) -> BinaryIO | OdfChainError:
+        try:
+            fh = _open(self.storage, self.pieces[i])
+        except OdfChainError as exc:
+            return exc
+        with contextlib.suppress(OSError, ValueError, AttributeError):  # no descriptor, no hint
+            os.posix_fadvise(fh.fileno(), 0, 0, os.POSIX_FADV_WILLNEED)
+        return fh
+
+    def take(self, i: int) -> BinaryIO:
+        """Slice ``i``'s open file (the caller closes it), the ones after it opened ahead."""
+        with self.lock:
+            while self.next < min(i + 1 + OPEN_AHEAD, len(self.pieces)):
+                self.opened[self.next] = self._open(self.next)
+                self.next += 1
+            fh = self.opened.pop(i)
+        if isinstance(fh, OdfChainError):
+            raise fh
+        return fh
+
+    def close(self) -> None:
+        """Close what was opened and not taken (a read stopped by an error)."""
+        with self.lock:
+            for fh in self.opened.values():
+                if not isinstance(fh, OdfChainError):
+                    fh.close()
+            self.opened.clear()
 
 
 def decode(
@@ -254,24 +308,22 @@ class Decoder:
             ) from None
 
 
-def _in_order(
-    work: Callable[[NamedSlice], pa.Table], pieces: Sequence[NamedSlice], threads: int
-) -> list[pa.Table]:
-    """``work`` of each piece, in the order of ``pieces``, done in ``threads`` threads (the
-    calling one and ``threads - 1`` more), each taking the next piece not taken yet.
+def _in_order(work: Callable[[int], pa.Table], count: int, threads: int) -> list[pa.Table]:
+    """``work(i)`` for each slice ``i`` below ``count``, in order, done in ``threads`` threads
+    (the calling one and ``threads - 1`` more), each taking the next slice not taken yet.
 
     No queue and no future per piece: a piece costs a counter step and a list slot, so two
     threads cost hardly more CPU than one (futures and a queue cost ~10% more on 64-row
     slices, which a shared machine's other jobs pay for). A failure stops the taking of
     pieces after it, but every piece before it is still done, so the error raised is that of
     the first bad piece in chain order, whichever thread met which first."""
-    if threads == 1 or len(pieces) < 2:
-        return [work(piece) for piece in pieces]
-    results: list[pa.Table | None] = [None] * len(pieces)
+    if threads == 1 or count < 2:
+        return [work(i) for i in range(count)]
+    results: list[pa.Table | None] = [None] * count
     taken = itertools.count()
     lock = threading.Lock()
-    first: list[tuple[int, BaseException]] = []  # the failure of the lowest piece yet
-    stop = len(pieces)  # pieces from here on are not taken
+    first: list[tuple[int, BaseException]] = []  # the failure of the lowest slice yet
+    stop = count  # slices from here on are not taken
 
     def run() -> None:
         nonlocal stop
@@ -281,7 +333,7 @@ def _in_order(
             if i >= stop:
                 return
             try:
-                results[i] = work(pieces[i])
+                results[i] = work(i)
             except BaseException as exc:  # raised in the calling thread, below
                 with lock:
                     if i < stop:
@@ -291,7 +343,7 @@ def _in_order(
 
     helpers = [
         threading.Thread(target=run, name=f"odf-chain-read-{n}", daemon=True)
-        for n in range(min(threads, len(pieces)) - 1)
+        for n in range(min(threads, count) - 1)
     ]
     for helper in helpers:
         helper.start()
@@ -335,11 +387,17 @@ def read_table(
 
     empty = pads.InMemoryDataset(schema.empty_table()).to_table(columns=columns, filter=filter)
     decoder = Decoder(schema, columns, filter)
+    ahead = _OpenedAhead(storage, pieces)
 
-    def work(piece: NamedSlice) -> pa.Table:
-        return decoder(piece, read_slice(storage, piece, check))
+    def work(i: int) -> pa.Table:
+        with ahead.take(i) as fh:
+            data = _read_checked(pieces[i], fh, check)
+        return decoder(pieces[i], data)
 
-    tables = _in_order(work, pieces, threads)
+    try:
+        tables = _in_order(work, len(pieces), threads)
+    finally:
+        ahead.close()
     return pa.concat_tables(tables) if tables else empty
 
 
