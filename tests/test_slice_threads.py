@@ -129,3 +129,33 @@ def test_the_number_of_threads_is_checked(many: Path) -> None:
     for threads in (0, -1, 1.5, True, "2", None):
         with pytest.raises(OdfChainError, match="threads must be a positive integer"):
             ds.to_table(threads=threads)  # type: ignore[arg-type]
+
+
+def _open_descriptors() -> int:
+    return len(list(Path("/proc/self/fd").iterdir()))
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="counts /proc/self/fd")
+def test_a_missing_slice_opened_ahead_is_its_own_error_and_nothing_stays_open(
+    many: Path, tmp_path: Path
+) -> None:
+    """Files are opened ahead of the read (slice_reader.OPEN_AHEAD): a missing one is the
+    error of its slice when its turn comes, after every slice before it was read, and the
+    files opened ahead of a failed read are closed."""
+    root = _copy(many, tmp_path)
+    files = _files(root)
+    missing, bad = files[20], files[10]
+    missing[0].unlink()
+    ds = Dataset.open(root)
+    before = _open_descriptors()
+    for threads in THREADS:
+        with pytest.raises(OdfChainError, match="is missing") as caught:
+            ds.to_table(threads=threads)
+        assert _names(str(caught.value), missing), threads
+        assert _open_descriptors() == before, threads
+    bad[0].write_bytes(b"not parquet at all")  # before the missing one: this is the error now
+    for threads in THREADS:
+        with pytest.raises(IntegrityError, match="altered or replaced") as caught:
+            ds.to_table(threads=threads)
+        assert _names(str(caught.value), bad), threads
+        assert _open_descriptors() == before, threads
