@@ -279,8 +279,9 @@ class Dataset:
         reader.
 
         Each slice is read into memory once, checked, and decoded from those same bytes (no
-        window between check and use), ``threads`` slices at a time (the default, 2, keeps two
-        cores busy): at most ``threads`` slices' bytes are held beside the result.
+        window between check and use), ``threads`` slices at a time (by default one, see
+        :data:`slice_reader.READ_THREADS`): at most ``threads`` slices' bytes are held beside
+        the result.
         ``check="hash"`` (the default) compares the size and physical hash of the bytes with
         the AddData that added the slice, ``"size"`` their size only (a trusted pipeline that
         still wants truncations caught), ``None`` nothing (a trusted pipeline). Whatever the

@@ -9,7 +9,8 @@ the check and the use.
 
 Many small slices (an hourly ingest after two years: 16k files of a few KB) cost what each
 file costs to open, check and decode, not what its rows cost, so :func:`read_table` spends as
-little as it can per file and spreads the files over threads (see :func:`read_table`):
+little as it can per file (:class:`Decoder`), has the kernel read files in ahead of their turn
+(:class:`_OpenedAhead`), and can spread the files over threads (:data:`READ_THREADS`):
 ``tools/bench_slices.py`` compares it with ``pyarrow.dataset`` over the same files
 (docs/performance.md). Over large slices (``tools/bench_read.py``, 1.09 GB in 20 slices) the
 checked read is 1.04x-1.07x the unchecked one in wall time; BLAKE3 runs at ~5 GB/s, a few
@@ -53,11 +54,14 @@ physical hash, ``"size"`` its size only, ``None`` nothing (a trusted pipeline)."
 
 CHECKS: tuple[SliceCheck, ...] = (*get_args(Literal["hash", "size"]), None)
 
-READ_THREADS = 2
-"""Threads :func:`read_table` reads, checks and decodes slices in by default. Reading, BLAKE3
-and SHA3 and pyarrow's Parquet decoding all release the GIL, so two threads keep two cores
-busy; on the 2-core machine of docs/performance.md 3 and 4 threads were no faster than 2
-(``tools/bench_slices.py --threads``)."""
+READ_THREADS = 1
+"""Threads :func:`read_table` reads, checks and decodes slices in by default: one, the calling
+thread. Reading, hashing and pyarrow's decoding release the GIL, but about a third of each
+small slice's time is Python (opening it as verify does, pyarrow's ``ParquetFile`` glue), and
+on the shared 2-core machine of docs/performance.md (load average ~10) 2, 3 and 4 threads
+were each slower than one in every run of ``tools/bench_slices.py`` (the threads wait on
+the GIL for one another, and on a preempted holder), using more CPU. ``threads=`` is there
+for a machine with idle cores; the rows and the errors are the same whatever it is."""
 
 OPEN_AHEAD = 32
 """Slices :func:`read_table` keeps open ahead of the one it reads, the kernel told to read

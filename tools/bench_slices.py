@@ -3,7 +3,7 @@
 and DuckDB over the same files.
 
     python tools/bench_slices.py [--slices 16384] [--rows 64] [--runs 7] [--dir PATH]
-        [--threads 1,3,4] [--core]
+        [--threads 2,3] [--core]
 
 A dataset of ``--slices`` slices is built once under ``--dir`` (default
 ``/tmp/bench-slices``; reused by later runs: ``<dir>/slices-<N>.done`` marks it complete) by
@@ -94,7 +94,7 @@ def main() -> int:
     parser.add_argument(
         "--threads",
         type=lambda v: [int(n) for n in v.split(",") if n],
-        default=[1, 3, 4],
+        default=[2, 3],
         help="to_table(threads=N) rows beside the default's (comma-separated; '' for none)",
     )
     parser.add_argument(
