@@ -271,6 +271,7 @@ class Dataset:
         filter: pc.Expression | None = None,
         check: slice_reader.SliceCheck = "hash",
         changelog: bool = False,
+        threads: int = slice_reader.READ_THREADS,
     ) -> pa.Table:
         """The data as of block ``at`` (see :meth:`to_pyarrow_dataset`) as one table, in chain
         order, with only ``columns`` and the rows ``filter`` keeps (a ``pyarrow.compute``
@@ -278,14 +279,16 @@ class Dataset:
         reader.
 
         Each slice is read into memory once, checked, and decoded from those same bytes (no
-        window between check and use), the next slice read and checked in a thread meanwhile:
-        at most two slices' bytes are held beside the result. ``check="hash"`` (the default)
-        compares the size and physical hash of the bytes with the AddData that added the
-        slice, ``"size"`` their size only (a trusted pipeline that still wants truncations
-        caught), ``None`` nothing (a trusted pipeline). Whatever the check, a slice that fails
-        it or does not decode is an :class:`IntegrityError`, one that cannot be read a
-        :class:`StorageError`, each naming the slice's file and the block (sequence number and
-        hash) that added it.
+        window between check and use), ``threads`` slices at a time (by default one, see
+        :data:`slice_reader.READ_THREADS`): at most ``threads`` slices' bytes are held beside
+        the result.
+        ``check="hash"`` (the default) compares the size and physical hash of the bytes with
+        the AddData that added the slice, ``"size"`` their size only (a trusted pipeline that
+        still wants truncations caught), ``None`` nothing (a trusted pipeline). Whatever the
+        check, a slice that fails it or does not decode is an :class:`IntegrityError`, one
+        that cannot be read a :class:`StorageError`, each naming the slice's file and the
+        block (sequence number and hash) that added it; with several threads, the first such
+        slice in chain order.
 
         A derivative dataset's rows are its changelog folded (:func:`odf_chain.derived.fold`:
         each retraction cancels the row it names), so the table is the query's answer over the
@@ -293,14 +296,21 @@ class Dataset:
         ``columns`` and ``filter`` then apply after the fold. ``changelog=True`` gives the
         ledger as stored instead (with its ``op`` column)."""
         slice_reader.check_argument(check)
+        slice_reader.thread_count(threads)
         schema, pieces, state = self._slices_at(at)
         if state.dataset_kind != DatasetKind.DERIVATIVE or changelog:
             return slice_reader.read_table(
-                self.storage, pieces, schema, columns=columns, filter=filter, check=check
+                self.storage,
+                pieces,
+                schema,
+                columns=columns,
+                filter=filter,
+                check=check,
+                threads=threads,
             )
         from odf_chain import derived
 
-        ledger = slice_reader.read_table(self.storage, pieces, schema, check=check)
+        ledger = slice_reader.read_table(self.storage, pieces, schema, check=check, threads=threads)
         live = derived.fold(ledger, state.vocab)
         if filter is not None:
             live = live.filter(filter)

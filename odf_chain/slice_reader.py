@@ -5,11 +5,16 @@ another valid slice of the dataset, or rewritten with other values, is a valid P
 that decodes without complaint, and only its size and physical hash (the multihash of the
 whole file) tell it from the slice the block recorded. So :func:`read_table` reads each slice
 into memory once, checks those bytes, and decodes the same bytes: there is no window between
-the check and the use. It hashes the next slice in a thread while the current one is decoded
-(BLAKE3, SHA3 and pyarrow's decoding release the GIL), holding at most two slices' bytes
-beside the result. ``tools/bench_read.py`` over 1.09 GB of slices: checked 1.04x-1.07x the
-unchecked read in wall time (medians of 7 alternating runs on a shared machine); BLAKE3 runs at
-~5 GB/s, a few percent of what decoding costs.
+the check and the use.
+
+Many small slices (an hourly ingest after two years: 16k files of a few KB) cost what each
+file costs to open, check and decode, not what its rows cost, so :func:`read_table` spends as
+little as it can per file (:class:`Decoder`), has the kernel read files in ahead of their turn
+(:class:`_OpenedAhead`), and can spread the files over threads (:data:`READ_THREADS`):
+``tools/bench_slices.py`` compares it with ``pyarrow.dataset`` over the same files
+(docs/performance.md). Over large slices (``tools/bench_read.py``, 1.09 GB in 20 slices) the
+checked read is 1.04x-1.07x the unchecked one in wall time; BLAKE3 runs at ~5 GB/s, a few
+percent of what decoding costs.
 
 Whatever goes wrong with a slice is an :class:`OdfChainError` naming its file and the block
 (sequence number and hash) that added it: a mismatch or a file that does not decode is an
@@ -20,11 +25,13 @@ check.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import itertools
 import os
-from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, BinaryIO, Literal, get_args
 
@@ -39,6 +46,7 @@ from odf_chain.storage import DataStore, Storage
 if TYPE_CHECKING:
     import pyarrow.compute as pc
     import pyarrow.dataset as pads
+    import pyarrow.parquet as pq
 
 SliceCheck = Literal["hash", "size"] | None
 """What a reader checks of each slice before returning its rows: ``"hash"`` its size and
@@ -46,9 +54,18 @@ physical hash, ``"size"`` its size only, ``None`` nothing (a trusted pipeline)."
 
 CHECKS: tuple[SliceCheck, ...] = (*get_args(Literal["hash", "size"]), None)
 
-READ_AHEAD = 1
-"""Slices read and checked in a thread ahead of the one being decoded: with one, the bytes of
-at most two slices are held beside the result."""
+READ_THREADS = 1
+"""Threads :func:`read_table` reads, checks and decodes slices in by default: one, the calling
+thread. Reading, hashing and pyarrow's decoding release the GIL, but about a third of each
+small slice's time is Python (opening it as verify does, pyarrow's ``ParquetFile`` glue), and
+on the shared 2-core machine of docs/performance.md (load average ~10) 2, 3 and 4 threads
+were each slower than one in every run of ``tools/bench_slices.py`` (the threads wait on
+the GIL for one another, and on a preempted holder), using more CPU. ``threads=`` is there
+for a machine with idle cores; the rows and the errors are the same whatever it is."""
+
+OPEN_AHEAD = 32
+"""Slices :func:`read_table` keeps open ahead of the one it reads, the kernel told to read
+them in (see :class:`_OpenedAhead`): 32 file descriptors at most."""
 
 CHECK_THREADS = 2
 """Threads hashing files for :func:`check_files` (as verify hashes them: two cores' worth)."""
@@ -143,16 +160,21 @@ def read_slice(storage: Storage, piece: NamedSlice, check: SliceCheck) -> pa.Buf
     """The bytes of one slice, read once, checked as ``check`` says (see :data:`SliceCheck`).
     A file of the wrong size is refused before it is read."""
     with _open(storage, piece) as fh:
-        try:
-            if check is None:
-                data = fh.read()
-            else:
-                size = _size(fh)
-                if size != piece.data.size:
-                    raise _wrong_size(piece, size)
-                data = fh.read(size + 1)  # one byte more: a file that grew since fstat
-        except OSError as exc:
-            raise _unreadable(piece, exc) from exc
+        return _read_checked(piece, fh, check)
+
+
+def _read_checked(piece: NamedSlice, fh: BinaryIO, check: SliceCheck) -> pa.Buffer:
+    """The bytes of ``piece`` from its open file ``fh``, checked (see :func:`read_slice`)."""
+    try:
+        if check is None:
+            data = fh.read()
+        else:
+            size = _size(fh)
+            if size != piece.data.size:
+                raise _wrong_size(piece, size)
+            data = fh.read(size + 1)  # one byte more: a file that grew since fstat
+    except OSError as exc:
+        raise _unreadable(piece, exc) from exc
     if check is not None and len(data) != piece.data.size:
         raise _wrong_size(piece, len(data))
     if check == "hash":
@@ -161,6 +183,50 @@ def read_slice(storage: Storage, piece: NamedSlice, check: SliceCheck) -> pa.Buf
         if found != expected:
             raise _wrong_hash(piece, found)
     return pa.py_buffer(data)
+
+
+class _OpenedAhead:
+    """The slices' files opened :data:`OPEN_AHEAD` slices ahead of the one read, each with a
+    hint to the kernel to read it in meanwhile (``POSIX_FADV_WILLNEED``): a file not in the
+    page cache is then read from the disk while the slices before it are decoded, as
+    pyarrow.dataset's I/O threads do, instead of stalling the read when its turn comes. The
+    bytes checked and decoded are still read from that one descriptor, once (no re-open).
+    A file that cannot be opened is that slice's error, raised when the slice is taken."""
+
+    def __init__(self, storage: Storage, pieces: Sequence[NamedSlice]) -> None:
+        self.storage = storage
+        self.pieces = pieces
+        self.opened: dict[int, BinaryIO | OdfChainError] = {}
+        self.next = 0  # the first slice not opened yet
+        self.lock = threading.Lock()
+
+    def _open(self, i: int) -> BinaryIO | OdfChainError:
+        try:
+            fh = _open(self.storage, self.pieces[i])
+        except OdfChainError as exc:
+            return exc
+        with contextlib.suppress(OSError, ValueError, AttributeError):  # no descriptor, no hint
+            os.posix_fadvise(fh.fileno(), 0, 0, os.POSIX_FADV_WILLNEED)
+        return fh
+
+    def take(self, i: int) -> BinaryIO:
+        """Slice ``i``'s open file (the caller closes it), the ones after it opened ahead."""
+        with self.lock:
+            while self.next < min(i + 1 + OPEN_AHEAD, len(self.pieces)):
+                self.opened[self.next] = self._open(self.next)
+                self.next += 1
+            fh = self.opened.pop(i)
+        if isinstance(fh, OdfChainError):
+            raise fh
+        return fh
+
+    def close(self) -> None:
+        """Close what was opened and not taken (a read stopped by an error)."""
+        with self.lock:
+            for fh in self.opened.values():
+                if not isinstance(fh, OdfChainError):
+                    fh.close()
+            self.opened.clear()
 
 
 def decode(
@@ -172,36 +238,132 @@ def decode(
 ) -> pa.Table:
     """One slice's rows from its bytes, as of ``schema`` (columns it lacks are nulls), with
     ``columns`` and ``filter`` pushed down to the Parquet reader."""
-    try:
-        fragment = _parquet().make_fragment(pa.BufferReader(data))
-        return fragment.to_table(schema=schema, columns=columns, filter=filter)
-    except (pa.ArrowException, OSError) as exc:
-        raise IntegrityError(
-            f"{piece.where()}: does not decode as a Parquet file of the dataset's schema: {exc}"
-        ) from None
+    return Decoder(schema, columns, filter)(piece, data)
 
 
-def _read_ahead(
-    storage: Storage, pieces: Sequence[NamedSlice], check: SliceCheck
-) -> Iterator[tuple[NamedSlice, pa.Buffer]]:
-    """Each slice's checked bytes in chain order, the next ones read in a thread meanwhile."""
-    pending: deque[tuple[NamedSlice, Future[pa.Buffer]]] = deque()
+class Decoder:
+    """Decodes slices' bytes into tables of one schema, ``columns`` and ``filter``.
 
-    def oldest() -> tuple[NamedSlice, pa.Buffer]:  # its future not kept here: nor its bytes
-        piece, future = pending.popleft()
-        return piece, future.result()
+    A slice whose file holds exactly the columns asked for, with the types of ``schema`` (every
+    slice written since the last schema change), is decoded by ``pq.ParquetFile.read`` in the
+    calling thread: that costs less than half the CPU of a pyarrow.dataset fragment's scan,
+    whose per-file setup (a scanner, a schema projection, its own thread pool) is most of what
+    a slice of a few KB costs (~0.3 ms against ~0.85 ms on the bench's 64-row slices). Any
+    other slice (an older schema, other column types, extra columns), and every slice when a
+    ``filter`` is to be pushed down to the row groups, goes through the fragment, which reads
+    missing columns as nulls and casts what the dataset widened since."""
 
-    with ThreadPoolExecutor(1, thread_name_prefix="odf-chain-read") as pool:
+    def __init__(
+        self, schema: pa.Schema, columns: Sequence[str] | None, filter: pc.Expression | None
+    ) -> None:
+        self.schema = schema
+        self.columns = None if columns is None else list(columns)
+        self.filter = filter
+        wanted = schema.names if columns is None else self.columns
+        self.direct: pa.Schema | None = None  # what the direct read must find, when it may
+        if filter is None and len(set(wanted)) == len(wanted) and set(wanted) <= set(schema.names):
+            self.direct = pa.schema([schema.field(name) for name in wanted], schema.metadata)
+        self._fitting: dict[bytes, bool] = {}
+
+    def _fits(self, file: pq.ParquetFile) -> bool:
+        """Whether ``file`` reads directly as :attr:`direct`: the columns asked for, each once,
+        of the same types (metadata aside), and when all are asked for, no others. Decided once
+        per schema pyarrow stored in the files (``ARROW:schema``, the same bytes in every
+        slice written under one schema: comparing them costs ~2 µs, building the file's
+        schema and comparing it ~17 µs a slice); what the read gives is compared again."""
+        stored = (file.metadata.metadata or {}).get(b"ARROW:schema")
+        fits = self._fitting.get(stored) if stored is not None else None
+        if fits is None:
+            fits = self._fields_fit(file.schema_arrow)
+            if stored is not None and len(self._fitting) < 64:
+                self._fitting[stored] = fits
+        return fits
+
+    def _fields_fit(self, found: pa.Schema) -> bool:
+        assert self.direct is not None
+        if self.columns is None:
+            return found.equals(self.direct, check_metadata=False)
+        for field in self.direct:
+            at = found.get_field_index(field.name)  # -1 when absent or there twice
+            if at < 0 or not found.field(at).equals(field):
+                return False
+        return True
+
+    def __call__(self, piece: NamedSlice, data: pa.Buffer) -> pa.Table:
+        import pyarrow.parquet as pq
+
         try:
-            for piece in pieces:
-                pending.append((piece, pool.submit(read_slice, storage, piece, check)))
-                if len(pending) > READ_AHEAD:
-                    yield oldest()
-            while pending:
-                yield oldest()
-        finally:  # stopped early (an error): what was not started is not read
-            for _, future in pending:
-                future.cancel()
+            if self.direct is not None:
+                file = pq.ParquetFile(pa.BufferReader(data), pre_buffer=False)
+                if self._fits(file):
+                    table = file.read(self.columns, use_threads=False)
+                    if table.schema.equals(self.direct):
+                        return table
+                    if table.schema.equals(self.direct, check_metadata=False):
+                        # the schema's metadata, as the fragment gives it
+                        return pa.Table.from_arrays(table.columns, schema=self.direct)
+            fragment = _parquet().make_fragment(pa.BufferReader(data))
+            return fragment.to_table(schema=self.schema, columns=self.columns, filter=self.filter)
+        except (pa.ArrowException, OSError, ValueError, TypeError, LookupError) as exc:
+            # what bytes that are not a Parquet file of the schema make pyarrow raise (its
+            # Python layer parses the file's metadata too)
+            raise IntegrityError(
+                f"{piece.where()}: does not decode as a Parquet file of the dataset's schema: {exc}"
+            ) from None
+
+
+def _in_order(work: Callable[[int], pa.Table], count: int, threads: int) -> list[pa.Table]:
+    """``work(i)`` for each slice ``i`` below ``count``, in order, done in ``threads`` threads
+    (the calling one and ``threads - 1`` more), each taking the next slice not taken yet.
+
+    No queue and no future per piece: a piece costs a counter step and a list slot, so two
+    threads cost hardly more CPU than one (futures and a queue cost ~10% more on 64-row
+    slices, which a shared machine's other jobs pay for). A failure stops the taking of
+    pieces after it, but every piece before it is still done, so the error raised is that of
+    the first bad piece in chain order, whichever thread met which first."""
+    if threads == 1 or count < 2:
+        return [work(i) for i in range(count)]
+    results: list[pa.Table | None] = [None] * count
+    taken = itertools.count()
+    lock = threading.Lock()
+    first: list[tuple[int, BaseException]] = []  # the failure of the lowest slice yet
+    stop = count  # slices from here on are not taken
+
+    def run() -> None:
+        nonlocal stop
+        while True:
+            with lock:
+                i = next(taken)
+            if i >= stop:
+                return
+            try:
+                results[i] = work(i)
+            except BaseException as exc:  # raised in the calling thread, below
+                with lock:
+                    if i < stop:
+                        stop = i
+                        first[:] = [(i, exc)]
+                return
+
+    helpers = [
+        threading.Thread(target=run, name=f"odf-chain-read-{n}", daemon=True)
+        for n in range(min(threads, count) - 1)
+    ]
+    for helper in helpers:
+        helper.start()
+    run()  # a failure here (even KeyboardInterrupt) is recorded as any other: the helpers stop
+    for helper in helpers:
+        helper.join()
+    if first:
+        raise first[0][1]
+    return results  # type: ignore[return-value]
+
+
+def thread_count(threads: object) -> int:
+    """``threads`` if it is a positive int, else an OdfChainError saying what is."""
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise OdfChainError(f"threads must be a positive integer; got {threads!r}")
+    return threads
 
 
 def read_table(
@@ -212,18 +374,34 @@ def read_table(
     columns: Sequence[str] | None = None,
     filter: pc.Expression | None = None,
     check: SliceCheck = "hash",
+    threads: int = READ_THREADS,
 ) -> pa.Table:
     """The rows of ``pieces`` in chain order as one table of ``schema``, each slice checked
-    as ``check`` says before any of its rows is decoded (see the module)."""
+    as ``check`` says before any of its rows is decoded (see the module).
+
+    ``threads`` threads each take a slice whole: read it into memory, check those bytes,
+    decode them (:class:`Decoder`) and drop them, so at most ``threads`` slices' bytes are
+    held beside the decoded tables, and no bytes are read twice. The tables are taken in chain
+    order and joined by one ``concat_tables`` at the end (no copy: each becomes chunks of the
+    result)."""
+    thread_count(threads)
     # an unknown column or an ill-typed filter is the caller's mistake, not a slice's: it
     # fails here, as pyarrow reports it, before any slice is read
     import pyarrow.dataset as pads
 
     empty = pads.InMemoryDataset(schema.empty_table()).to_table(columns=columns, filter=filter)
-    tables = []
-    for piece, data in _read_ahead(storage, pieces, check):
-        tables.append(decode(piece, data, schema, columns, filter))
-        del data  # the bytes go as soon as they are decoded
+    decoder = Decoder(schema, columns, filter)
+    ahead = _OpenedAhead(storage, pieces)
+
+    def work(i: int) -> pa.Table:
+        with ahead.take(i) as fh:
+            data = _read_checked(pieces[i], fh, check)
+        return decoder(pieces[i], data)
+
+    try:
+        tables = _in_order(work, len(pieces), threads)
+    finally:
+        ahead.close()
     return pa.concat_tables(tables) if tables else empty
 
 

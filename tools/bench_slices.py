@@ -3,6 +3,7 @@
 and DuckDB over the same files.
 
     python tools/bench_slices.py [--slices 16384] [--rows 64] [--runs 7] [--dir PATH]
+        [--threads 2,3] [--core]
 
 A dataset of ``--slices`` slices is built once under ``--dir`` (default
 ``/tmp/bench-slices``; reused by later runs: ``<dir>/slices-<N>.done`` marks it complete) by
@@ -15,24 +16,30 @@ Then, in one process, side by side, alternating after one warm-up read of each (
 blocks in the page cache):
 
 * ``to_table()``: the slices named at the head, each slice's size and physical hash checked
-  (the default), decoded from the bytes checked;
+  (the default), decoded from the bytes checked, in its default threads
+  (``slice_reader.READ_THREADS``), and ``to_table(threads=N)`` for each N of ``--threads``;
 * ``pyarrow.dataset``: ``pads.dataset(files, schema=...).to_table()`` over the same files,
   listed in advance (no check of anything);
 * DuckDB: ``read_parquet([...files])`` to Arrow, when ``duckdb`` is installed;
-* ``to_table()`` as it was before the bulk listing, from the same
-  functions (a walk from the head, block by block: ``replay.slice_blocks_at``; then each
-  slice decoded alone), and each listing alone, bulk and walked.
+* ``before``: the reader as it was before issue 25's turn on decoding, rebuilt here from the
+  same functions (the bulk listing; each slice read and checked one ahead in one thread and
+  decoded alone through a pyarrow.dataset fragment in the caller's thread), and each listing
+  alone, bulk and walked.
 
-Medians of wall time with ratios to pyarrow.dataset.
+Medians of wall time with ratios to pyarrow.dataset, and the CPU time of the process (all
+threads) beside it: on a machine shared with other jobs, the CPU a read spends is what it
+costs when the cores are taken.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import os
 import statistics
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -70,11 +77,12 @@ def build(root: Path, slices: int, rows: int) -> None:
             print(f"  {i + 1}/{slices} slices written, {elapsed:.0f} s", flush=True)
 
 
-def timed(read: Callable[[], pa.Table]) -> tuple[float, int]:
+def timed(read: Callable[[], pa.Table]) -> tuple[float, float, int]:
+    """Wall and CPU seconds (all the process's threads) of one read, and its rows."""
     gc.collect()
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     table = read()
-    return time.perf_counter() - start, table.num_rows
+    return time.perf_counter() - start, time.process_time() - cpu, table.num_rows
 
 
 def main() -> int:
@@ -83,6 +91,17 @@ def main() -> int:
     parser.add_argument("--rows", type=int, default=64, help="rows per slice")
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--dir", type=Path, default=Path("/tmp/bench-slices"))
+    parser.add_argument(
+        "--threads",
+        type=lambda v: [int(n) for n in v.split(",") if n],
+        default=[2, 3],
+        help="to_table(threads=N) rows beside the default's (comma-separated; '' for none)",
+    )
+    parser.add_argument(
+        "--core",
+        action="store_true",
+        help="only pyarrow.dataset and the to_table rows (more runs in the same time)",
+    )
     args = parser.parse_args()
     args.dir.mkdir(parents=True, exist_ok=True)
     root = args.dir / f"slices-{args.slices}"
@@ -100,35 +119,55 @@ def main() -> int:
     paths = sorted(str(p) for p in (root / "data").iterdir())
 
     def before() -> pa.Table:
-        """to_table() as it was before this change, from the same functions: the slices
-        listed by a walk from the head, block by block (replay.slice_blocks_at, kept as the
-        fallback), each slice decoded alone (slice_reader.decode) as it arrives checked."""
-        state, found = replay.slice_blocks_at(dataset.storage, "head")
-        pieces = slice_reader.named_slices(dataset.storage, found)
-        arrived = slice_reader._read_ahead(dataset.storage, pieces, "hash")
-        return pa.concat_tables(
-            [slice_reader.decode(piece, data, state.schema, None, None) for piece, data in arrived]
-        )
+        """to_table() as it was before the decoding turn, from the same functions: the bulk
+        listing, each slice read and checked one ahead in one thread (slice_reader.read_slice),
+        decoded alone through a pyarrow.dataset fragment (as slice_reader.Decoder does for a
+        slice of an older schema) in the calling thread."""
+        state, found = replay.listed_slices_at(dataset.storage, "head")
+        pieces = [
+            slice_reader.NamedSlice(
+                s.data,
+                s.sequence_number,
+                s.block_hash,
+                dataset.storage.fs_path(f"data/{s.data.physical_hash}"),
+            )
+            for s in found
+        ]
+        parquet = pads.ParquetFileFormat()
+        tables = []
+        with ThreadPoolExecutor(1) as pool:
+            ahead = pool.submit(slice_reader.read_slice, dataset.storage, pieces[0], "hash")
+            for following in [*pieces[1:], None]:
+                data = ahead.result()
+                if following is not None:
+                    ahead = pool.submit(slice_reader.read_slice, dataset.storage, following, "hash")
+                fragment = parquet.make_fragment(pa.BufferReader(data))
+                tables.append(fragment.to_table(schema=state.schema))
+        return pa.concat_tables(tables)
 
     cases: dict[str, Callable[[], pa.Table]] = {
         "pyarrow.dataset": lambda: pads.dataset(paths, schema=schema, format="parquet").to_table(),
         "to_table()": lambda: dataset.to_table(),
     }
-    if hasattr(replay, "listed_slices_at"):
+    for threads in args.threads:
+        cases[f"to_table(threads={threads})"] = lambda t=threads: dataset.to_table(threads=t)
+    if not args.core:
         cases["before: to_table()"] = before
         cases["listing alone (bulk)"] = lambda: _Rows(replay.listed_slices_at(dataset.storage)[1])
         cases["listing alone (walk)"] = lambda: _Rows(replay.slice_blocks_at(dataset.storage)[1])
     try:
         import duckdb
-
+    except ImportError:
+        print("duckdb is not installed: its row is left out")
+        duckdb = None
+    if duckdb is not None and not args.core:
         listed = "[" + ", ".join(f"'{p}'" for p in paths) + "]"
         connection = duckdb.connect()
         cases["DuckDB read_parquet"] = lambda: connection.sql(
             f"select * from read_parquet({listed})"
         ).to_arrow_table()
-    except ImportError:
-        print("duckdb is not installed: its row is left out")
     seconds: dict[str, list[float]] = {name: [] for name in cases}
+    cpu: dict[str, list[float]] = {name: [] for name in cases}
     rows: dict[str, int] = {}
     for read in cases.values():
         timed(read)
@@ -137,21 +176,32 @@ def main() -> int:
         if run % 2:
             order.reverse()
         for name, read in order:
-            elapsed, rows[name] = timed(read)
+            elapsed, used, rows[name] = timed(read)
             seconds[name].append(elapsed)
+            cpu[name].append(used)
         print(
             f"run {run + 1}/{args.runs}: "
             + ", ".join(f"{name} {s[-1]:.3f} s" for name, s in seconds.items()),
             flush=True,
         )
     medians = {name: statistics.median(s) for name, s in seconds.items()}
-    floor = medians["pyarrow.dataset"]
+    cpu_medians = {name: statistics.median(s) for name, s in cpu.items()}
+    floor, cpu_floor = medians["pyarrow.dataset"], cpu_medians["pyarrow.dataset"]
+    mismatched = [n for n, r in rows.items() if r != rows["pyarrow.dataset"] and "listing" not in n]
+    if mismatched:
+        print(f"rows differ from pyarrow.dataset's: {mismatched}")
+    load = " ".join(f"{v:.1f}" for v in os.getloadavg())
     print()
     print(f"{len(paths)} slices, {rows['to_table()']:,} rows, medians of {args.runs} runs")
+    print(f"load average at the end: {load} ({os.cpu_count()} CPUs)")
     print("(listing rows: seconds for the listing alone; the ratio to the whole pyarrow read)")
-    print(f"{'':24}{'seconds':>9}{'/ pyarrow.dataset':>19}{'µs / slice':>12}")
+    print(f"{'':24}{'seconds':>9}{'/ pyarrow':>11}{'µs / slice':>12}{'CPU s':>8}{'/ pyarrow':>11}")
     for name, median in medians.items():
-        print(f"{name:24}{median:>9.3f}{median / floor:>18.2f}x{median / len(paths) * 1e6:>12.1f}")
+        used = cpu_medians[name]
+        print(
+            f"{name:24}{median:>9.3f}{median / floor:>10.2f}x{median / len(paths) * 1e6:>12.1f}"
+            f"{used:>8.3f}{used / cpu_floor:>10.2f}x"
+        )
     return 0
 
 
