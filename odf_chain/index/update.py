@@ -28,6 +28,7 @@ from odf_chain.index.records import (
     MAX_SNAPSHOT_BYTES,
     SCHEMA_LIST,
     SEGMENT_ENTRIES,
+    SEQ_RECORD_BYTES,
     SNAPSHOT_INTERVAL,
     IndexDamage,
     Pointer,
@@ -212,6 +213,10 @@ def drop_from(storage: DerivedStore, first: int, head: Snapshot | None = None) -
             storage.write_derived(name, encode_list(kept))
 
 
+SAVE_BATCH = 64 * SEGMENT_ENTRIES
+"""Records of a bulk rebuild's table encoded at once by :func:`save_all` (~3.5 MB)."""
+
+
 def save_all(
     storage: DerivedStore,
     entries: Sequence[SeqEntry] | SeqTable,
@@ -220,25 +225,55 @@ def save_all(
     schemas: list[Pointer],
     lineage: list[Pointer],
 ) -> None:
-    """Write a whole index (after a rebuild), replacing whatever was there. Never raises."""
-    with contextlib.suppress(OdfChainError, OSError, ValueError):
+    """Write a whole index (after a rebuild), replacing whatever was there. Never raises.
+
+    Some 9,000 files at a million blocks, so each is written the cheapest way that keeps a
+    crash harmless: in place (:meth:`~odf_chain.storage.DerivedStore.overwrite_derived`: no
+    temporary file, no rename), no fsync, the folder's descriptors held (``derived_batch``).
+    Why a crash at any point (of the process, or of the machine) leaves an index that is whole
+    or found wanting, never one that is believed while wrong:
+
+    - The folder is emptied first, so no file of an earlier index survives beside the new
+      ones (removals are metadata the filesystem journals in order: a new file that survives
+      a power loss comes after the removal that preceded it).
+    - Each file carries its own checks: a record of a segment, list or bucket is believed only
+      with its CRC-32 and at its place (its sequence number, its offset), a snapshot or the
+      prefix coverage only whole with its checksum. A file the crash cut short, left empty or
+      filled with zeros (written data not yet on disk) fails them, or holds fewer records
+      than what names it needs (a segment ending before the block a reader wants, a bucket
+      shorter than its coverage count, a list not ending at the head snapshot's schema):
+      :class:`~odf_chain.index.records.IndexDamage`, and the reader rebuilds or lists.
+    - What names other files comes after them: the prefix coverage after the buckets, the
+      head snapshot (the one file that makes a reader take the index without a catch-up)
+      last. Without it a reader walks back from the head to a periodic snapshot (itself
+      checked against the block it names) or rebuilds.
+    - Whatever the files say, a reader checks it against the blocks it names before using it
+      (:mod:`odf_chain.index.read`); verify compares every file with the chain.
+
+    So durability is not needed, only detection: the index is derived, and losing it costs a
+    rebuild."""
+    with contextlib.suppress(OdfChainError, OSError, ValueError), storage.derived_batch():
         storage.remove_derived(INDEX_DIR)
-        for start in range(0, len(entries), SEGMENT_ENTRIES):
-            stop = start + SEGMENT_ENTRIES
-            if isinstance(entries, SeqTable):  # a bulk rebuild's columns
-                raw = entries.encode(start, stop)
-            else:
-                raw = encode_seq(list(entries[start:stop]))
-            storage.write_derived(segment_name(start), raw)
-        for seq, snapshot in snapshots.items():
-            storage.write_derived(snapshot_name(seq), snapshot.encode())
-        storage.write_derived(SCHEMA_LIST, encode_list(schemas))
-        storage.write_derived(LINEAGE_LIST, encode_list(lineage))
-        if isinstance(entries, SeqTable):
-            blocks = entries.pairs()
+        if isinstance(entries, SeqTable):  # a bulk rebuild's columns, encoded in batches
+            for first in range(0, len(entries), SAVE_BATCH):
+                raw = entries.encode(first, first + SAVE_BATCH)
+                step = SEGMENT_ENTRIES * SEQ_RECORD_BYTES
+                for at in range(0, len(raw), step):
+                    storage.overwrite_derived(
+                        segment_name(first + at // SEQ_RECORD_BYTES), raw[at : at + step]
+                    )
         else:
-            blocks = ((e.sequence_number, e.block_hash) for e in entries)
-        prefixes.write_prefixes(storage, blocks)
+            for start in range(0, len(entries), SEGMENT_ENTRIES):
+                raw = encode_seq(list(entries[start : start + SEGMENT_ENTRIES]))
+                storage.overwrite_derived(segment_name(start), raw)
+        for seq, snapshot in snapshots.items():
+            storage.overwrite_derived(snapshot_name(seq), snapshot.encode())
+        storage.overwrite_derived(SCHEMA_LIST, encode_list(schemas))
+        storage.overwrite_derived(LINEAGE_LIST, encode_list(lineage))
+        if isinstance(entries, SeqTable):
+            prefixes.write_bucket_table(storage, entries.hashes)
+        else:
+            prefixes.write_prefixes(storage, ((e.sequence_number, e.block_hash) for e in entries))
         storage.write_derived(HEAD_SNAPSHOT, head.encode())
 
 
