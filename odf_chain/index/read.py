@@ -74,6 +74,7 @@ from odf_chain.index.records import (
     SeqTable,
     Snapshot,
     bucket_name,
+    bucket_of,
     decode_list,
     decode_prefixes,
     decode_seq,
@@ -236,6 +237,8 @@ class ChainIndex:
             raise IndexDamage(f"{PREFIX_COVERAGE} names a block that is not the table's")
         if top - covered > PREFIX_TAIL:
             raise IndexDamage(f"{PREFIX_COVERAGE} is {top - covered} blocks behind the head")
+        if sum(coverage.counts) != covered + 1:  # one record a block: none dropped or added
+            raise IndexDamage(f"{PREFIX_COVERAGE} counts other than one record a block")
         wanted: dict[int, str] = {}  # candidate sequence number -> the digest prefix it matched
         for form in forms:
             header = next((h for h in _HEADERS if form.startswith(h)), None)
@@ -253,7 +256,11 @@ class ChainIndex:
                 if data is None:
                     raise IndexDamage(f"{name} is missing")
             key = digest[: 2 * PREFIX_KEY_BYTES]
+            last = -1
             for found, seq in decode_prefixes(data, count, name):
+                if bucket_of(found) != bucket or seq <= last:
+                    raise IndexDamage(f"{name}: a record out of its bucket or out of order")
+                last = seq
                 if found.hex().startswith(key):
                     if seq > covered:
                         raise IndexDamage(f"{name}: block {seq} is past its coverage")
