@@ -94,10 +94,8 @@ _GROUPS = 16  # bucket_records derives the buckets a sixteenth at a time (first 
 
 def prefix_keys(hashes: np.ndarray) -> np.ndarray:
     """The 8 first digest bytes of each block (rows of multihash bytes, 34 each): what a
-    prefix record holds of its block, one row each."""
-    import numpy as np
-
-    return np.ascontiguousarray(hashes[:, 2 : 2 + PREFIX_KEY_BYTES])
+    prefix record holds of its block, one row each (a view: no copy)."""
+    return hashes[:, 2 : 2 + PREFIX_KEY_BYTES]
 
 
 def bucket_records(keys: np.ndarray) -> Iterator[tuple[int, bytes]]:
@@ -134,23 +132,39 @@ def bucket_records(keys: np.ndarray) -> Iterator[tuple[int, bytes]]:
                 yield group * per + k, raw[start * PREFIX_RECORD_BYTES : stop * PREFIX_RECORD_BYTES]
 
 
-def write_bucket_table(storage: DerivedStore, hashes: np.ndarray) -> bool:
-    """:func:`write_prefixes` for a whole chain held in columns (``hashes``: the multihash
-    bytes of blocks ``0..n-1``, a row each; a bulk rebuild's table), the same bytes built by
-    :func:`bucket_records`, each bucket written once and in place (the folder was emptied
-    first; a bucket torn by a crash holds fewer or broken records than the coverage, written
-    last, counts: readers then list ``blocks/``). True when written; never raises."""
+def write_bucket_table(
+    storage: DerivedStore, hashes: np.ndarray, *, emptied: bool = False
+) -> list[str] | None:
+    """The buckets of :func:`write_prefixes` for a whole chain held in columns (``hashes``:
+    the multihash bytes of blocks ``0..n-1``, a row each; a bulk rebuild's table), the same
+    bytes built by :func:`bucket_records`, each bucket written once and in place; the names
+    of the buckets written, for :func:`write_coverage` to follow. What was there is removed
+    first (``emptied``: the caller did), so a bucket torn by a crash holds fewer or broken
+    records than the coverage, written after them, counts: readers then list ``blocks/``.
+    Never raises (None: not written)."""
     with contextlib.suppress(*_ERRORS), storage.derived_batch():
         storage.remove_derived(PREFIX_COVERAGE)
-        storage.remove_derived(PREFIX_DIR)
+        if not emptied:
+            storage.remove_derived(PREFIX_DIR)
         if not len(hashes):
-            return False
-        counts = [0] * PREFIX_BUCKETS
+            return None
+        written = []
         for bucket, raw in bucket_records(prefix_keys(hashes)):
             storage.overwrite_derived(bucket_name(bucket), raw)
-            counts[bucket] = len(raw) // PREFIX_RECORD_BYTES
-        last = hashes[-1].tobytes()
-        coverage = PrefixCoverage(len(hashes) - 1, last, tuple(counts))
+            written.append(bucket_name(bucket))
+        return written
+    return None
+
+
+def write_coverage(storage: DerivedStore, hashes: np.ndarray) -> bool:
+    """After :func:`write_bucket_table`: the coverage of its buckets (every block of
+    ``hashes``). Never raises."""
+    with contextlib.suppress(*_ERRORS):
+        import numpy as np
+
+        buckets = hashes[:, 2].astype(np.uint16) << 4 | hashes[:, 3] >> 4
+        counts = np.bincount(buckets, minlength=PREFIX_BUCKETS).tolist()
+        coverage = PrefixCoverage(len(hashes) - 1, hashes[-1].tobytes(), tuple(counts))
         storage.write_derived(PREFIX_COVERAGE, coverage.encode())
         return True
     return False

@@ -38,6 +38,7 @@ full fold.
 from __future__ import annotations
 
 import bisect
+import contextlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -685,32 +686,44 @@ def _rebuild_in_bulk(storage: Storage, head: Multihash, *, save: bool) -> ChainI
     def read(n: int) -> None:
         progress.tell(f"read {n:,} block files", done=False)
 
-    walk = walk_chain(storage, findings, head=str(head), progress=read)
-    chain = walk.chain
-    if findings.errors or not walk.complete or not len(chain):
-        return None
-    progress.tell(f"read {len(chain):,} blocks; checking every rule")
-    _, state, periodic = refold(chain, findings, every=SNAPSHOT_INTERVAL)
-    if findings.errors or state.head != head:
-        return None
+    prepared = None
+    if save:  # the index's files created while the chain is read (update.Prepared)
+        with contextlib.suppress(OdfChainError):
+            blocks = load_block(storage, head).block.sequence_number + 1
+            prepared = update.Prepared.start(storage, blocks)
+    saved = False
     try:
-        table = SeqTable(*chain.hashes_and_times())
-    except OdfChainError:
-        return None
-    positions = kind_positions(chain)
-    head_pointers = pointers_of(chain)
-    schemas, lineage = lists_of(chain)
-    if save:
-        progress.tell(f"writing the index of {len(chain):,} blocks")
-        snapshots = _Snapshots(chain, positions, periodic)
-        update.save_all(
-            storage,
-            table,
-            snapshots,
-            Snapshot.of_state(state, head_pointers),
-            schemas,
-            lineage,
-        )
+        walk = walk_chain(storage, findings, head=str(head), progress=read)
+        chain = walk.chain
+        if findings.errors or not walk.complete or not len(chain):
+            return None
+        progress.tell(f"read {len(chain):,} blocks; checking every rule")
+        _, state, periodic = refold(chain, findings, every=SNAPSHOT_INTERVAL)
+        if findings.errors or state.head != head:
+            return None
+        try:
+            table = SeqTable(*chain.hashes_and_times())
+        except OdfChainError:
+            return None
+        positions = kind_positions(chain)
+        head_pointers = pointers_of(chain)
+        schemas, lineage = lists_of(chain)
+        if save:
+            progress.tell(f"writing the index of {len(chain):,} blocks")
+            snapshots = _Snapshots(chain, positions, periodic)
+            update.save_all(
+                storage,
+                table,
+                snapshots,
+                Snapshot.of_state(state, head_pointers),
+                schemas,
+                lineage,
+                prepared=None if prepared is None else prepared.files(),
+            )
+            saved = True
+    finally:
+        if prepared is not None and not saved:  # a chain that does not hold: no index left
+            prepared.abandon()
     index = ChainIndex(storage, state, head_pointers, rebuilt=True, how="rebuilt")
     index.block_reads = len(chain)
     index._table = table
