@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import fields
 
 import numpy as np
@@ -320,7 +320,25 @@ def _check_prefixes(storage: Storage, entries: WalkedChain, add: Add) -> None:
     for first in range(0, covered + 1, _KEY_CHUNK):
         stop = min(first + _KEY_CHUNK, covered + 1)
         keys[first:stop] = prefix_keys(entries.hashes_and_times(first, stop)[0])
-    derived = bucket_records(keys)  # in bucket order, a sixteenth of them built at a time
+    with storage.derived_batch():  # 4,096 files of one folder: its descriptor held
+        shown = _compare_buckets(storage, coverage, bucket_records(keys), add)
+    if shown > _SHOWN:
+        add(
+            "error",
+            "index-mismatch",
+            f"{shown - _SHOWN} more prefix buckets differ from the chain",
+            path=f"info/{PREFIX_DIR}",
+        )
+
+
+def _compare_buckets(
+    storage: Storage,
+    coverage: PrefixCoverage,
+    derived: Iterator[tuple[int, bytes]],
+    add: Add,
+) -> int:
+    """Each bucket against ``derived`` (:func:`bucket_records`, in bucket order); the number
+    of buckets that differ (the first :data:`_SHOWN` reported)."""
     pending = next(derived, None)
     shown = 0
     for bucket in range(PREFIX_BUCKETS):
@@ -339,13 +357,7 @@ def _check_prefixes(storage: Storage, entries: WalkedChain, add: Add) -> None:
             if shown > _SHOWN:
                 continue
         add(severity, rule, message, path=f"info/{bucket_name(bucket)}")
-    if shown > _SHOWN:
-        add(
-            "error",
-            "index-mismatch",
-            f"{shown - _SHOWN} more prefix buckets differ from the chain",
-            path=f"info/{PREFIX_DIR}",
-        )
+    return shown
 
 
 def _compare_bucket(
