@@ -221,7 +221,17 @@ class ChainIndex:
         that sequence number, and that block loads, hash checked, with that number). A bucket
         or coverage that is missing, damaged, of another branch or far behind the head, or a
         record the table and the block do not confirm, raises IndexDamage: the caller lists
-        ``blocks/`` instead. A rebuilt index answers from memory."""
+        ``blocks/`` instead. So does a coverage whose counts are not one record a block, or a
+        bucket with a record outside its bucket or out of sequence order (a record deleted or
+        added). A rebuilt index answers from memory.
+
+        The buckets make a lookup fast; they do not decide it. Finding nothing, the caller
+        lists ``blocks/`` before it says there is no such block
+        (:func:`odf_chain.replay._in_chain`). What a reader cannot rule out without listing
+        every time: a bucket rewritten so that every count still adds up (a record deleted,
+        and a valid one added to another bucket), which could make a prefix two chain blocks
+        share look unique. Verify derives every bucket from the chain and reports that as
+        ``index-mismatch`` (:mod:`odf_chain.index.check`)."""
         top = self.head.sequence_number
         if self.rebuilt:
             return [
