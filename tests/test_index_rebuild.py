@@ -18,7 +18,7 @@ import pytest
 
 from odf_chain.chain_walk import walk_chain
 from odf_chain.errors import IntegrityError
-from odf_chain.index import read as index_read
+from odf_chain.index import read as index_read, update as index_update
 from odf_chain.storage import LocalStorage, block_pass, open_storage
 from odf_chain.verify.report import VerifyReport
 from tests.test_cli_ingest_phases import _read_all
@@ -26,7 +26,21 @@ from tests.test_index import INDEX, fold_states, index_files, rich, rich_copy, s
 from tests.test_verify_columns import _run_events, _write_chain
 
 
-def test_the_bulk_rebuild_writes_byte_for_byte_what_the_fold_writes(rich_copy: Path) -> None:
+@pytest.mark.parametrize("ahead", [False, True])
+def test_the_bulk_rebuild_writes_byte_for_byte_what_the_fold_writes(
+    rich_copy: Path, ahead: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``ahead``: its files created empty while the chain is read (update.Prepared, from 65,536
+    blocks on: here from the first), the ones not needed removed."""
+    started: list[object] = []
+    if ahead:
+        monkeypatch.setattr(index_update, "PREPARE_MIN_BLOCKS", 1)
+        start = index_update.Prepared.start
+        monkeypatch.setattr(
+            index_update.Prepared,
+            "start",
+            lambda *a: started.append(start(*a)) or started[-1],
+        )
     storage = open_storage(rich_copy)
     shutil.rmtree(rich_copy / INDEX)
     by_fold = index_read._rebuild_by_fold(storage, storage_head(storage), save=True)
@@ -39,6 +53,7 @@ def test_the_bulk_rebuild_writes_byte_for_byte_what_the_fold_writes(rich_copy: P
     assert sorted(built) == sorted(folded) and len(built) > 6
     for name, data in folded.items():
         assert built[name] == data, name
+    assert [p is not None for p in started] == ([True] if ahead else [])
     same_state(bulk.head, by_fold.head, "head")
     assert bulk.pointers == by_fold.pointers
 
@@ -59,7 +74,12 @@ def storage_head(storage):
     return read_head(storage)
 
 
-def test_a_broken_chain_is_left_to_the_fold_which_names_the_block(rich_copy: Path) -> None:
+@pytest.mark.parametrize("ahead", [False, True])
+def test_a_broken_chain_is_left_to_the_fold_which_names_the_block(
+    rich_copy: Path, ahead: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if ahead:
+        monkeypatch.setattr(index_update, "PREPARE_MIN_BLOCKS", 1)
     storage = open_storage(rich_copy)
     _, states = fold_states(rich_copy)
     damaged = rich_copy / "blocks" / str(states[300].head)
@@ -126,3 +146,19 @@ def test_a_rebuild_on_a_terminal_says_what_it_does(rich_copy: Path) -> None:
         env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},
     )
     assert piped.returncode == 0 and piped.stderr == "", piped.stderr
+
+
+def test_checksums_in_columns_are_zlibs() -> None:
+    """The bulk writers' CRC-32 of each record, a byte column at a time, against zlib's."""
+    import zlib
+
+    import numpy as np
+
+    from odf_chain.index.records import crc32_rows
+
+    rng = np.random.default_rng(25)
+    for width in (0, 1, 16, 50):
+        rows = rng.integers(0, 256, (300, width), dtype=np.uint8)
+        rows[0] = 0  # all zeros
+        rows[1] = 255
+        assert crc32_rows(rows).tolist() == [zlib.crc32(r.tobytes()) for r in rows]

@@ -293,3 +293,96 @@ def test_the_index_command_writes_missing_buckets(built_copy: Path) -> None:
     assert bucket_files(built_copy) == expected_buckets(names)
     found, counting = resolved(built_copy, names[1234][:16])
     assert found == names[1234] and counting.listings == 0
+
+
+def _index_findings(root: Path) -> tuple[list, list]:
+    """Verify's findings about the index: (errors, warnings)."""
+    from odf_chain.verify import verify_path
+
+    report = verify_path(root, check_data=False)
+    assert not [p for p in report.errors if not p.rule.startswith("index-")], report.errors
+    return report.errors, [p for p in report.warnings if p.rule.startswith("index-")]
+
+
+def _set_count(root: Path, bucket: str, change: int) -> None:
+    """Change the coverage's count of ``bucket`` by ``change``, its checksum made valid."""
+    coverage = bytearray((root / COVERAGE).read_bytes())
+    at = COVERAGE_HEAD + 4 * int(bucket, 16)
+    struct.pack_into("<I", coverage, at, struct.unpack_from("<I", coverage, at)[0] + change)
+    struct.pack_into("<I", coverage, len(coverage) - 4, zlib.crc32(coverage[:-4]))
+    (root / COVERAGE).write_bytes(coverage)
+
+
+def test_verify_is_silent_about_true_buckets(built: Path) -> None:
+    assert _index_findings(built) == ([], [])
+
+
+@pytest.mark.parametrize("count", ["kept", "lowered", "moved"])
+def test_a_record_deleted_from_a_bucket_is_a_mismatch_and_the_lookup_still_answers(
+    built_copy: Path, count: str
+) -> None:
+    """Block k's record cut out of its bucket (the records after it whole and valid). The
+    coverage's count kept (the bucket falls short of it), lowered to match (every checksum
+    valid), or moved to another bucket with a valid record appended there (every count and
+    checksum valid, one record a block still): verify names the bucket; a lookup of block k,
+    which its bucket no longer holds, lists blocks/ and still answers, and so does state_at."""
+    names = names_of(built_copy)
+    buckets = expected_buckets(names)
+    # a block whose record is not its bucket's last (3,000 blocks: most buckets hold 0-2)
+    k = next(k for k in range(1000, len(names)) if len(buckets[bucket_file(names[k])]) > RECORD)
+    name = bucket_file(names[k])
+    expected = buckets[name]
+    at = next(
+        i
+        for i in range(0, len(expected), RECORD)
+        if expected[i + 8 : i + 16] == struct.pack("<Q", k)
+    )
+    if at + RECORD == len(expected):  # the last: take the one before it, which is not
+        at -= RECORD
+        k = struct.unpack_from("<Q", expected, at + 8)[0]
+    path = built_copy / BUCKETS / name
+    path.write_bytes(expected[:at] + expected[at + RECORD :])
+    if count != "kept":
+        _set_count(built_copy, name, -1)
+    if count == "moved":
+        other = next(b for b in sorted(expected_buckets(names)) if b != name)
+        last = (built_copy / BUCKETS / other).read_bytes()[-RECORD:]
+        _forge(built_copy, other, bytes.fromhex(other + "0" * 13), len(names) - 1)
+        assert (built_copy / BUCKETS / other).read_bytes()[-2 * RECORD : -RECORD] == last
+    errors, _ = _index_findings(built_copy)
+    named = [name, other] if count == "moved" else [name]
+    assert sorted((e.rule, e.path) for e in errors) == sorted(
+        ("index-mismatch", f"info/odf-chain-index/prefix/{b}") for b in named
+    )
+    found, counting = resolved(built_copy, names[k][:16])
+    assert found == names[k] and counting.listings >= 1
+    assert replay.state_at(open_storage(built_copy), names[k][5:17]).sequence_number == k
+
+
+def test_an_altered_record_is_a_mismatch(built_copy: Path) -> None:
+    names = names_of(built_copy)
+    name = bucket_file(names[10])
+    path = built_copy / BUCKETS / name
+    data = bytearray(path.read_bytes())
+    key, seq = data[:8], struct.unpack_from("<Q", data, 8)[0]
+    struct.pack_into("<Q", data, 8, seq + 1)  # the same digest said to be the next block's
+    struct.pack_into("<I", data, 16, zlib.crc32(bytes(data[:16])))
+    path.write_bytes(data)
+    errors, _ = _index_findings(built_copy)
+    assert len(errors) == 1 and errors[0].path == f"info/odf-chain-index/prefix/{name}"
+    assert f"block {seq}" in errors[0].message, errors[0].message
+    assert resolved(built_copy, "f1e20" + key.hex())[0] == names[seq]
+
+
+def test_a_bucket_cut_short_is_a_warning_not_a_mismatch(built_copy: Path) -> None:
+    """What a crash can leave (the records that are there are right, the last cut): readers
+    list blocks/; verify warns."""
+    names = names_of(built_copy)
+    name = bucket_file(names[2999])
+    path = built_copy / BUCKETS / name
+    path.write_bytes(path.read_bytes()[: -RECORD - 3])
+    errors, warnings = _index_findings(built_copy)
+    assert errors == [] and [(w.rule, w.path) for w in warnings] == [
+        ("index-damaged", f"info/odf-chain-index/prefix/{name}")
+    ]
+    assert resolved(built_copy, names[2999][:16])[0] == names[2999]

@@ -317,6 +317,16 @@ def main() -> int:
             f"  index rebuild, saved      {rebuilt:8.2f} s  {rebuilt / ours:5.2f}x verify"
             f"  peak {max(rebuild_mb):6.0f} MB (RSS, all processes)"
         )
+        print(
+            "  each run (s): peer "
+            + " ".join(f"{x:.2f}" for x in peer_s)
+            + "; verify "
+            + " ".join(f"{x:.2f}" for x in verify_s)
+            + "; rebuild "
+            + " ".join(f"{x:.2f}" for x in rebuild_s)
+            + "; rebuild/verify "
+            + " ".join(f"{r / v:.2f}" for r, v in zip(rebuild_s, verify_s, strict=True))
+        )
         if args.no_data:
             return 0
 

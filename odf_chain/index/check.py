@@ -16,20 +16,30 @@ the index) is no finding: readers catch up.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import struct
+import zlib
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import fields
 
 import numpy as np
 
 from odf_chain.errors import OdfChainError
 from odf_chain.index.derive import kind_positions, lists_of, pointers_from, pointers_of
+from odf_chain.index.prefixes import bucket_records, prefix_keys
 from odf_chain.index.records import (
+    COVERAGE_BYTES,
     HASH_BYTES,
     HEAD_SNAPSHOT,
     INDEX_DIR,
     LINEAGE_LIST,
+    MAX_BUCKET_BYTES,
     MAX_LIST_BYTES,
     MAX_SNAPSHOT_BYTES,
+    PREFIX_BUCKETS,
+    PREFIX_COVERAGE,
+    PREFIX_DIR,
+    PREFIX_KEY_BYTES,
+    PREFIX_RECORD_BYTES,
     SCHEMA_LIST,
     SEGMENT_BYTES,
     SEGMENT_ENTRIES,
@@ -37,7 +47,9 @@ from odf_chain.index.records import (
     IndexDamage,
     Pointer,
     Pointers,
+    PrefixCoverage,
     Snapshot,
+    bucket_name,
     decode_list,
     seq_records,
 )
@@ -149,6 +161,7 @@ def report_index(
     schemas, lineage = lists_of(entries)
     for name, derived in ((SCHEMA_LIST, schemas), (LINEAGE_LIST, lineage)):
         _check_list(storage, name, derived, len(entries), covered, add)
+    _check_prefixes(storage, entries, add)
 
 
 def _compare_snapshot(name: str, stored: Snapshot, derived: Snapshot, add: Add) -> None:
@@ -265,3 +278,135 @@ def _check_list(
             + (f" (differs at blocks {extra[:_SHOWN]})" if extra else ""),
             path=f"info/{name}",
         )
+
+
+_KEY_CHUNK = 1 << 16  # blocks whose hashes are taken from the walked chain at once
+
+
+def _check_prefixes(storage: Storage, entries: WalkedChain, add: Add) -> None:
+    """The hash-prefix buckets against what they must hold: every block up to the block their
+    coverage names, derived from the chain's hashes by the one derivation a rebuild writes
+    (:func:`odf_chain.index.prefixes.bucket_records`), bucket by bucket in bounded memory (the
+    8 key bytes of every block covered, then a sixteenth of the buckets at a time).
+
+    A bucket whose valid records differ from the chain's (one deleted, altered, added or
+    moved), or whose coverage count differs from the chain's number, is an **error**
+    (``index-mismatch``, naming the bucket): readers take from a bucket which blocks a prefix
+    may name, and a bucket that hides a block could make an ambiguous prefix look unique
+    (see :meth:`odf_chain.index.read.ChainIndex.blocks_with_prefix`). A bucket cut short or
+    torn (a record failing its checksum; what a crash leaves: readers list ``blocks/``
+    instead), a coverage that fails its checksum, names a block past the head or not in the
+    chain (readers do not use it) is a warning. A missing coverage, or one behind the head,
+    is no finding: readers list, or match the tail through the seq table."""
+    try:
+        raw = storage.read_derived(PREFIX_COVERAGE, COVERAGE_BYTES)
+        if raw is None:
+            return
+        coverage = PrefixCoverage.decode(raw, PREFIX_COVERAGE)
+    except (OdfChainError, IndexDamage) as exc:
+        add("warning", "index-damaged", str(exc), path=f"info/{PREFIX_COVERAGE}")
+        return
+    covered = coverage.sequence_number
+    if covered >= len(entries) or coverage.block_hash != bytes(entries.hash(covered)):
+        add(
+            "warning",
+            "index-stale",
+            f"{PREFIX_COVERAGE} names block {covered}, which is not in this chain "
+            f"(head: block {len(entries) - 1}): readers list blocks/ instead",
+            path=f"info/{PREFIX_COVERAGE}",
+        )
+        return
+    keys = np.empty((covered + 1, PREFIX_KEY_BYTES), np.uint8)  # 8 bytes a block covered
+    for first in range(0, covered + 1, _KEY_CHUNK):
+        stop = min(first + _KEY_CHUNK, covered + 1)
+        keys[first:stop] = prefix_keys(entries.hashes_and_times(first, stop)[0])
+    with storage.derived_batch():  # 4,096 files of one folder: its descriptor held
+        shown = _compare_buckets(storage, coverage, bucket_records(keys), add)
+    if shown > _SHOWN:
+        add(
+            "error",
+            "index-mismatch",
+            f"{shown - _SHOWN} more prefix buckets differ from the chain",
+            path=f"info/{PREFIX_DIR}",
+        )
+
+
+def _compare_buckets(
+    storage: Storage,
+    coverage: PrefixCoverage,
+    derived: Iterator[tuple[int, bytes]],
+    add: Add,
+) -> int:
+    """Each bucket against ``derived`` (:func:`bucket_records`, in bucket order); the number
+    of buckets that differ (the first :data:`_SHOWN` reported)."""
+    pending = next(derived, None)
+    shown = 0
+    for bucket in range(PREFIX_BUCKETS):
+        ours = b""
+        if pending is not None and pending[0] == bucket:
+            ours, pending = pending[1], next(derived, None)
+        count = coverage.counts[bucket]
+        if not count and not ours:
+            continue
+        finding = _compare_bucket(storage, bucket, count, ours)
+        if finding is None:
+            continue
+        severity, rule, message = finding
+        if severity == "error":
+            shown += 1
+            if shown > _SHOWN:
+                continue
+        add(severity, rule, message, path=f"info/{bucket_name(bucket)}")
+    return shown
+
+
+def _compare_bucket(
+    storage: Storage, bucket: int, count: int, ours: bytes
+) -> tuple[str, str, str] | None:
+    """(severity, rule, message) where the bucket, or its coverage count ``count``, differs
+    from ``ours`` (the records the chain gives it), else None."""
+    name = bucket_name(bucket)
+    try:
+        data = storage.read_derived(name, MAX_BUCKET_BYTES) or b""
+    except OdfChainError as exc:
+        return "warning", "index-damaged", str(exc)
+    stored = data[: count * PREFIX_RECORD_BYTES]
+    if stored == ours:
+        return None
+    size = PREFIX_RECORD_BYTES
+    valid = 0  # whole records, each passing its checksum, from the start
+    for at in range(0, len(stored) - size + 1, size):
+        if zlib.crc32(stored[at : at + size - 4]) != int.from_bytes(
+            stored[at + size - 4 : at + size], "little"
+        ):
+            break
+        valid += 1
+    for k in range(min(valid, len(ours) // size)):
+        if stored[k * size : (k + 1) * size] != ours[k * size : (k + 1) * size]:
+            seq = struct.unpack_from("<Q", ours, k * size + PREFIX_KEY_BYTES)[0]
+            return (
+                "error",
+                "index-mismatch",
+                f"{name} differs from the chain at its record {k}: the chain's block {seq} "
+                f"belongs there (a record deleted, altered or added)",
+            )
+    if valid > len(ours) // size:
+        return (
+            "error",
+            "index-mismatch",
+            f"{name} holds {valid} records, but the chain has {len(ours) // size} blocks "
+            "whose hashes start so (up to the block its coverage names)",
+        )
+    if valid < count:  # cut or torn after records that are right: what a crash leaves
+        return (
+            "warning",
+            "index-damaged",
+            f"{name} holds {valid} whole records of the {count} its coverage counts "
+            "(cut or torn): readers list blocks/ instead",
+        )
+    return (
+        "error",
+        "index-mismatch",
+        f"{PREFIX_COVERAGE} counts {count} records in {name}, but the chain has "
+        f"{len(ours) // size} blocks whose hashes start so",
+    )

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import contextlib
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 from odf_chain.errors import OdfChainError
 from odf_chain.format.multihash import Multihash
@@ -22,6 +23,7 @@ from odf_chain.index.records import (
     PREFIX_BUCKETS,
     PREFIX_COVERAGE,
     PREFIX_DIR,
+    PREFIX_KEY_BYTES,
     PREFIX_RECORD_BYTES,
     SEGMENT_BYTES,
     SEGMENT_ENTRIES,
@@ -30,11 +32,15 @@ from odf_chain.index.records import (
     SeqEntry,
     bucket_name,
     bucket_of,
+    crc32_rows,
     encode_prefix,
     raw_seq,
     segment_name,
 )
 from odf_chain.storage import DerivedStore
+
+if TYPE_CHECKING:
+    import numpy as np
 
 WRITE_BUFFER = 16 << 20
 """Bytes of records :func:`write_prefixes` holds before appending them to their buckets."""
@@ -79,6 +85,87 @@ def write_prefixes(
         storage.write_derived(
             PREFIX_COVERAGE, PrefixCoverage(expected - 1, last, tuple(counts)).encode()
         )
+        return True
+    return False
+
+
+_GROUPS = 16  # bucket_records derives the buckets a sixteenth at a time (first hex digit)
+
+
+def prefix_keys(hashes: np.ndarray) -> np.ndarray:
+    """The 8 first digest bytes of each block (rows of multihash bytes, 34 each): what a
+    prefix record holds of its block, one row each (a view: no copy)."""
+    return hashes[:, 2 : 2 + PREFIX_KEY_BYTES]
+
+
+def bucket_records(keys: np.ndarray) -> Iterator[tuple[int, bytes]]:
+    """What each bucket holds for the blocks ``0..len(keys)-1`` (``keys``: their
+    :func:`prefix_keys`, in sequence order): (bucket, its records as :func:`write_prefixes`
+    writes them, in sequence order) for every bucket that has any, in bucket order. Built in
+    columns a sixteenth of the buckets at a time (a few bytes a block of that sixteenth held at
+    once, no object per block): the one derivation a bulk rebuild writes and verify compares
+    (:mod:`odf_chain.index.check`)."""
+    import numpy as np
+
+    dtype = np.dtype([("key", f"S{PREFIX_KEY_BYTES}"), ("seq", "<u8"), ("crc", "<u4")])
+    assert dtype.itemsize == PREFIX_RECORD_BYTES  # records.encode_prefix's layout
+    top = keys[:, 0] >> 4 if len(keys) else np.zeros(0, np.uint8)
+    for group in range(_GROUPS):
+        seqs = np.flatnonzero(top == group)
+        if not len(seqs):
+            continue
+        group_keys = keys[seqs]
+        buckets = group_keys[:, 0].astype(np.uint16) << 4 | group_keys[:, 1] >> 4
+        order = np.argsort(buckets, kind="stable")  # by bucket, in sequence order within one
+        seqs, buckets, group_keys = seqs[order], buckets[order], group_keys[order]
+        records = np.zeros(len(seqs), dtype)
+        records["key"] = group_keys.view(f"S{PREFIX_KEY_BYTES}").ravel()
+        records["seq"] = seqs
+        rows = records.view(np.uint8).reshape(len(seqs), PREFIX_RECORD_BYTES)
+        records["crc"] = crc32_rows(rows[:, : PREFIX_RECORD_BYTES - 4])
+        raw = records.tobytes()
+        per = PREFIX_BUCKETS // _GROUPS
+        bounds = np.searchsorted(buckets, np.arange(group * per, (group + 1) * per + 1))
+        for k in range(per):
+            start, stop = int(bounds[k]), int(bounds[k + 1])
+            if stop > start:
+                yield group * per + k, raw[start * PREFIX_RECORD_BYTES : stop * PREFIX_RECORD_BYTES]
+
+
+def write_bucket_table(
+    storage: DerivedStore, hashes: np.ndarray, *, emptied: bool = False
+) -> list[str] | None:
+    """The buckets of :func:`write_prefixes` for a whole chain held in columns (``hashes``:
+    the multihash bytes of blocks ``0..n-1``, a row each; a bulk rebuild's table), the same
+    bytes built by :func:`bucket_records`, each bucket written once and in place; the names
+    of the buckets written, for :func:`write_coverage` to follow. What was there is removed
+    first (``emptied``: the caller did), so a bucket torn by a crash holds fewer or broken
+    records than the coverage, written after them, counts: readers then list ``blocks/``.
+    Never raises (None: not written)."""
+    with contextlib.suppress(*_ERRORS), storage.derived_batch():
+        storage.remove_derived(PREFIX_COVERAGE)
+        if not emptied:
+            storage.remove_derived(PREFIX_DIR)
+        if not len(hashes):
+            return None
+        written = []
+        for bucket, raw in bucket_records(prefix_keys(hashes)):
+            storage.overwrite_derived(bucket_name(bucket), raw)
+            written.append(bucket_name(bucket))
+        return written
+    return None
+
+
+def write_coverage(storage: DerivedStore, hashes: np.ndarray) -> bool:
+    """After :func:`write_bucket_table`: the coverage of its buckets (every block of
+    ``hashes``). Never raises."""
+    with contextlib.suppress(*_ERRORS):
+        import numpy as np
+
+        buckets = hashes[:, 2].astype(np.uint16) << 4 | hashes[:, 3] >> 4
+        counts = np.bincount(buckets, minlength=PREFIX_BUCKETS).tolist()
+        coverage = PrefixCoverage(len(hashes) - 1, hashes[-1].tobytes(), tuple(counts))
+        storage.write_derived(PREFIX_COVERAGE, coverage.encode())
         return True
     return False
 

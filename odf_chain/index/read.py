@@ -38,6 +38,7 @@ full fold.
 from __future__ import annotations
 
 import bisect
+import contextlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -74,6 +75,7 @@ from odf_chain.index.records import (
     SeqTable,
     Snapshot,
     bucket_name,
+    bucket_of,
     decode_list,
     decode_prefixes,
     decode_seq,
@@ -219,7 +221,17 @@ class ChainIndex:
         that sequence number, and that block loads, hash checked, with that number). A bucket
         or coverage that is missing, damaged, of another branch or far behind the head, or a
         record the table and the block do not confirm, raises IndexDamage: the caller lists
-        ``blocks/`` instead. A rebuilt index answers from memory."""
+        ``blocks/`` instead. So does a coverage whose counts are not one record a block, or a
+        bucket with a record outside its bucket or out of sequence order (a record deleted or
+        added). A rebuilt index answers from memory.
+
+        The buckets make a lookup fast; they do not decide it. Finding nothing, the caller
+        lists ``blocks/`` before it says there is no such block
+        (:func:`odf_chain.replay._in_chain`). What a reader cannot rule out without listing
+        every time: a bucket rewritten so that every count still adds up (a record deleted,
+        and a valid one added to another bucket), which could make a prefix two chain blocks
+        share look unique. Verify derives every bucket from the chain and reports that as
+        ``index-mismatch`` (:mod:`odf_chain.index.check`)."""
         top = self.head.sequence_number
         if self.rebuilt:
             return [
@@ -236,6 +248,8 @@ class ChainIndex:
             raise IndexDamage(f"{PREFIX_COVERAGE} names a block that is not the table's")
         if top - covered > PREFIX_TAIL:
             raise IndexDamage(f"{PREFIX_COVERAGE} is {top - covered} blocks behind the head")
+        if sum(coverage.counts) != covered + 1:  # one record a block: none dropped or added
+            raise IndexDamage(f"{PREFIX_COVERAGE} counts other than one record a block")
         wanted: dict[int, str] = {}  # candidate sequence number -> the digest prefix it matched
         for form in forms:
             header = next((h for h in _HEADERS if form.startswith(h)), None)
@@ -253,7 +267,11 @@ class ChainIndex:
                 if data is None:
                     raise IndexDamage(f"{name} is missing")
             key = digest[: 2 * PREFIX_KEY_BYTES]
+            last = -1
             for found, seq in decode_prefixes(data, count, name):
+                if bucket_of(found) != bucket or seq <= last:
+                    raise IndexDamage(f"{name}: a record out of its bucket or out of order")
+                last = seq
                 if found.hex().startswith(key):
                     if seq > covered:
                         raise IndexDamage(f"{name}: block {seq} is past its coverage")
@@ -678,32 +696,44 @@ def _rebuild_in_bulk(storage: Storage, head: Multihash, *, save: bool) -> ChainI
     def read(n: int) -> None:
         progress.tell(f"read {n:,} block files", done=False)
 
-    walk = walk_chain(storage, findings, head=str(head), progress=read)
-    chain = walk.chain
-    if findings.errors or not walk.complete or not len(chain):
-        return None
-    progress.tell(f"read {len(chain):,} blocks; checking every rule")
-    _, state, periodic = refold(chain, findings, every=SNAPSHOT_INTERVAL)
-    if findings.errors or state.head != head:
-        return None
+    prepared = None
+    if save:  # the index's files created while the chain is read (update.Prepared)
+        with contextlib.suppress(OdfChainError):
+            blocks = load_block(storage, head).block.sequence_number + 1
+            prepared = update.Prepared.start(storage, blocks)
+    saved = False
     try:
-        table = SeqTable(*chain.hashes_and_times())
-    except OdfChainError:
-        return None
-    positions = kind_positions(chain)
-    head_pointers = pointers_of(chain)
-    schemas, lineage = lists_of(chain)
-    if save:
-        progress.tell(f"writing the index of {len(chain):,} blocks")
-        snapshots = _Snapshots(chain, positions, periodic)
-        update.save_all(
-            storage,
-            table,
-            snapshots,
-            Snapshot.of_state(state, head_pointers),
-            schemas,
-            lineage,
-        )
+        walk = walk_chain(storage, findings, head=str(head), progress=read)
+        chain = walk.chain
+        if findings.errors or not walk.complete or not len(chain):
+            return None
+        progress.tell(f"read {len(chain):,} blocks; checking every rule")
+        _, state, periodic = refold(chain, findings, every=SNAPSHOT_INTERVAL)
+        if findings.errors or state.head != head:
+            return None
+        try:
+            table = SeqTable(*chain.hashes_and_times())
+        except OdfChainError:
+            return None
+        positions = kind_positions(chain)
+        head_pointers = pointers_of(chain)
+        schemas, lineage = lists_of(chain)
+        if save:
+            progress.tell(f"writing the index of {len(chain):,} blocks")
+            snapshots = _Snapshots(chain, positions, periodic)
+            update.save_all(
+                storage,
+                table,
+                snapshots,
+                Snapshot.of_state(state, head_pointers),
+                schemas,
+                lineage,
+                prepared=None if prepared is None else prepared.files(),
+            )
+            saved = True
+    finally:
+        if prepared is not None and not saved:  # a chain that does not hold: no index left
+            prepared.abandon()
     index = ChainIndex(storage, state, head_pointers, rebuilt=True, how="rebuilt")
     index.block_reads = len(chain)
     index._table = table
