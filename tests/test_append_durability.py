@@ -274,3 +274,31 @@ def test_a_rollback_past_the_lagging_log_is_still_seen(tmp_path: Path) -> None:
     assert [p.rule for p in report.errors] == ["head-rollback"]
     with pytest.raises(RuleViolation, match="moved back"):
         Dataset.open(root).append(_event(100))
+
+
+def test_a_torn_file_under_a_block_name_is_named_for_what_it_is(tmp_path: Path) -> None:
+    """A crash before the head move can leave a torn file under the name of the block being
+    written (its bytes are synced with the head move). Writing that same block again is refused
+    with an error that says so and names the file; the file is kept (it is a leftover like any
+    other, verify warns of it), and nothing committed changes."""
+    from odf_chain.chain import prepare
+    from odf_chain.errors import IntegrityError
+    from odf_chain.storage import open_storage
+
+    dataset = Dataset.create(tmp_path / "ds")
+    dataset.write(pa.table({"id": pa.array([1], pa.int64())}))
+    state = dataset.refresh()
+    event = AddData(prev_offset=state.last_offset, new_data=None, new_watermark=state.watermark)
+    moment = state.system_time + timedelta(seconds=1)
+    prepared = prepare(state, event, system_time=moment)
+    name = str(prepared.entry.hash)
+    storage = open_storage(tmp_path / "ds")
+    torn = prepared.data[: len(prepared.data) // 2]
+    (tmp_path / "ds" / "blocks" / name).write_bytes(torn)
+    with pytest.raises(IntegrityError, match="is not that block") as caught:
+        storage.write_block(name, prepared.data)
+    assert name in str(caught.value) and f"{len(torn):,} bytes" in str(caught.value)
+    assert (tmp_path / "ds" / "blocks" / name).read_bytes() == torn  # kept
+    assert storage.read_head() == str(state.head)
+    report = verify_path(tmp_path / "ds")
+    assert report.ok and [p.rule for p in report.warnings] == ["orphan-block"]

@@ -279,6 +279,30 @@ class Storage(Place, BlockStore, DataStore, LeftoverStore, DerivedStore, HeadSto
     to keep a cache), so a reader asks only for what it reads."""
 
 
+def check_stored_block(name: str, stored: bytes, data: bytes) -> None:
+    """A block file ``name`` is there already: the block being written, or an error saying
+    what the file is. A crash before a head move can leave a torn file under a block's name
+    (its bytes are synced with the head move that names it); it is kept, as any leftover, for
+    the user to look at: verify reports it and ``gc --discard-uncommitted`` removes it."""
+    if stored == data:
+        return
+    from odf_chain.format.multihash import Multihash
+
+    try:
+        expected = Multihash.from_multibase(name)
+        whole = Multihash.digest(expected.algorithm, stored) == expected
+    except FormatError:
+        whole = False
+    if whole:
+        raise IntegrityError(f"block {name} already stored with different content")
+    raise IntegrityError(
+        f"block {name}: a file of that name is there and is not that block ({len(stored):,} "
+        "bytes that do not hash to it: torn by a crash before a head named it, or altered); "
+        "chain-verify reports it, `odf-chain gc --discard-uncommitted` removes it if no head "
+        "names it"
+    )
+
+
 def check_staged_size(name: str, staged: int | None, written: int | None) -> int | None:
     """The staged file's size, if it is the size its writer wrote (or no size was given)."""
     if written is not None and staged != written:

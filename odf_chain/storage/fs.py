@@ -55,6 +55,7 @@ from odf_chain.storage.base import (
     arrow_errors,
     check_derived,
     check_staged_size,
+    check_stored_block,
 )
 from odf_chain.storage.block_pass import Hashes, Pass
 from odf_chain.storage.conditional import ConditionalStore, gcs_emulator
@@ -139,8 +140,7 @@ class FsStorage(FsHead):
         elif not self._exists(relative):
             self._put(relative, data)
             return True
-        if self.read_block(name) != data:
-            raise IntegrityError(f"block {name} already stored with different content")
+        check_stored_block(name, self.read_block(name), data)
         return False
 
     def read_block(self, name: str) -> bytes:

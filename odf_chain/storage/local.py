@@ -70,6 +70,7 @@ from odf_chain.storage.base import (
     DataCommit,
     EntryInfo,
     check_staged_size,
+    check_stored_block,
 )
 from odf_chain.storage.block_pass import Hashes
 from odf_chain.storage.layout import LAYOUT, SUBDIRS, SUFFIX, check_name, is_name
@@ -213,8 +214,7 @@ class LocalStorage(LocalHead, LocalDerived):
                         os.close(fd)
                 if created:  # its bytes and blocks/ are synced by the head move
                     return True
-        if self.read_block(name) != data:
-            raise IntegrityError(f"block {name} already stored with different content")
+        check_stored_block(name, self.read_block(name), data)
         return False
 
     def read_block(self, name: str) -> bytes:
