@@ -204,16 +204,7 @@ class Dataset:
         if state.schema is None:
             raise NotFoundError(f"{self.location} has no schema at block {state.sequence_number}")
         self.storage.check_layout()
-        pieces = [
-            slice_reader.NamedSlice(
-                listed.data,
-                listed.sequence_number,
-                listed.block_hash,
-                self.storage.fs_path(f"data/{listed.data.physical_hash}"),
-            )
-            for listed in found
-        ]
-        return state.schema, pieces, state
+        return state.schema, slice_reader.named_listing(self.storage, found), state
 
     def to_pyarrow_dataset(
         self,

@@ -112,15 +112,18 @@ class NamedSlice:
 def named_slices(
     storage: Storage, found: Iterable[tuple[BlockEntry, DataSlice]]
 ) -> list[NamedSlice]:
-    return [
-        NamedSlice(
-            data,
-            entry.block.sequence_number,
-            entry.hash,
-            storage.fs_path(f"data/{data.physical_hash}"),
-        )
-        for entry, data in found
-    ]
+    """Each slice with the block that added it and its path in the storage's filesystem."""
+    return [_named(storage, data, entry.block.sequence_number, entry.hash) for entry, data in found]
+
+
+def named_listing(storage: Storage, listed: Iterable) -> list[NamedSlice]:
+    """:func:`named_slices` of a listing (:func:`odf_chain.replay.listed_slices_at`: each
+    with its data, sequence number and block hash)."""
+    return [_named(storage, s.data, s.sequence_number, s.block_hash) for s in listed]
+
+
+def _named(storage: Storage, data: DataSlice, seq: int, block_hash: Multihash) -> NamedSlice:
+    return NamedSlice(data, seq, block_hash, storage.fs_path(f"data/{data.physical_hash}"))
 
 
 def _open(storage: DataStore, piece: NamedSlice) -> BinaryIO:

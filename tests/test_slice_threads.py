@@ -106,15 +106,7 @@ def test_a_slice_swapped_after_the_listing_is_refused(many: Path, tmp_path: Path
     root = _copy(many, tmp_path)
     ds = Dataset.open(root)
     state, listed = replay.listed_slices_at(ds.storage, "head")
-    pieces = [
-        slice_reader.NamedSlice(
-            s.data,
-            s.sequence_number,
-            s.block_hash,
-            ds.storage.fs_path(f"data/{s.data.physical_hash}"),
-        )
-        for s in listed
-    ]
+    pieces = slice_reader.named_listing(ds.storage, listed)
     files = _files(root)
     victim, other = files[30], files[31]
     shutil.copyfile(other[0], victim[0])  # a valid slice of the dataset under another's name

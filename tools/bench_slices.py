@@ -124,15 +124,7 @@ def main() -> int:
         decoded alone through a pyarrow.dataset fragment (as slice_reader.Decoder does for a
         slice of an older schema) in the calling thread."""
         state, found = replay.listed_slices_at(dataset.storage, "head")
-        pieces = [
-            slice_reader.NamedSlice(
-                s.data,
-                s.sequence_number,
-                s.block_hash,
-                dataset.storage.fs_path(f"data/{s.data.physical_hash}"),
-            )
-            for s in found
-        ]
+        pieces = slice_reader.named_listing(dataset.storage, found)
         parquet = pads.ParquetFileFormat()
         tables = []
         with ThreadPoolExecutor(1) as pool:
