@@ -385,8 +385,9 @@ class Dataset:
 
     def append(self, event: MetadataEvent) -> BlockEntry:
         """Append one event after checking every rule. Raises before writing if one is broken."""
-        _, logged = self._refresh_for_writing()
-        return self._append(event, logged_head=logged)
+        with self.storage.batch():
+            _, logged = self._refresh_for_writing()
+            return self._append(event, logged_head=logged)
 
     def set_schema(self, schema: pa.Schema) -> BlockEntry | None:
         """Declare the data schema before (or between) writes; system columns are added.

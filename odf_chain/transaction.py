@@ -16,9 +16,10 @@ A writer:
    ODF readers know);
 3. **moves** each slice it staged into ``data/<hash>`` (:meth:`Transaction.commit_data`);
 4. **commits**: one move of the head (:func:`odf_chain.chain.commit`), then the post-commit hooks
-   run in order (the derived index's update; for the Spark writers and derive, the run's
-   OpenLineage COMPLETE, :meth:`odf_chain.emit.LiveRun.committed`, passed in ``hooks``), each
-   best effort: a hook never fails a write that committed.
+   run in order, each best effort: a hook never fails a write that committed. The derived
+   index's update (:data:`ONCE_MOVED`) runs as soon as the head has moved, while the move is
+   made durable; the others once it is (for the Spark writers and derive, the run's
+   OpenLineage COMPLETE, :meth:`odf_chain.emit.LiveRun.committed`, passed in ``hooks``).
 
 The failure policy, one for every writer: anything raised before the head moved withdraws what
 the transaction created (its slices in ``data/``, its block files) where that is proven safe
@@ -68,6 +69,12 @@ def update_index(
 
 POST_COMMIT_HOOKS: tuple[PostCommitHook, ...] = (update_index,)
 """The hooks every transaction runs unless given others: the index follows the head."""
+
+ONCE_MOVED: frozenset[PostCommitHook] = frozenset({update_index})
+"""Hooks that keep a cache: run as soon as the head has moved, while the move is made durable
+(they need it visible, not durable: a power loss that takes the move leaves the index ahead of
+the head, which readers check against the head and repair). The others (a run's OpenLineage
+COMPLETE) run once the move is durable."""
 
 
 @dataclass
@@ -283,21 +290,27 @@ class Transaction:
                 f"dataset {self.location}: the lineage of run {self.lineage.run.run_id!r} "
                 "describes slices, and the transaction has none",
             )
-        before = self.prepared[0].before
         self._committing = True
+        early = [hook for hook in self.hooks if hook in ONCE_MOVED]
         # the head log was checked when the transaction began: a rollback since then moved the
         # head off this transaction's base, which the head move refuses as a conflict
-        after = chain.commit(
-            self.storage,
-            *self.prepared,
-            created_data=self.created,
-            check_rollback=not self._checked_rollback,
-        )
+        with self.storage.batch():
+            after = chain.commit(
+                self.storage,
+                *self.prepared,
+                created_data=self.created,
+                check_rollback=not self._checked_rollback,
+                once_moved=(lambda: self._run_hooks(early)) if early else None,
+            )
+        self._run_hooks([hook for hook in self.hooks if hook not in ONCE_MOVED])
+        return after
+
+    def _run_hooks(self, hooks: Sequence[PostCommitHook]) -> None:
+        before = self.prepared[0].before
         steps = [(p.entry, p.after) for p in self.prepared]
-        for hook in self.hooks:
+        for hook in hooks:
             with contextlib.suppress(Exception):  # a hook never fails a write that committed
                 hook(self.storage, before, steps)
-        return after
 
     def abort(self) -> None:
         """The failure policy (see the module): withdraw the slices this transaction created

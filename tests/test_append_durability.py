@@ -302,3 +302,155 @@ def test_a_torn_file_under_a_block_name_is_named_for_what_it_is(tmp_path: Path) 
     assert storage.read_head() == str(state.head)
     report = verify_path(tmp_path / "ds")
     assert report.ok and [p.rule for p in report.warnings] == ["orphan-block"]
+
+
+def test_the_index_is_updated_while_the_head_move_is_synced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The index needs the head moved, not durable: its update runs while ``refs/`` is synced
+    (the sync of ``refs/`` here waits until the update has begun: were the update made only
+    after the sync, the sync would wait in vain), and the move is durable when the append
+    returns."""
+    import threading
+
+    from odf_chain.index import update
+
+    ds = _dataset(tmp_path / "ds", 2)
+    refs = os.path.realpath(ds.storage.root / "refs")
+    began, order = threading.Event(), []
+    real_fsync, real_record = os.fsync, update.record_commit
+
+    def fsync(fd: int) -> None:
+        if os.readlink(f"/proc/self/fd/{fd}") == refs:
+            order.append(("refs sync waits", began.wait(timeout=10)))
+        real_fsync(fd)
+        if os.readlink(f"/proc/self/fd/{fd}") == refs:
+            order.append("refs synced")
+
+    def record(*args):
+        order.append("index begins")
+        began.set()
+        return real_record(*args)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(update, "record_commit", record)
+    entry = ds.append(_event(2))
+    assert ("refs sync waits", True) in order  # the update began during the sync
+    assert order.index("index begins") < order.index("refs synced")
+    from odf_chain.index import read as index_read
+
+    index = index_read.open_index(ds.storage)
+    assert (index.how, index.head.head) == ("checked", entry.hash)  # its files name the head
+
+
+@pytest.mark.parametrize("kind", ["local", "file-uri"])
+def test_once_moved_runs_after_a_move_never_after_a_refusal(tmp_path: Path, kind: str) -> None:
+    """``once_moved`` runs once the head has moved, and a failure in it is not the move's;
+    a refused move (another writer's head) never runs it."""
+    from odf_chain.errors import ConflictError
+    from odf_chain.storage import open_storage
+
+    ds = _dataset(tmp_path / "ds", 1)
+    storage = open_storage(ds.storage.root if kind == "local" else f"file://{ds.storage.root}")
+    state = ds.state
+    from odf_chain.chain import prepare
+
+    prepared = prepare(state, _event(1))
+    storage.write_block(str(prepared.entry.hash), prepared.data)
+    calls = []
+    with pytest.raises(ConflictError):
+        storage.compare_and_swap_head(
+            "f" * 68, str(prepared.entry.hash), once_moved=lambda: calls.append("ran")
+        )
+    assert calls == []
+    assert storage.read_head() == str(state.head)
+
+    def failing() -> None:
+        calls.append(storage.read_head())  # the head has moved when it runs
+        raise OSError("a cache that cannot be written")
+
+    storage.compare_and_swap_head(str(state.head), str(prepared.entry.hash), once_moved=failing)
+    assert calls == [str(prepared.entry.hash)]
+    assert storage.read_head() == str(prepared.entry.hash)
+    assert verify_path(ds.storage.root).ok
+
+
+def test_sync_together_runs_work_meanwhile_and_raises_after_every_sync(tmp_path: Path) -> None:
+    """With ``meanwhile``: every sync goes to the sync threads while this thread runs it; its
+    error is raised once the syncs have ended, a sync's error before it."""
+    import threading
+
+    from odf_chain.storage.local_files import sync_together
+
+    path = tmp_path / "f"
+    path.write_bytes(b"x")
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        ended, threads = [], []
+
+        def sync(fd: int) -> None:
+            threads.append(threading.current_thread().name)
+            os.fsync(fd)
+            ended.append(fd)
+
+        def meanwhile() -> None:
+            threads.append(threading.current_thread().name)
+
+        sync_together([(sync, fd), (sync, fd)], meanwhile)
+        assert len(ended) == 2
+        assert threads.count(threading.current_thread().name) == 1  # the meanwhile alone
+
+        def broken() -> None:
+            raise ValueError("meanwhile failed")
+
+        with pytest.raises(ValueError, match="meanwhile failed"):
+            sync_together([(sync, fd)], broken)
+        assert len(ended) == 3  # the sync had ended when the error was raised
+
+        def failing_sync(fd: int) -> None:
+            raise OSError("sync failed")
+
+        with pytest.raises(OSError, match="sync failed"):
+            sync_together([(failing_sync, fd)], broken)
+    finally:
+        os.close(fd)
+
+
+def _open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_an_append_holds_its_folders_once_and_leaves_no_descriptor_open(tmp_path: Path) -> None:
+    """An append opens the dataset's root once and each folder it uses once (a batch holds
+    them), and closes all of them, refused or not."""
+    from odf_chain.errors import ConflictError
+
+    ds = _dataset(tmp_path / "ds", 3)
+    root = os.path.realpath(ds.storage.root)
+    opened: list[str] = []
+    real_open = os.open
+
+    def counting_open(path, flags, *args, **kwargs):
+        fd = real_open(path, flags, *args, **kwargs)
+        if flags & os.O_DIRECTORY:
+            opened.append(os.readlink(f"/proc/self/fd/{fd}"))
+        return fd
+
+    before = _open_descriptors()
+    os.open = counting_open
+    try:
+        ds.append(_event(3))
+    finally:
+        os.open = real_open
+    assert opened.count(root) == 1, opened
+    assert len(opened) == len(set(opened)), opened  # no folder opened twice
+    assert _open_descriptors() == before
+
+    stale = Dataset.open(ds.storage.root).state  # a second writer, on the same head
+    ds.append(_event(4))
+    tx = Transaction.begin(ds.storage, stale)
+    tx.add(_event(5))
+    with pytest.raises(ConflictError):
+        tx.commit()
+    assert _open_descriptors() == before
+    assert verify_path(ds.storage.root).ok

@@ -397,3 +397,27 @@ def test_a_bucket_cut_short_is_a_warning_not_a_mismatch(built_copy: Path) -> Non
         ("index-damaged", f"info/odf-chain-index/prefix/{name}")
     ]
     assert resolved(built_copy, names[2999][:16])[0] == names[2999]
+
+
+def test_the_coverage_encodes_its_counts_as_the_format_describes() -> None:
+    """The coverage's counts, given as any sequence, are written as 4,096 little-endian
+    32-bit integers after the head and before the CRC, and read back as the same numbers; a
+    count list of another length is refused."""
+    from odf_chain.index.records import PREFIX_BUCKETS, PrefixCoverage
+
+    counts = [(i * 7919) % 100_000 for i in range(PREFIX_BUCKETS)]
+    block = bytes([0x1E, 0x20]) + bytes(range(32))
+    raw = PrefixCoverage(41, block, tuple(counts)).encode()
+    head = struct.calcsize("<Q34s")
+    assert struct.unpack_from("<Q34s", raw) == (41, block)
+    assert list(struct.unpack_from(f"<{PREFIX_BUCKETS}I", raw, head)) == counts
+    assert struct.unpack("<I", raw[-4:])[0] == zlib.crc32(raw[:-4])
+    decoded = PrefixCoverage.decode(raw, "prefixes")
+    assert (decoded.sequence_number, decoded.block_hash, list(decoded.counts)) == (
+        41,
+        block,
+        counts,
+    )
+    assert PrefixCoverage(41, block, decoded.counts).encode() == raw
+    with pytest.raises(ValueError, match="4096 buckets"):
+        PrefixCoverage(41, block, counts[:-1]).encode()

@@ -12,8 +12,9 @@ never read, and the next writer writes over it.
 from __future__ import annotations
 
 import contextlib
+from array import array
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, MutableSequence, Sequence
 from typing import TYPE_CHECKING
 
 from odf_chain.errors import OdfChainError
@@ -170,7 +171,9 @@ def write_coverage(storage: DerivedStore, hashes: np.ndarray) -> bool:
     return False
 
 
-def _flush(storage: DerivedStore, pending: dict[int, bytearray], counts: list[int]) -> None:
+def _flush(
+    storage: DerivedStore, pending: dict[int, bytearray], counts: MutableSequence[int]
+) -> None:
     """Append each bucket's pending records after its ``counts`` records."""
     for bucket, records in sorted(pending.items()):
         offset = counts[bucket] * PREFIX_RECORD_BYTES
@@ -192,7 +195,7 @@ def _extend(storage: DerivedStore, before: bytes | None, entries: Sequence[SeqEn
     if before is None:
         if first != 0:
             return False
-        counts = [0] * PREFIX_BUCKETS
+        counts = array("I", bytes(4 * PREFIX_BUCKETS))
         storage.remove_derived(PREFIX_DIR)
     else:
         coverage = _coverage(storage)
@@ -201,14 +204,14 @@ def _extend(storage: DerivedStore, before: bytes | None, entries: Sequence[SeqEn
             before,
         ):
             return False
-        counts = list(coverage.counts)
+        counts = array("I", coverage.counts)
     pending: dict[int, bytearray] = defaultdict(bytearray)
     for entry in entries:
         digest = bytes(entry.block_hash)[2:]
         pending[bucket_of(digest)] += encode_prefix(digest, entry.sequence_number)
     _flush(storage, pending, counts)
     last = entries[-1]
-    coverage = PrefixCoverage(last.sequence_number, bytes(last.block_hash), tuple(counts))
+    coverage = PrefixCoverage(last.sequence_number, bytes(last.block_hash), counts)
     storage.overwrite_derived(PREFIX_COVERAGE, coverage.encode())
     return True
 

@@ -210,6 +210,11 @@ class DerivedStore(Located, Protocol):
         """A scope for several derived-file calls in a row (a backend may keep handles)."""
         ...
 
+    def batch(self) -> contextlib.AbstractContextManager[None]:
+        """A scope for the calls of one operation, an append say (a backend may keep handles
+        and what it checked about the dataset's layout until it ends)."""
+        ...
+
     def read_derived(self, relative: str, limit: int) -> bytes | None:
         """The bytes of ``info/<relative>`` (a regular file, at most ``limit`` bytes, no symlink
         followed), or None when it is missing."""
@@ -251,7 +256,13 @@ class HeadStore(Located, Protocol):
         *,
         blocks: Iterable[str] = (),
         data: Iterable[str] = (),
-    ) -> None: ...
+        once_moved: Callable[[], None] | None = None,
+    ) -> None:
+        """Move the head from ``expected`` to ``new`` (ConflictError when it is not there), once
+        the ``blocks`` and ``data`` files it names are checked to be in place; then
+        ``once_moved``, never when the move is refused: work that needs the head moved but not
+        yet durable (the derived index), run while the move is made durable where that takes
+        time, its failure swallowed (the head has moved)."""
 
     @property
     def locks_head(self) -> bool:

@@ -325,6 +325,10 @@ class FsStorage(FsHead):
         """Nothing to keep open between calls on an object store."""
         return contextlib.nullcontext()
 
+    def batch(self) -> contextlib.AbstractContextManager[None]:
+        """Nothing to keep open between calls on an object store."""
+        return contextlib.nullcontext()
+
     def staged_in_use(self, name: str) -> bool:
         """Object stores carry no claims: only the minimum age (or single-writer mode) guards
         a writer's staged object."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 
 from odf_chain.errors import ConflictError, FormatError, OdfChainError, StorageError
@@ -76,7 +76,18 @@ class FsHead(FsFiles):
         *,
         blocks: Iterable[str] = (),
         data: Iterable[str] = (),
+        once_moved: Callable[[], None] | None = None,
         **_: object,
+    ) -> None:
+        """:meth:`_swap_head`, then ``once_moved`` (nothing here to run it beside: a store's
+        write is durable once acknowledged)."""
+        self._swap_head(expected, new, blocks=blocks, data=data)
+        if once_moved is not None:
+            with contextlib.suppress(Exception):  # the head has moved: not the move's failure
+                once_moved()
+
+    def _swap_head(
+        self, expected: str | None, new: str, *, blocks: Iterable[str], data: Iterable[str]
     ) -> None:
         """Move the head from ``expected`` to ``new`` if it is still at ``expected``, once the
         files the new head needs are checked to be there (see LocalStorage), and log the move.

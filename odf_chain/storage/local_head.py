@@ -100,6 +100,16 @@ def _missing(path: Path) -> ConflictError:
     )
 
 
+def _never_raising(work: Callable[[], None]) -> Callable[[], None]:
+    """``work``, whose failure is not the head move's (it has moved): swallowed."""
+
+    def run() -> None:
+        with contextlib.suppress(Exception):
+            work()
+
+    return run
+
+
 def _sync_files(files: list[Sync]) -> None:
     """Sync ``files`` together and close them, emptying the list."""
     try:
@@ -221,6 +231,7 @@ class LocalHead(DatasetDir):
         *,
         blocks: Iterable[str] = (),
         data: Iterable[str] = (),
+        once_moved: Callable[[], None] | None = None,
         timeout: float = LOCK_TIMEOUT,
     ) -> None:
         """Point the head at ``new`` only if it still is ``expected``: of two writers appending
@@ -231,7 +242,9 @@ class LocalHead(DatasetDir):
         one as a leftover meanwhile: each is checked here, and a missing one refuses the move.
         So no acknowledged write ever lacks a file, nor, after a power loss, a file's name:
         ``blocks/`` (and ``data/`` when ``data`` names slices) is synced before the head moves.
-        The move is then appended to the head log.
+        The move is then appended to the head log. ``once_moved`` (see
+        :meth:`~odf_chain.storage.base.HeadStore.compare_and_swap_head`) runs while ``refs/``
+        is synced.
         """
         blocks, data = list(blocks), list(data)
         check_name(new, "head")
@@ -250,7 +263,7 @@ class LocalHead(DatasetDir):
                 syncs += self._named(held, "data", data, sync_files=False)
             log_fd, repair = self._open_head_log(current)
             held.callback(os.close, log_fd)
-            self._move_head(refs_fd, new.encode("ascii"), syncs)
+            self._move_head(refs_fd, new.encode("ascii"), syncs, once_moved)
             # The head has moved: a failure now must not report the write as failed. The log
             # then misses this move until the next one repairs it (_open_head_log). Not
             # synced: a power loss can take these lines, which that repair re-derives from the
@@ -259,7 +272,13 @@ class LocalHead(DatasetDir):
             with contextlib.suppress(OSError):
                 write_all(log_fd, repair + head_log_line(expected, new, _now_ms()))
 
-    def _move_head(self, refs_fd: int, head: bytes, syncs: list[Sync]) -> None:
+    def _move_head(
+        self,
+        refs_fd: int,
+        head: bytes,
+        syncs: list[Sync],
+        once_moved: Callable[[], None] | None = None,
+    ) -> None:
         """Write the new head to a staging file, make it and everything in ``syncs`` durable
         at once, rename it to ``refs/head``, then sync ``refs/`` (the syncs of an append:
         :mod:`odf_chain.storage.local`).
@@ -278,6 +297,9 @@ class LocalHead(DatasetDir):
           head naming a missing block, crash or no crash;
         - sync 4 (``refs/``) after the rename, before returning: the acknowledged move survives
           a power loss; it cannot join the others (it is what makes the rename durable).
+          ``once_moved`` runs while it is made: what needs the head moved, not durable (the
+          derived index, which a power loss may leave ahead of the head: readers check it
+          against the head and catch up or rebuild).
         """
         path = self._head_path
         staging = self.staging_dir
@@ -298,7 +320,11 @@ class LocalHead(DatasetDir):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(tmp)
                 raise
-            os.fsync(refs_fd)  # sync 4: the rename itself, through the lock's descriptor
+            # sync 4: the rename itself, through the lock's descriptor
+            if once_moved is None:
+                os.fsync(refs_fd)
+            else:
+                sync_together([(os.fsync, refs_fd)], _never_raising(once_moved))
 
     def _named(
         self, held: contextlib.ExitStack, directory: str, names: list[str], *, sync_files: bool
