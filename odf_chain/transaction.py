@@ -15,10 +15,11 @@ A writer:
    (:meth:`Transaction.describe_run`: in its extra attributes, so the chain holds only events
    ODF readers know);
 3. **moves** each slice it staged into ``data/<hash>`` (:meth:`Transaction.commit_data`);
-4. **commits**: one move of the head (:func:`odf_chain.chain.commit`), then the post-commit hooks
-   run in order, each best effort: a hook never fails a write that committed. The derived
-   index's update (:data:`ONCE_MOVED`) runs as soon as the head has moved, while the move is
-   made durable; the others once it is (for the Spark writers and derive, the run's
+4. **commits**: one move of the head (:func:`odf_chain.chain.commit`), with the derived index's
+   usual update beside it (:class:`odf_chain.index.update.CommitRecording`: written while the
+   move waits for the disk), then the post-commit hooks in order, each best effort: a hook
+   never fails a write that committed (the index's, :func:`update_index`, only where the
+   usual update could not be made: it repairs; for the Spark writers and derive, the run's
    OpenLineage COMPLETE, :meth:`odf_chain.emit.LiveRun.committed`, passed in ``hooks``).
 
 The failure policy, one for every writer: anything raised before the head moved withdraws what
@@ -69,12 +70,6 @@ def update_index(
 
 POST_COMMIT_HOOKS: tuple[PostCommitHook, ...] = (update_index,)
 """The hooks every transaction runs unless given others: the index follows the head."""
-
-ONCE_MOVED: frozenset[PostCommitHook] = frozenset({update_index})
-"""Hooks that keep a cache: run as soon as the head has moved, while the move is made durable
-(they need it visible, not durable: a power loss that takes the move leaves the index ahead of
-the head, which readers check against the head and repair). The others (a run's OpenLineage
-COMPLETE) run once the move is durable."""
 
 
 @dataclass
@@ -291,7 +286,11 @@ class Transaction:
                 "describes slices, and the transaction has none",
             )
         self._committing = True
-        early = [hook for hook in self.hooks if hook in ONCE_MOVED]
+        before = self.prepared[0].before
+        steps = [(p.entry, p.after) for p in self.prepared]
+        indexing = None
+        if update_index in self.hooks:
+            indexing = index_update.CommitRecording(self.storage, before, steps)
         # the head log was checked when the transaction began: a rollback since then moved the
         # head off this transaction's base, which the head move refuses as a conflict
         with self.storage.batch():
@@ -300,17 +299,14 @@ class Transaction:
                 *self.prepared,
                 created_data=self.created,
                 check_rollback=not self._checked_rollback,
-                once_moved=(lambda: self._run_hooks(early)) if early else None,
+                beside=indexing,
             )
-        self._run_hooks([hook for hook in self.hooks if hook not in ONCE_MOVED])
-        return after
-
-    def _run_hooks(self, hooks: Sequence[PostCommitHook]) -> None:
-        before = self.prepared[0].before
-        steps = [(p.entry, p.after) for p in self.prepared]
-        for hook in hooks:
+        for hook in self.hooks:
+            if hook is update_index and indexing is not None and indexing.done:
+                continue  # made beside the head move
             with contextlib.suppress(Exception):  # a hook never fails a write that committed
                 hook(self.storage, before, steps)
+        return after
 
     def abort(self) -> None:
         """The failure policy (see the module): withdraw the slices this transaction created

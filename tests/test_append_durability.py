@@ -304,74 +304,146 @@ def test_a_torn_file_under_a_block_name_is_named_for_what_it_is(tmp_path: Path) 
     assert report.ok and [p.rule for p in report.warnings] == ["orphan-block"]
 
 
-def test_the_index_is_updated_while_the_head_move_is_synced(
+def test_the_index_is_written_while_the_head_move_waits_for_the_disk(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The index needs the head moved, not durable: its update runs while ``refs/`` is synced
-    (the sync of ``refs/`` here waits until the update has begun: were the update made only
-    after the sync, the sync would wait in vain), and the move is durable when the append
-    returns."""
+    """An append's index update costs it no time of its own: its records are written while the
+    block and head syncs run (the head's sync here waits until they have begun: were they
+    written only after it, it would wait in vain), its head snapshot once the head is renamed,
+    while ``refs/`` is synced (likewise). The whole repair path is not taken, and the index
+    names the new head when the append returns."""
     import threading
 
-    from odf_chain.index import update
+    from odf_chain.index import read as index_read, update
 
     ds = _dataset(tmp_path / "ds", 2)
     refs = os.path.realpath(ds.storage.root / "refs")
-    began, order = threading.Event(), []
-    real_fsync, real_record = os.fsync, update.record_commit
+    records, finish, order = threading.Event(), threading.Event(), []
+    real = {name: getattr(os, name) for name in ("fsync", "fdatasync", "rename")}
+    steps = {
+        "records": update.CommitRecording.while_syncing,
+        "finish": update.CommitRecording.once_moved,
+    }
 
-    def fsync(fd: int) -> None:
-        if os.readlink(f"/proc/self/fd/{fd}") == refs:
-            order.append(("refs sync waits", began.wait(timeout=10)))
-        real_fsync(fd)
-        if os.readlink(f"/proc/self/fd/{fd}") == refs:
-            order.append("refs synced")
+    def sync(name: str):
+        def call(fd: int) -> None:
+            path = os.readlink(f"/proc/self/fd/{fd}")
+            if name == "fdatasync" and os.path.basename(path).startswith(".head."):
+                order.append(("head sync waited for the records", records.wait(timeout=10)))
+            if path == refs:
+                order.append(("refs sync waited for the snapshot", finish.wait(timeout=10)))
+            real[name](fd)
 
-    def record(*args):
-        order.append("index begins")
-        began.set()
-        return real_record(*args)
+        return call
 
-    monkeypatch.setattr(os, "fsync", fsync)
-    monkeypatch.setattr(update, "record_commit", record)
+    def rename(src, dst, *args, **kwargs):
+        order.append("rename")
+        real["rename"](src, dst, *args, **kwargs)
+
+    def step(name: str, event: threading.Event):
+        def run(self):
+            order.append(name)
+            event.set()
+            return steps[name](self)
+
+        return run
+
+    monkeypatch.setattr(os, "fsync", sync("fsync"))
+    monkeypatch.setattr(os, "fdatasync", sync("fdatasync"))
+    monkeypatch.setattr(os, "rename", rename)
+    monkeypatch.setattr(update.CommitRecording, "while_syncing", step("records", records))
+    monkeypatch.setattr(update.CommitRecording, "once_moved", step("finish", finish))
+    monkeypatch.setattr(update, "record_commit", lambda *a: order.append("repair"))
     entry = ds.append(_event(2))
-    assert ("refs sync waits", True) in order  # the update began during the sync
-    assert order.index("index begins") < order.index("refs synced")
-    from odf_chain.index import read as index_read
-
+    assert ("head sync waited for the records", True) in order
+    assert ("refs sync waited for the snapshot", True) in order
+    assert order.index("records") < order.index("rename") < order.index("finish")
+    assert "repair" not in order
     index = index_read.open_index(ds.storage)
     assert (index.how, index.head.head) == ("checked", entry.hash)  # its files name the head
 
 
+@pytest.mark.parametrize("damage", ["no-coverage", "no-index"])
+def test_an_index_to_repair_is_repaired_once_the_head_lock_is_released(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, damage: str
+) -> None:
+    """Beside the head move only the usual update is made; a repair (a prefix coverage
+    missing: buckets rewritten from the seq table; the index gone: a rebuild, which reads the
+    whole chain) waits until the head lock is released, so other writers never wait for it.
+    After the append the index names the head either way."""
+    import fcntl
+    import shutil
+
+    from odf_chain.index import prefixes, read as index_read, update
+
+    ds = _dataset(tmp_path / "ds", 5)
+    index_dir = ds.storage.root / "info" / "odf-chain-index"
+    if damage == "no-coverage":
+        (index_dir / "prefixes").unlink()
+    else:
+        shutil.rmtree(index_dir)
+    lock_free = []
+
+    def lock_is_free() -> bool:
+        fd = os.open(ds.storage.root / "refs" / ".head.lock", os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            return False
+        finally:
+            os.close(fd)
+
+    def watching(real):
+        def call(*args, **kwargs):
+            lock_free.append(lock_is_free())
+            return real(*args, **kwargs)
+
+        return call
+
+    monkeypatch.setattr(update, "record_commit", watching(update.record_commit))
+    monkeypatch.setattr(prefixes, "write_prefixes", watching(prefixes.write_prefixes))
+    entry = ds.append(_event(5))
+    assert lock_free and all(lock_free), lock_free  # the repair ran, and not under the lock
+    index = index_read.open_index(ds.storage)
+    assert (index.how, index.head.head) == ("checked", entry.hash)
+    assert (index_dir / "prefixes").is_file()
+    assert verify_path(ds.storage.root).ok
+
+
 @pytest.mark.parametrize("kind", ["local", "file-uri"])
-def test_once_moved_runs_after_a_move_never_after_a_refusal(tmp_path: Path, kind: str) -> None:
-    """``once_moved`` runs once the head has moved, and a failure in it is not the move's;
-    a refused move (another writer's head) never runs it."""
+def test_work_beside_a_move_runs_with_it_never_with_a_refusal(tmp_path: Path, kind: str) -> None:
+    """``beside``'s first step runs before the head moves, its second after; a failure in
+    either is not the move's; a refused move (another writer's head) runs neither."""
+    from odf_chain.chain import prepare
     from odf_chain.errors import ConflictError
     from odf_chain.storage import open_storage
 
     ds = _dataset(tmp_path / "ds", 1)
     storage = open_storage(ds.storage.root if kind == "local" else f"file://{ds.storage.root}")
     state = ds.state
-    from odf_chain.chain import prepare
-
     prepared = prepare(state, _event(1))
     storage.write_block(str(prepared.entry.hash), prepared.data)
     calls = []
+
+    class Beside:
+        def while_syncing(self) -> None:
+            calls.append(("while syncing", storage.read_head()))
+            raise OSError("a cache that cannot be written")
+
+        def once_moved(self) -> None:
+            calls.append(("once moved", storage.read_head()))
+            raise OSError("a cache that cannot be written")
+
     with pytest.raises(ConflictError):
-        storage.compare_and_swap_head(
-            "f" * 68, str(prepared.entry.hash), once_moved=lambda: calls.append("ran")
-        )
+        storage.compare_and_swap_head("f" * 68, str(prepared.entry.hash), beside=Beside())
     assert calls == []
     assert storage.read_head() == str(state.head)
 
-    def failing() -> None:
-        calls.append(storage.read_head())  # the head has moved when it runs
-        raise OSError("a cache that cannot be written")
-
-    storage.compare_and_swap_head(str(state.head), str(prepared.entry.hash), once_moved=failing)
-    assert calls == [str(prepared.entry.hash)]
-    assert storage.read_head() == str(prepared.entry.hash)
+    new = str(prepared.entry.hash)
+    storage.compare_and_swap_head(str(state.head), new, beside=Beside())
+    assert calls == [("while syncing", str(state.head)), ("once moved", new)]
+    assert storage.read_head() == new
     assert verify_path(ds.storage.root).ok
 
 

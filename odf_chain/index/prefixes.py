@@ -191,10 +191,23 @@ def _coverage(storage: DerivedStore) -> PrefixCoverage | None:
 def _extend(storage: DerivedStore, before: bytes | None, entries: Sequence[SeqEntry]) -> bool:
     """Append ``entries`` (consecutive blocks) when the coverage ends at the block before them,
     ``before`` (its hash; None: they start a new chain). False when it does not."""
+    coverage = extend_records(storage, before, entries)
+    if coverage is None:
+        return False
+    storage.overwrite_derived(PREFIX_COVERAGE, coverage)
+    return True
+
+
+def extend_records(
+    storage: DerivedStore, before: bytes | None, entries: Sequence[SeqEntry]
+) -> bytes | None:
+    """:func:`_extend` but for the coverage: the records of ``entries`` appended to their
+    buckets (past the coverage's counts: not read until it counts them), and the new coverage
+    returned for the caller to write; None when the coverage does not end at ``before``."""
     first = entries[0].sequence_number
     if before is None:
         if first != 0:
-            return False
+            return None
         counts = array("I", bytes(4 * PREFIX_BUCKETS))
         storage.remove_derived(PREFIX_DIR)
     else:
@@ -203,7 +216,7 @@ def _extend(storage: DerivedStore, before: bytes | None, entries: Sequence[SeqEn
             first - 1,
             before,
         ):
-            return False
+            return None
         counts = array("I", coverage.counts)
     pending: dict[int, bytearray] = defaultdict(bytearray)
     for entry in entries:
@@ -211,9 +224,7 @@ def _extend(storage: DerivedStore, before: bytes | None, entries: Sequence[SeqEn
         pending[bucket_of(digest)] += encode_prefix(digest, entry.sequence_number)
     _flush(storage, pending, counts)
     last = entries[-1]
-    coverage = PrefixCoverage(last.sequence_number, bytes(last.block_hash), counts)
-    storage.overwrite_derived(PREFIX_COVERAGE, coverage.encode())
-    return True
+    return PrefixCoverage(last.sequence_number, bytes(last.block_hash), counts).encode()
 
 
 def table_blocks(storage: DerivedStore, upto: int) -> Iterable[tuple[int, bytes]]:

@@ -240,6 +240,20 @@ class DerivedStore(Located, Protocol):
         """The names of the regular files in ``info/<directory>`` ([] when it is missing)."""
 
 
+class BesideMove(Protocol):
+    """Work a head move runs beside itself: a cache that follows the head (the derived index),
+    written while the move waits for the disk. Each step is best effort: what it raises is
+    swallowed, never the move's failure. Neither runs when the move is refused."""
+
+    def while_syncing(self) -> object:
+        """Once the head is found at the expected block (under the head lock, where there is
+        one), before it moves: while what the move needs is made durable."""
+
+    def once_moved(self) -> object:
+        """Once the head has moved (visible, perhaps not yet durable), after
+        :meth:`while_syncing`: while the move is made durable."""
+
+
 class HeadStore(Located, Protocol):
     """The head (the one mutable name), its log, and how a writer moves it."""
 
@@ -256,13 +270,11 @@ class HeadStore(Located, Protocol):
         *,
         blocks: Iterable[str] = (),
         data: Iterable[str] = (),
-        once_moved: Callable[[], None] | None = None,
+        beside: BesideMove | None = None,
     ) -> None:
         """Move the head from ``expected`` to ``new`` (ConflictError when it is not there), once
-        the ``blocks`` and ``data`` files it names are checked to be in place; then
-        ``once_moved``, never when the move is refused: work that needs the head moved but not
-        yet durable (the derived index), run while the move is made durable where that takes
-        time, its failure swallowed (the head has moved)."""
+        the ``blocks`` and ``data`` files it names are checked to be in place, running
+        ``beside``'s steps with it (see :class:`BesideMove`)."""
 
     @property
     def locks_head(self) -> bool:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from contextlib import AbstractContextManager
 
 from odf_chain.errors import ConflictError, FormatError, OdfChainError, StorageError
@@ -15,6 +15,7 @@ from odf_chain.storage.base import (
     HEAD_LOG,
     MAX_HEAD_BYTES,
     MAX_HEAD_LOG_BYTES,
+    BesideMove,
     HeadMove,
     head_log_line,
     last_complete_line,
@@ -76,18 +77,25 @@ class FsHead(FsFiles):
         *,
         blocks: Iterable[str] = (),
         data: Iterable[str] = (),
-        once_moved: Callable[[], None] | None = None,
+        beside: BesideMove | None = None,
         **_: object,
     ) -> None:
-        """:meth:`_swap_head`, then ``once_moved`` (nothing here to run it beside: a store's
+        """:meth:`_swap_head`, with ``beside``'s first step once the head is found where
+        expected and its second after the move (nothing here to run them beside: a store's
         write is durable once acknowledged)."""
-        self._swap_head(expected, new, blocks=blocks, data=data)
-        if once_moved is not None:
+        self._swap_head(expected, new, blocks=blocks, data=data, beside=beside)
+        if beside is not None:
             with contextlib.suppress(Exception):  # the head has moved: not the move's failure
-                once_moved()
+                beside.once_moved()
 
     def _swap_head(
-        self, expected: str | None, new: str, *, blocks: Iterable[str], data: Iterable[str]
+        self,
+        expected: str | None,
+        new: str,
+        *,
+        blocks: Iterable[str],
+        data: Iterable[str],
+        beside: BesideMove | None = None,
     ) -> None:
         """Move the head from ``expected`` to ``new`` if it is still at ``expected``, once the
         files the new head needs are checked to be there (see LocalStorage), and log the move.
@@ -108,6 +116,9 @@ class FsHead(FsFiles):
                 "another writer appended first — re-open and retry"
             )
         self._check_needed(blocks, data)
+        if beside is not None:
+            with contextlib.suppress(Exception):  # a cache's records: not the move's failure
+                beside.while_syncing()
         now_ms = time.time_ns() // 1_000_000
         if self._conditional is not None:
             payload = new.encode("ascii")

@@ -40,6 +40,7 @@ from odf_chain.storage.base import (
     HEAD_LOG,
     MAX_HEAD_BYTES,
     MAX_HEAD_LOG_BYTES,
+    BesideMove,
     HeadMove,
     head_log_line,
     last_complete_line,
@@ -100,7 +101,7 @@ def _missing(path: Path) -> ConflictError:
     )
 
 
-def _never_raising(work: Callable[[], None]) -> Callable[[], None]:
+def _never_raising(work: Callable[[], object]) -> Callable[[], None]:
     """``work``, whose failure is not the head move's (it has moved): swallowed."""
 
     def run() -> None:
@@ -231,7 +232,7 @@ class LocalHead(DatasetDir):
         *,
         blocks: Iterable[str] = (),
         data: Iterable[str] = (),
-        once_moved: Callable[[], None] | None = None,
+        beside: BesideMove | None = None,
         timeout: float = LOCK_TIMEOUT,
     ) -> None:
         """Point the head at ``new`` only if it still is ``expected``: of two writers appending
@@ -242,9 +243,8 @@ class LocalHead(DatasetDir):
         one as a leftover meanwhile: each is checked here, and a missing one refuses the move.
         So no acknowledged write ever lacks a file, nor, after a power loss, a file's name:
         ``blocks/`` (and ``data/`` when ``data`` names slices) is synced before the head moves.
-        The move is then appended to the head log. ``once_moved`` (see
-        :meth:`~odf_chain.storage.base.HeadStore.compare_and_swap_head`) runs while ``refs/``
-        is synced.
+        The move is then appended to the head log. ``beside``'s steps run while the syncs wait
+        for the disk (:meth:`_move_head`).
         """
         blocks, data = list(blocks), list(data)
         check_name(new, "head")
@@ -263,7 +263,7 @@ class LocalHead(DatasetDir):
                 syncs += self._named(held, "data", data, sync_files=False)
             log_fd, repair = self._open_head_log(current)
             held.callback(os.close, log_fd)
-            self._move_head(refs_fd, new.encode("ascii"), syncs, once_moved)
+            self._move_head(refs_fd, new.encode("ascii"), syncs, beside)
             # The head has moved: a failure now must not report the write as failed. The log
             # then misses this move until the next one repairs it (_open_head_log). Not
             # synced: a power loss can take these lines, which that repair re-derives from the
@@ -277,7 +277,7 @@ class LocalHead(DatasetDir):
         refs_fd: int,
         head: bytes,
         syncs: list[Sync],
-        once_moved: Callable[[], None] | None = None,
+        beside: BesideMove | None = None,
     ) -> None:
         """Write the new head to a staging file, make it and everything in ``syncs`` durable
         at once, rename it to ``refs/head``, then sync ``refs/`` (the syncs of an append:
@@ -297,9 +297,11 @@ class LocalHead(DatasetDir):
           head naming a missing block, crash or no crash;
         - sync 4 (``refs/``) after the rename, before returning: the acknowledged move survives
           a power loss; it cannot join the others (it is what makes the rename durable).
-          ``once_moved`` runs while it is made: what needs the head moved, not durable (the
-          derived index, which a power loss may leave ahead of the head: readers check it
-          against the head and catch up or rebuild).
+
+        ``beside`` (the derived index) runs its first step while syncs 1-3 are made (all of
+        them then by the sync threads), its second once the head is renamed, while sync 4 is:
+        it needs the head moved, not durable (a power loss may leave the index ahead of the
+        head: readers check it against the head and catch up or rebuild).
         """
         path = self._head_path
         staging = self.staging_dir
@@ -312,7 +314,7 @@ class LocalHead(DatasetDir):
                     start_writeback(fd for sync, fd in syncs if sync is sync_data)
                     # syncs 1-3 together: the head's bytes, the blocks' bytes, blocks/ (and
                     # data/); on ext4 about one journal commit instead of three
-                    sync_together(syncs)
+                    sync_together(syncs, beside and _never_raising(beside.while_syncing))
                     os.rename(tmp, path)
                 finally:
                     os.close(fd)
@@ -321,10 +323,10 @@ class LocalHead(DatasetDir):
                     os.unlink(tmp)
                 raise
             # sync 4: the rename itself, through the lock's descriptor
-            if once_moved is None:
+            if beside is None:
                 os.fsync(refs_fd)
             else:
-                sync_together([(os.fsync, refs_fd)], _never_raising(once_moved))
+                sync_together([(os.fsync, refs_fd)], _never_raising(beside.once_moved))
 
     def _named(
         self, held: contextlib.ExitStack, directory: str, names: list[str], *, sync_files: bool
