@@ -85,16 +85,16 @@ class CommitRecording:
     (:class:`~odf_chain.storage.base.BesideMove`), each best effort (never raising):
 
     1. :meth:`while_syncing`, the head lock held and the head not moved yet, while the move's
-       syncs run: the head snapshot is checked to name the commit's base; the blocks' seq
-       records, prefix bucket records and periodic snapshots are written. All of them lie past
-       what the head snapshot and the prefix coverage name, where no reader looks (what a crash
-       between the records and the head snapshot leaves, whatever the order), and a move that
-       then fails leaves them for the next writer to write over. The coverage and the head
-       snapshot are encoded here too.
+       syncs run (on an object store, with no lock, after the move): the head snapshot is
+       checked to name the commit's base; the blocks' seq records, prefix bucket records and
+       periodic snapshots are written. All of them lie past what the head snapshot and the
+       prefix coverage name, where no reader looks (what a crash between the records and the
+       head snapshot leaves, whatever the order), and a move that then fails leaves them for
+       the next writer to write over. The coverage and the head snapshot are encoded here too.
     2. :meth:`once_moved`, while ``refs/`` is synced: the list records, the coverage, then the
        head snapshot: readers see the commit indexed.
 
-    So an append's index costs it no time of its own where syncs take any. With ``repair``
+    So an append's index is written while its syncs wait for the disk. With ``repair``
     False (beside a head move) anything unusual, a new chain or a coverage not ending at the
     base, leaves :attr:`done` False for :func:`record_commit`'s whole path to repair once the
     lock is released (a repair may read the whole seq table)."""

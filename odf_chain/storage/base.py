@@ -246,8 +246,10 @@ class BesideMove(Protocol):
     swallowed, never the move's failure. Neither runs when the move is refused."""
 
     def while_syncing(self) -> object:
-        """Once the head is found at the expected block (under the head lock, where there is
-        one), before it moves: while what the move needs is made durable."""
+        """Where a lock keeps other writers out: once the head is found at the expected block,
+        before it moves, while what the move needs is made durable. Elsewhere (an object
+        store) after the move: a writer that loses there must not have written anything for a
+        block it never commits."""
 
     def once_moved(self) -> object:
         """Once the head has moved (visible, perhaps not yet durable), after

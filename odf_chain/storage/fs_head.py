@@ -80,22 +80,18 @@ class FsHead(FsFiles):
         beside: BesideMove | None = None,
         **_: object,
     ) -> None:
-        """:meth:`_swap_head`, with ``beside``'s first step once the head is found where
-        expected and its second after the move (nothing here to run them beside: a store's
-        write is durable once acknowledged)."""
-        self._swap_head(expected, new, blocks=blocks, data=data, beside=beside)
+        """:meth:`_swap_head`, then both of ``beside``'s steps: here no lock keeps other
+        writers out until the move, so records written before it could be those of a block a
+        writer that then loses never commits (and a store's write is durable once
+        acknowledged: there is no wait to run them beside)."""
+        self._swap_head(expected, new, blocks=blocks, data=data)
         if beside is not None:
-            with contextlib.suppress(Exception):  # the head has moved: not the move's failure
-                beside.once_moved()
+            for step in (beside.while_syncing, beside.once_moved):
+                with contextlib.suppress(Exception):  # the head has moved: not its failure
+                    step()
 
     def _swap_head(
-        self,
-        expected: str | None,
-        new: str,
-        *,
-        blocks: Iterable[str],
-        data: Iterable[str],
-        beside: BesideMove | None = None,
+        self, expected: str | None, new: str, *, blocks: Iterable[str], data: Iterable[str]
     ) -> None:
         """Move the head from ``expected`` to ``new`` if it is still at ``expected``, once the
         files the new head needs are checked to be there (see LocalStorage), and log the move.
@@ -116,9 +112,6 @@ class FsHead(FsFiles):
                 "another writer appended first — re-open and retry"
             )
         self._check_needed(blocks, data)
-        if beside is not None:
-            with contextlib.suppress(Exception):  # a cache's records: not the move's failure
-                beside.while_syncing()
         now_ms = time.time_ns() // 1_000_000
         if self._conditional is not None:
             payload = new.encode("ascii")
