@@ -375,8 +375,9 @@ def test_an_index_to_repair_is_repaired_once_the_head_lock_is_released(
     import shutil
 
     from odf_chain.index import prefixes, read as index_read, update
+    from odf_chain.index.records import PREFIX_BATCH
 
-    ds = _dataset(tmp_path / "ds", 5)
+    ds = _dataset(tmp_path / "ds", PREFIX_BATCH - 2)  # the next block ends a batch: buckets due
     index_dir = ds.storage.root / "info" / "odf-chain-index"
     if damage == "no-coverage":
         (index_dir / "prefixes").unlink()
@@ -403,7 +404,7 @@ def test_an_index_to_repair_is_repaired_once_the_head_lock_is_released(
 
     monkeypatch.setattr(update, "record_commit", watching(update.record_commit))
     monkeypatch.setattr(prefixes, "write_prefixes", watching(prefixes.write_prefixes))
-    entry = ds.append(_event(5))
+    entry = ds.append(_event(PREFIX_BATCH))
     assert lock_free and all(lock_free), lock_free  # the repair ran, and not under the lock
     index = index_read.open_index(ds.storage)
     assert (index.how, index.head.head) == ("checked", entry.hash)

@@ -18,6 +18,7 @@ from odf_chain.dataset import Dataset
 from odf_chain.errors import AmbiguousRefError, NotFoundError
 from odf_chain.events import SetInfo
 from odf_chain.index import prefixes, read as index_read
+from odf_chain.index.records import PREFIX_BATCH
 from odf_chain.storage import open_storage
 from tests.helpers import multihash_name
 from tests.test_index import append_plain, fast_chain
@@ -165,13 +166,42 @@ def test_no_block_with_that_prefix_lists_to_say_so(built: Path) -> None:
     assert counting.listings >= 1  # a miss is explained by the listing (orphans, say)
 
 
+def covered_by(root: Path) -> int:
+    """The last block the coverage counts (its first 8 bytes)."""
+    return struct.unpack_from("<Q", (root / COVERAGE).read_bytes())[0]
+
+
 def test_appends_keep_the_buckets_across_a_segment(tmp_path: Path) -> None:
+    """Appends bring the buckets up to date once every PREFIX_BATCH blocks: after 1,031 blocks
+    (0..1030, past the first seq segment) they hold blocks 0..1023 exactly as the format says,
+    and the blocks past them are found through the seq table, without a listing."""
     root = tmp_path / "ds"
     ds = Dataset.create(root)
-    append_plain(ds, 1030)  # blocks 0..1030: past the first seq segment
+    append_plain(ds, 1030)
     names = names_of(root)
-    assert bucket_files(root) == expected_buckets(names)
+    covered = len(names) // PREFIX_BATCH * PREFIX_BATCH - 1
+    assert covered_by(root) == covered == 1023
+    assert bucket_files(root) == expected_buckets(names[: covered + 1])
     for k in (0, 1023, 1024, 1030):
+        found, counting = resolved(root, _digest_prefix(names[k]))
+        assert found == names[k] and counting.listings == 0
+
+
+def test_the_coverage_lags_the_head_by_less_than_a_batch(tmp_path: Path) -> None:
+    """Append by append, the coverage names the last block that ended a batch of PREFIX_BATCH
+    (the Seed before the first): never more than PREFIX_BATCH - 1 blocks behind, and every
+    block is found without a listing at every step."""
+    root = tmp_path / "ds"
+    ds = Dataset.create(root)
+    for n in range(2, 2 * PREFIX_BATCH + 3):  # the chain then has n blocks
+        append_plain(ds, 1)
+        last = n - 1
+        covered = covered_by(root)
+        assert covered == max(n // PREFIX_BATCH * PREFIX_BATCH - 1, 0), n
+        assert last - covered < PREFIX_BATCH
+    names = names_of(root)
+    assert bucket_files(root) == expected_buckets(names[: covered_by(root) + 1])
+    for k in (0, PREFIX_BATCH - 1, PREFIX_BATCH, len(names) - 1):
         found, counting = resolved(root, _digest_prefix(names[k]))
         assert found == names[k] and counting.listings == 0
 
@@ -190,8 +220,9 @@ def test_a_tail_past_the_coverage_is_matched_through_the_seq_table(built_copy: P
     for k in (2999, 3000, 3004):
         found, counting = resolved(built_copy, names[k][:16])
         assert found == names[k] and counting.listings == 0, k
-    # the next append brings them up to date
-    append_plain(ds, 1)
+    # the append that ends the batch brings them up to date
+    append_plain(ds, PREFIX_BATCH - len(names) % PREFIX_BATCH)
+    assert covered_by(built_copy) == len(names_of(built_copy)) - 1
     assert bucket_files(built_copy) == expected_buckets(names_of(built_copy))
 
 
@@ -268,7 +299,8 @@ def test_buckets_of_another_branch_are_not_believed(built_copy: Path) -> None:
     ds = Dataset.open(built_copy)
     append_plain(ds, 2)
     now = names_of(built_copy)
-    assert len(now) == 2503 and bucket_files(built_copy) == expected_buckets(now)
+    assert len(now) == 2503 and covered_by(built_copy) == 2500  # 2501, 2502: past the batch
+    assert bucket_files(built_copy) == expected_buckets(now[:2501])
     for k in (2400, 2501, 2502):
         found, counting = resolved(built_copy, now[k][:16])
         assert found == now[k] and counting.listings == 0

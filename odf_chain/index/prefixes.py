@@ -21,11 +21,13 @@ from odf_chain.errors import OdfChainError
 from odf_chain.format.multihash import Multihash
 from odf_chain.index.records import (
     COVERAGE_BYTES,
+    PREFIX_BATCH,
     PREFIX_BUCKETS,
     PREFIX_COVERAGE,
     PREFIX_DIR,
     PREFIX_KEY_BYTES,
     PREFIX_RECORD_BYTES,
+    PREFIX_TAIL,
     SEGMENT_BYTES,
     SEGMENT_ENTRIES,
     IndexDamage,
@@ -188,37 +190,40 @@ def _coverage(storage: DerivedStore) -> PrefixCoverage | None:
     return None if raw is None else PrefixCoverage.decode(raw, PREFIX_COVERAGE)
 
 
-def _extend(storage: DerivedStore, before: bytes | None, entries: Sequence[SeqEntry]) -> bool:
-    """Append ``entries`` (consecutive blocks) when the coverage ends at the block before them,
-    ``before`` (its hash; None: they start a new chain). False when it does not."""
-    coverage = extend_records(storage, before, entries)
-    if coverage is None:
-        return False
-    storage.overwrite_derived(PREFIX_COVERAGE, coverage)
-    return True
+def due(first: int, last: int) -> bool:
+    """Does a commit of blocks ``first..last`` bring the buckets up to date? At the Seed, and when
+    it reaches the end of a batch of :data:`PREFIX_BATCH` blocks: the coverage then lags the
+    head by fewer blocks than that, which readers match through the seq table."""
+    return first == 0 or (last + 1) // PREFIX_BATCH > first // PREFIX_BATCH
 
 
-def extend_records(
-    storage: DerivedStore, before: bytes | None, entries: Sequence[SeqEntry]
-) -> bytes | None:
-    """:func:`_extend` but for the coverage: the records of ``entries`` appended to their
-    buckets (past the coverage's counts: not read until it counts them), and the new coverage
-    returned for the caller to write; None when the coverage does not end at ``before``."""
+def extend_records(storage: DerivedStore, entries: Sequence[SeqEntry]) -> bytes | None:
+    """Bring the buckets up to the last of ``entries`` (consecutive blocks just committed, their
+    seq records written): the records of the blocks past the coverage (from the seq table)
+    and of ``entries`` appended to their buckets (past the coverage's counts: not read until
+    it counts them); the new coverage returned for the caller to write. None when the buckets
+    cannot be extended: the coverage is missing, damaged, not a block of the seq table
+    (another branch's), past ``entries`` or more than :data:`PREFIX_TAIL` blocks behind them."""
     first = entries[0].sequence_number
-    if before is None:
-        if first != 0:
-            return None
+    between: Iterable[tuple[int, bytes]] = ()
+    if first == 0:
         counts = array("I", bytes(4 * PREFIX_BUCKETS))
         storage.remove_derived(PREFIX_DIR)
     else:
         coverage = _coverage(storage)
-        if coverage is None or (coverage.sequence_number, coverage.block_hash) != (
-            first - 1,
-            before,
-        ):
+        if coverage is None:
+            return None
+        covered = coverage.sequence_number
+        if not first - PREFIX_TAIL <= covered < first:
+            return None
+        if table_hash(storage, covered) != coverage.block_hash:
             return None
         counts = array("I", coverage.counts)
+        between = table_blocks(storage, first - 1, start=covered + 1)
     pending: dict[int, bytearray] = defaultdict(bytearray)
+    for seq, raw_hash in between:
+        digest = raw_hash[2:]
+        pending[bucket_of(digest)] += encode_prefix(digest, seq)
     for entry in entries:
         digest = bytes(entry.block_hash)[2:]
         pending[bucket_of(digest)] += encode_prefix(digest, entry.sequence_number)
@@ -227,10 +232,12 @@ def extend_records(
     return PrefixCoverage(last.sequence_number, bytes(last.block_hash), counts).encode()
 
 
-def table_blocks(storage: DerivedStore, upto: int) -> Iterable[tuple[int, bytes]]:
-    """(sequence number, hash bytes) of blocks ``0..upto`` from the seq table's segments, one
-    segment at a time; IndexDamage where a segment is missing, damaged or short."""
-    for number in range(upto // SEGMENT_ENTRIES + 1):
+def table_blocks(
+    storage: DerivedStore, upto: int, *, start: int = 0
+) -> Iterable[tuple[int, bytes]]:
+    """(sequence number, hash bytes) of blocks ``start..upto`` from the seq table's segments,
+    one segment at a time; IndexDamage where a segment is missing, damaged or short."""
+    for number in range(start // SEGMENT_ENTRIES, upto // SEGMENT_ENTRIES + 1):
         name = segment_name(number * SEGMENT_ENTRIES)
         raw = storage.read_derived(name, SEGMENT_BYTES)
         if raw is None:
@@ -239,20 +246,21 @@ def table_blocks(storage: DerivedStore, upto: int) -> Iterable[tuple[int, bytes]
         end = min(upto + 1 - number * SEGMENT_ENTRIES, SEGMENT_ENTRIES)
         if len(records) < end:
             raise IndexDamage(f"{name} ends before block {number * SEGMENT_ENTRIES + end - 1}")
-        for seq, _, raw_hash in records[:end]:
+        for seq, _, raw_hash in records[max(start - number * SEGMENT_ENTRIES, 0) : end]:
             yield seq, raw_hash
 
 
-def record_blocks(storage: DerivedStore, before: bytes | None, entries: Sequence[SeqEntry]) -> bool:
-    """After the seq table took ``entries`` (consecutive blocks ending at the head; ``before``
-    the hash of the block before the first, None for a new chain): add them to the buckets,
-    or, when the coverage does not end right before them (missing, damaged, behind, or of a
-    rolled-back branch), write the buckets anew from the seq table (once per such repair: an
-    index written before the buckets existed, say). Never raises."""
+def record_blocks(storage: DerivedStore, entries: Sequence[SeqEntry]) -> bool:
+    """After the seq table took ``entries`` (consecutive blocks ending at the head): bring the
+    buckets up to them (:func:`extend_records`), or, when they cannot be extended (missing,
+    damaged, far behind, or of a rolled-back branch), write them anew from the seq table (once
+    per such repair: an index written before the buckets existed, say). Never raises."""
     if not entries:
         return True
     with contextlib.suppress(*_ERRORS), storage.derived_batch():
-        if _extend(storage, before, entries):
+        coverage = extend_records(storage, entries)
+        if coverage is not None:
+            storage.overwrite_derived(PREFIX_COVERAGE, coverage)
             return True
         storage.remove_derived(PREFIX_COVERAGE)
         return write_prefixes(storage, table_blocks(storage, entries[-1].sequence_number))

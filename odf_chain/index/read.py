@@ -62,6 +62,7 @@ from odf_chain.index.records import (
     MAX_SNAPSHOT_BYTES,
     PREFIX_COVERAGE,
     PREFIX_KEY_BYTES,
+    PREFIX_TAIL,
     SCHEMA_LIST,
     SEGMENT_BYTES,
     SEGMENT_ENTRIES,
@@ -94,9 +95,6 @@ if TYPE_CHECKING:
 CATCH_UP = 2 * SNAPSHOT_INTERVAL
 """Blocks a reader walks back from the head to meet a stale index before rebuilding it."""
 
-PREFIX_TAIL = 4 * SEGMENT_ENTRIES
-"""Blocks past the prefix buckets' coverage a reader matches through the seq table before it
-lists ``blocks/`` instead."""
 _HEADERS = tuple(str(Multihash(a, bytes(32)))[: -2 * 32] for a in (BLAKE3, SHA3_256))
 
 T = TypeVar("T")

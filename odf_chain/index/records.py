@@ -488,11 +488,20 @@ def _bool(value: object) -> bool:
 # ``prefixes`` (the coverage): the last block the buckets hold (sequence number and hash) and
 # how many records each bucket holds up to it, with a CRC-32 of the whole: a bucket holding
 # fewer records than its count is damaged (records past it, left by a crash between a bucket
-# append and the coverage, are not read: the next writer writes over them).
+# append and the coverage, are not read: the next writer writes over them). Writers bring the
+# buckets and the coverage up to the head once every PREFIX_BATCH blocks (the 16 KB coverage is
+# not rewritten at every append); readers match the blocks past the coverage, at most
+# PREFIX_TAIL of them, through the seq table.
 
 PREFIX_DIR = f"{INDEX_DIR}/prefix"
 PREFIX_COVERAGE = f"{INDEX_DIR}/prefixes"
 PREFIX_BUCKETS = 4096
+PREFIX_BATCH = 64
+"""Writers update the buckets when a commit reaches a multiple of this many blocks (and at the
+Seed): the coverage lags the head by fewer blocks than this."""
+PREFIX_TAIL = 4 * SEGMENT_ENTRIES
+"""Blocks past the buckets' coverage a reader matches through the seq table before it lists
+``blocks/`` instead; a writer finding the coverage further behind rewrites the buckets."""
 PREFIX_KEY_BYTES = 8
 _PREFIX = struct.Struct("<8sQI")
 _COVERAGE_HEAD = struct.Struct("<Q34s")

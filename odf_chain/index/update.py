@@ -129,7 +129,7 @@ class CommitRecording:
             first = self.steps[0][0].block.sequence_number
             for name, added in self._lists:
                 extend_list(storage, name, first, added)
-            if self._coverage is not None:  # else written whole by the repair in step 1
+            if self._coverage is not None:  # else not due, or written by the repair in step 1
                 storage.overwrite_derived(PREFIX_COVERAGE, self._coverage)
             # in place: the head snapshot changes at every append, and a reader that meets it
             # half written sees a bad checksum and catches up from a periodic snapshot instead
@@ -168,12 +168,14 @@ class CommitRecording:
             if self.repair:
                 drop_from(storage, first)
             return False
-        base = None if before.head is None else bytes(before.head)
-        coverage = prefixes.extend_records(storage, base, entries)
-        if coverage is None:  # the coverage does not end at the base: buckets to rewrite
-            if not self.repair:
-                return False
-            prefixes.record_blocks(storage, base, entries)
+        coverage = None  # the buckets lag by fewer than PREFIX_BATCH blocks, caught up here:
+        if prefixes.due(first, entries[-1].sequence_number):
+            if self.repair:  # extended, else rewritten from the seq table
+                prefixes.record_blocks(storage, entries)
+            else:
+                coverage = prefixes.extend_records(storage, entries)
+                if coverage is None:  # to rewrite: after the head lock is released
+                    return False
         schemas, lineage = [], []
         for entry, after in steps:
             pointers = pointers.after(entry.block, entry.hash)
@@ -455,7 +457,7 @@ def save_catch_up(
         drop_from(storage, base + 1, kept)
         if not write_entries(storage, entries):
             return
-        prefixes.record_blocks(storage, prefixes.table_hash(storage, base), entries)
+        prefixes.record_blocks(storage, entries)
         for seq, snapshot in snapshots.items():
             storage.write_derived(snapshot_name(seq), snapshot.encode())
         for name, added in ((SCHEMA_LIST, schemas), (LINEAGE_LIST, lineage)):
