@@ -197,8 +197,8 @@ class LocalStorage(LocalHead, LocalDerived):
         which a power loss may take or leave torn: nothing was acknowledged.
         """
         path = self._block_path(name)
-        with os_errors("check", path):
-            exists = path.exists()
+        with os_errors("check", path):  # through blocks/' descriptor (held in a batch)
+            exists = self._entry_mode(f"blocks/{name}") is not None
         if not exists:
             staging = self.staging_dir
             with os_errors("write", path):
