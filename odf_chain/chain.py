@@ -10,7 +10,7 @@ reported by verify), and the caller gets :class:`ConflictError`.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import NamedTuple
@@ -27,7 +27,7 @@ from odf_chain.events import AddData, ExecuteTransform, MetadataBlock, MetadataE
 from odf_chain.format.codec import decode_block, encode_block
 from odf_chain.format.multihash import BLAKE3, Multihash
 from odf_chain.state import DatasetState, apply
-from odf_chain.storage import BesideMove, BlockStore, ChainStore, HeadStore, Storage
+from odf_chain.storage import BlockStore, ChainStore, HeadStore, Storage
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,7 +174,7 @@ def commit(
     *prepared: PreparedBlock,
     created_data: Sequence[str] = (),
     check_rollback: bool = True,
-    beside: BesideMove | None = None,
+    once_moved: Callable[[], object] | None = None,
 ) -> DatasetState:
     """Write the block files, then move the head once, from the state the first was built on
     to the last: several blocks of one transaction become visible together or not at all.
@@ -187,8 +187,8 @@ def commit(
     created) are removed again by :func:`withdraw`, which keeps any the winner shares.
     Elsewhere they stay, reported by verify.
 
-    ``beside`` (the derived index's update) runs with the head move, while it waits for the
-    disk (:class:`~odf_chain.storage.base.BesideMove`).
+    ``once_moved`` (the derived index's update) runs once the head has moved, while the move
+    is made durable (see :meth:`~odf_chain.storage.base.HeadStore.compare_and_swap_head`).
     """
     if not prepared:
         raise ValueError("commit needs at least one prepared block")
@@ -220,14 +220,14 @@ def commit(
                 if isinstance(p.entry.block.event, AddData | ExecuteTransform)
                 and p.entry.block.event.new_data is not None
             ],
-            beside=beside,
+            once_moved=once_moved,
         )
     except ConflictError:
         if storage.head_moves_atomically:
             withdraw(storage, prepared[0].before, blocks=created, data=created_data)
         raise
     # The head has moved. What derives from it (the index, lineage emission) is the caller's
-    # post-commit work (odf_chain.transaction, which hands the index's usual update as beside).
+    # post-commit work (odf_chain.transaction, which hands the index's usual update as once_moved).
     return prepared[-1].after
 
 

@@ -16,11 +16,12 @@ A writer:
    ODF readers know);
 3. **moves** each slice it staged into ``data/<hash>`` (:meth:`Transaction.commit_data`);
 4. **commits**: one move of the head (:func:`odf_chain.chain.commit`), with the derived index's
-   usual update beside it (:class:`odf_chain.index.update.CommitRecording`: written while the
-   move waits for the disk), then the post-commit hooks in order, each best effort: a hook
-   never fails a write that committed (the index's, :func:`update_index`, only where the
-   usual update could not be made: it repairs; for the Spark writers and derive, the run's
-   OpenLineage COMPLETE, :meth:`odf_chain.emit.LiveRun.committed`, passed in ``hooks``).
+   usual update made once the head has moved, while the move is made durable, under the head
+   lock (:class:`odf_chain.index.update.CommitRecording`), then the post-commit hooks in order,
+   each best effort: a hook never fails a write that committed (the index's,
+   :func:`update_index`, only where the usual update could not be made: it repairs; for the
+   Spark writers and derive, the run's OpenLineage COMPLETE,
+   :meth:`odf_chain.emit.LiveRun.committed`, passed in ``hooks``).
 
 The failure policy, one for every writer: anything raised before the head moved withdraws what
 the transaction created (its slices in ``data/``, its block files) where that is proven safe
@@ -299,11 +300,11 @@ class Transaction:
                 *self.prepared,
                 created_data=self.created,
                 check_rollback=not self._checked_rollback,
-                beside=indexing,
+                once_moved=None if indexing is None else indexing.record,
             )
         for hook in self.hooks:
             if hook is update_index and indexing is not None and indexing.done:
-                continue  # made beside the head move
+                continue  # made under the head lock, once the head moved
             with contextlib.suppress(Exception):  # a hook never fails a write that committed
                 hook(self.storage, before, steps)
         return after

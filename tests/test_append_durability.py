@@ -304,13 +304,12 @@ def test_a_torn_file_under_a_block_name_is_named_for_what_it_is(tmp_path: Path) 
     assert report.ok and [p.rule for p in report.warnings] == ["orphan-block"]
 
 
-def test_the_index_is_written_while_the_head_move_waits_for_the_disk(
+def test_the_index_is_written_while_the_head_move_is_made_durable(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """An append's index update costs it no time of its own: its records are written while the
-    block and head syncs run (the head's sync here waits until they have begun: were they
-    written only after it, it would wait in vain), its head snapshot once the head is renamed,
-    while ``refs/`` is synced (likewise). The whole repair path is not taken, and the index
+    """An append's index update is made once the head is renamed, while ``refs/`` is synced
+    (that sync here waits until the update has begun: were it made only after the sync, the
+    sync would wait in vain), under the head lock; the repair path is not taken, and the index
     names the new head when the append returns."""
     import threading
 
@@ -318,46 +317,29 @@ def test_the_index_is_written_while_the_head_move_waits_for_the_disk(
 
     ds = _dataset(tmp_path / "ds", 2)
     refs = os.path.realpath(ds.storage.root / "refs")
-    records, finish, order = threading.Event(), threading.Event(), []
-    real = {name: getattr(os, name) for name in ("fsync", "fdatasync", "rename")}
-    steps = {
-        "records": update.CommitRecording.while_syncing,
-        "finish": update.CommitRecording.once_moved,
-    }
+    began, order = threading.Event(), []
+    real_fsync, real_rename, real_record = os.fsync, os.rename, update.record_commit
 
-    def sync(name: str):
-        def call(fd: int) -> None:
-            path = os.readlink(f"/proc/self/fd/{fd}")
-            if name == "fdatasync" and os.path.basename(path).startswith(".head."):
-                order.append(("head sync waited for the records", records.wait(timeout=10)))
-            if path == refs:
-                order.append(("refs sync waited for the snapshot", finish.wait(timeout=10)))
-            real[name](fd)
-
-        return call
+    def fsync(fd: int) -> None:
+        if os.readlink(f"/proc/self/fd/{fd}") == refs:
+            order.append(("refs sync waited for the index", began.wait(timeout=10)))
+        real_fsync(fd)
 
     def rename(src, dst, *args, **kwargs):
         order.append("rename")
-        real["rename"](src, dst, *args, **kwargs)
+        real_rename(src, dst, *args, **kwargs)
 
-    def step(name: str, event: threading.Event):
-        def run(self):
-            order.append(name)
-            event.set()
-            return steps[name](self)
+    def record(*args, repair: bool = True):
+        order.append("index" if not repair else "repair")
+        began.set()
+        return real_record(*args, repair=repair)
 
-        return run
-
-    monkeypatch.setattr(os, "fsync", sync("fsync"))
-    monkeypatch.setattr(os, "fdatasync", sync("fdatasync"))
+    monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr(os, "rename", rename)
-    monkeypatch.setattr(update.CommitRecording, "while_syncing", step("records", records))
-    monkeypatch.setattr(update.CommitRecording, "once_moved", step("finish", finish))
-    monkeypatch.setattr(update, "record_commit", lambda *a: order.append("repair"))
+    monkeypatch.setattr(update, "record_commit", record)
     entry = ds.append(_event(2))
-    assert ("head sync waited for the records", True) in order
-    assert ("refs sync waited for the snapshot", True) in order
-    assert order.index("records") < order.index("rename") < order.index("finish")
+    assert ("refs sync waited for the index", True) in order
+    assert order.index("rename") < order.index("index")
     assert "repair" not in order
     index = index_read.open_index(ds.storage)
     assert (index.how, index.head.head) == ("checked", entry.hash)  # its files name the head
@@ -397,7 +379,8 @@ def test_an_index_to_repair_is_repaired_once_the_head_lock_is_released(
 
     def watching(real):
         def call(*args, **kwargs):
-            lock_free.append(lock_is_free())
+            if kwargs.get("repair", True):  # not the usual path, made under the lock
+                lock_free.append(lock_is_free())
             return real(*args, **kwargs)
 
         return call
@@ -413,11 +396,10 @@ def test_an_index_to_repair_is_repaired_once_the_head_lock_is_released(
 
 
 @pytest.mark.parametrize("kind", ["local", "fs-local"])
-def test_work_beside_a_move_runs_with_it_never_with_a_refusal(tmp_path: Path, kind: str) -> None:
-    """``beside``'s first step runs before the head moves where the head lock keeps other
-    writers out (after it on a store without one: a writer that loses there must not have
-    written records of a block it never commits), its second after; a failure in either is
-    not the move's; a refused move (another writer's head) runs neither."""
+def test_once_moved_runs_after_a_move_never_after_a_refusal(tmp_path: Path, kind: str) -> None:
+    """``once_moved`` runs once the head has moved, and a failure in it is not the move's; a
+    refused move (another writer's head) never runs it. Local storage and the object-store
+    code (over local files)."""
     import pyarrow.fs as pafs
 
     from odf_chain.chain import prepare
@@ -426,32 +408,23 @@ def test_work_beside_a_move_runs_with_it_never_with_a_refusal(tmp_path: Path, ki
 
     ds = _dataset(tmp_path / "ds", 1)
     storage = ds.storage
-    if kind == "fs-local":  # the object-store code, over local files
+    if kind == "fs-local":
         storage = FsStorage.open(pafs.LocalFileSystem(), str(storage.root), single_writer=True)
     state = ds.state
     prepared = prepare(state, _event(1))
     storage.write_block(str(prepared.entry.hash), prepared.data)
-    calls = []
+    new, calls = str(prepared.entry.hash), []
 
-    class Beside:
-        def while_syncing(self) -> None:
-            calls.append(("while syncing", storage.read_head()))
-            raise OSError("a cache that cannot be written")
-
-        def once_moved(self) -> None:
-            calls.append(("once moved", storage.read_head()))
-            raise OSError("a cache that cannot be written")
+    def failing() -> None:
+        calls.append(storage.read_head())  # the head has moved when it runs
+        raise OSError("a cache that cannot be written")
 
     with pytest.raises(ConflictError):
-        storage.compare_and_swap_head("f" * 68, str(prepared.entry.hash), beside=Beside())
+        storage.compare_and_swap_head("f" * 68, new, once_moved=failing)
     assert calls == []
     assert storage.read_head() == str(state.head)
-
-    new = str(prepared.entry.hash)
-    storage.compare_and_swap_head(str(state.head), new, beside=Beside())
-    # under the head lock, the records before the move; without one (fs-local), after it
-    before_move = str(state.head) if kind == "local" else new
-    assert calls == [("while syncing", before_move), ("once moved", new)]
+    storage.compare_and_swap_head(str(state.head), new, once_moved=failing)
+    assert calls == [new]
     assert storage.read_head() == new
     assert verify_path(ds.storage.root).ok
 

@@ -201,7 +201,7 @@ def extend_records(storage: DerivedStore, entries: Sequence[SeqEntry]) -> bytes 
     """Bring the buckets up to the last of ``entries`` (consecutive blocks just committed, their
     seq records written): the records of the blocks past the coverage (from the seq table)
     and of ``entries`` appended to their buckets (past the coverage's counts: not read until
-    it counts them); the new coverage returned for the caller to write. None when the buckets
+    it counts them); the new coverage returned, written last by the caller. None when the buckets
     cannot be extended: the coverage is missing, damaged, not a block of the seq table
     (another branch's), past ``entries`` or more than :data:`PREFIX_TAIL` blocks behind them."""
     first = entries[0].sequence_number
@@ -250,11 +250,14 @@ def table_blocks(
             yield seq, raw_hash
 
 
-def record_blocks(storage: DerivedStore, entries: Sequence[SeqEntry]) -> bool:
+def record_blocks(
+    storage: DerivedStore, entries: Sequence[SeqEntry], *, rewrite: bool = True
+) -> bool:
     """After the seq table took ``entries`` (consecutive blocks ending at the head): bring the
     buckets up to them (:func:`extend_records`), or, when they cannot be extended (missing,
     damaged, far behind, or of a rolled-back branch), write them anew from the seq table (once
-    per such repair: an index written before the buckets existed, say). Never raises."""
+    per such repair: an index written before the buckets existed, say), unless ``rewrite`` is
+    False (then False, nothing removed). Never raises."""
     if not entries:
         return True
     with contextlib.suppress(*_ERRORS), storage.derived_batch():
@@ -262,6 +265,8 @@ def record_blocks(storage: DerivedStore, entries: Sequence[SeqEntry]) -> bool:
         if coverage is not None:
             storage.overwrite_derived(PREFIX_COVERAGE, coverage)
             return True
+        if not rewrite:
+            return False
         storage.remove_derived(PREFIX_COVERAGE)
         return write_prefixes(storage, table_blocks(storage, entries[-1].sequence_number))
     with contextlib.suppress(*_ERRORS):

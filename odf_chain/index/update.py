@@ -1,4 +1,4 @@
-"""Writing the index: beside a head move, after a reader's catch-up, after a rebuild.
+"""Writing the index: with a head move, after a reader's catch-up, after a rebuild.
 
 Everything here is best effort. The index is a cache: a write that fails, or a crash between
 the head move and the index update, leaves it stale, and readers detect a stale index (its head
@@ -9,8 +9,8 @@ A commit touches one segment record per block (an append at a known offset), one
 record per block and the prefix coverage, and rewrites the head snapshot (~1 KB, in place);
 every 256th block adds a periodic snapshot, a SetDataSchema or AddFieldLineage rewrites its
 small list. No fsync: a cache need not survive a power loss, and appends must not slow down.
-A writer makes it beside its head move (:class:`CommitRecording`), while the move waits for
-the disk.
+A writer makes it under the head lock, once the head has moved, while the move is made
+durable (:class:`CommitRecording`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ from odf_chain.index.records import (
     MAX_LIST_BYTES,
     MAX_SNAPSHOT_BYTES,
     PREFIX_BUCKETS,
-    PREFIX_COVERAGE,
     SCHEMA_LIST,
     SEGMENT_ENTRIES,
     SEQ_RECORD_BYTES,
@@ -65,132 +64,108 @@ def seq_entry(entry: BlockEntry) -> SeqEntry:
 
 
 def record_commit(
-    storage: Storage, before: DatasetState, steps: Sequence[tuple[BlockEntry, DatasetState]]
+    storage: Storage,
+    before: DatasetState,
+    steps: Sequence[tuple[BlockEntry, DatasetState]],
+    *,
+    repair: bool = True,
 ) -> bool:
     """Add the blocks a head move just committed (each with the state after it), on top of
     ``before``; True when the index then names the head (or a later one). Never raises: False
     leaves a stale or partial index, which the caller repairs (:mod:`odf_chain.transaction`'s
-    hook) or readers catch up with. The whole path, repairs included (a new chain, a prefix
-    coverage behind: buckets rewritten from the seq table); :class:`CommitRecording` makes
-    the usual one beside the head move."""
-    recording = CommitRecording(storage, before, steps, repair=True)
-    return (recording.while_syncing() and recording.once_moved()) or recording.done
+    hook) or readers catch up with.
+
+    ``repair=False`` is the usual path alone (:class:`CommitRecording`, under the head lock):
+    anything unusual (a new chain, a stale index, prefix buckets that cannot be extended)
+    returns False before it drops or rewrites anything, for the caller to repair once the lock
+    is released (a repair may read the whole seq table)."""
+    with contextlib.suppress(*_ERRORS), storage.derived_batch():
+        return _record_commit(storage, before, steps, repair)
+    return False
 
 
 _ERRORS = (OdfChainError, OSError, IndexDamage, ValueError)
 
 
 class CommitRecording:
-    """One commit's index update in two steps, which a head move runs beside itself
-    (:class:`~odf_chain.storage.base.BesideMove`), each best effort (never raising):
-
-    1. :meth:`while_syncing`, the head lock held and the head not moved yet, while the move's
-       syncs run (on an object store, with no lock, after the move): the head snapshot is
-       checked to name the commit's base; the blocks' seq records, prefix bucket records and
-       periodic snapshots are written. All of them lie past what the head snapshot and the
-       prefix coverage name, where no reader looks (what a crash between the records and the
-       head snapshot leaves, whatever the order), and a move that then fails leaves them for
-       the next writer to write over. The coverage and the head snapshot are encoded here too.
-    2. :meth:`once_moved`, while ``refs/`` is synced: the list records, the coverage, then the
-       head snapshot: readers see the commit indexed.
-
-    So an append's index is written while its syncs wait for the disk. With ``repair``
-    False (beside a head move) anything unusual, a new chain or a coverage not ending at the
-    base, leaves :attr:`done` False for :func:`record_commit`'s whole path to repair once the
-    lock is released (a repair may read the whole seq table)."""
+    """The usual index update of one commit (:meth:`record`), which its head move runs once
+    the head has moved, while the move is made durable, under the head lock
+    (:meth:`~odf_chain.storage.base.HeadStore.compare_and_swap_head`'s ``once_moved``): no
+    other writer's update can come between, and the append waits for the disk meanwhile.
+    :attr:`done` False leaves the repair to the transaction's post-commit hook."""
 
     def __init__(
         self,
         storage: Storage,
         before: DatasetState,
         steps: Sequence[tuple[BlockEntry, DatasetState]],
-        *,
-        repair: bool = False,
     ) -> None:
-        self.storage, self.before, self.steps, self.repair = storage, before, steps, repair
+        self.storage, self.before, self.steps = storage, before, steps
         self.done = False
-        self._lists: list[tuple[str, list[Pointer]]] = []
-        self._coverage: bytes | None = None
-        self._head: tuple[bytes, Snapshot] | None = None
 
-    def while_syncing(self) -> bool:
-        """Step 1; False when the index cannot be appended to (the caller repairs it)."""
-        with contextlib.suppress(*_ERRORS), self.storage.derived_batch():
-            return self._records()
+    def record(self) -> None:
+        self.done = record_commit(self.storage, self.before, self.steps, repair=False)
+
+
+def _record_commit(
+    storage: Storage,
+    before: DatasetState,
+    steps: Sequence[tuple[BlockEntry, DatasetState]],
+    repair: bool,
+) -> bool:
+    first = steps[0][0].block.sequence_number
+    if before.head is None:
+        if not repair:
+            return False
+        pointers = Pointers()
+        storage.remove_derived(INDEX_DIR)  # a new chain: nothing earlier can be its
+    else:
+        raw = storage.read_derived(HEAD_SNAPSHOT, MAX_SNAPSHOT_BYTES)
+        head = None if raw is None else _decode_head(raw)
+        if head is None:  # deleted, or dropped as stale before: to be repaired
+            return False
+        if (head.sequence_number, head.block_hash) != (before.sequence_number, before.head):
+            if not repair:
+                return False
+            if _already_recorded(storage, head, steps):
+                return True
+            # Stale (a crash, a failed update) or from a rolled-back branch: drop what is at or
+            # past this append's position, so nothing there can lie; the repair does the rest.
+            drop_from(storage, first, head)
+            return False
+        pointers = head.pointers
+    entries = [seq_entry(entry) for entry, _ in steps]
+    if not write_entries(storage, entries):
+        if repair:
+            drop_from(storage, first)
         return False
-
-    def once_moved(self) -> bool:
-        """Step 2, after step 1 succeeded; True (and :attr:`done`) once the head snapshot
-        names the commit's last block."""
-        if self._head is None:
-            return False
-        storage = self.storage
-        with contextlib.suppress(*_ERRORS), storage.derived_batch():
-            first = self.steps[0][0].block.sequence_number
-            for name, added in self._lists:
-                extend_list(storage, name, first, added)
-            if self._coverage is not None:  # else not due, or written by the repair in step 1
-                storage.overwrite_derived(PREFIX_COVERAGE, self._coverage)
-            # in place: the head snapshot changes at every append, and a reader that meets it
-            # half written sees a bad checksum and catches up from a periodic snapshot instead
-            storage.overwrite_derived(HEAD_SNAPSHOT, self._head[0])
-            global _written
-            _written = self._head
-            self.done = True
-        return self.done
-
-    def _records(self) -> bool:
-        storage, before, steps = self.storage, self.before, self.steps
-        first = steps[0][0].block.sequence_number
-        if before.head is None:
-            if not self.repair:
-                return False
-            pointers = Pointers()
-            storage.remove_derived(INDEX_DIR)  # a new chain: nothing earlier can be its
-        else:
-            raw = storage.read_derived(HEAD_SNAPSHOT, MAX_SNAPSHOT_BYTES)
-            head = None if raw is None else _decode_head(raw)
-            if head is None:  # deleted, or dropped as stale before: to be repaired
-                return False
-            if (head.sequence_number, head.block_hash) != (before.sequence_number, before.head):
-                if self.repair:
-                    if _already_recorded(storage, head, steps):
-                        self.done = True
-                        return False  # nothing left to write
-                    # Stale (a crash, a failed update) or from a rolled-back branch: drop what
-                    # is at or past this append's position, so nothing there can lie; the
-                    # repair does the rest.
-                    drop_from(storage, first, head)
-                return False
-            pointers = head.pointers
-        entries = [seq_entry(entry) for entry, _ in steps]
-        if not write_entries(storage, entries):
-            if self.repair:
-                drop_from(storage, first)
-            return False
-        coverage = None  # the buckets lag by fewer than PREFIX_BATCH blocks, caught up here:
-        if prefixes.due(first, entries[-1].sequence_number):
-            if self.repair:  # extended, else rewritten from the seq table
-                prefixes.record_blocks(storage, entries)
-            else:
-                coverage = prefixes.extend_records(storage, entries)
-                if coverage is None:  # to rewrite: after the head lock is released
-                    return False
-        schemas, lineage = [], []
-        for entry, after in steps:
-            pointers = pointers.after(entry.block, entry.hash)
-            here = Pointer(entry.block.sequence_number, entry.hash)
-            if isinstance(entry.block.event, SetDataSchema):
-                schemas.append(here)
-            if carries_lineage(entry.block.event):
-                lineage.append(here)
-            if entry.block.sequence_number % SNAPSHOT_INTERVAL == 0:
-                write_snapshot(storage, snapshot_name(entry.block.sequence_number), after, pointers)
-        self._lists = [(n, a) for n, a in ((SCHEMA_LIST, schemas), (LINEAGE_LIST, lineage)) if a]
-        self._coverage = coverage
-        snapshot = Snapshot.of_state(steps[-1][1], pointers)
-        self._head = (snapshot.encode(), snapshot)
-        return True
+    # the buckets lag the head by fewer than PREFIX_BATCH blocks, and catch up here
+    if prefixes.due(first, entries[-1].sequence_number):
+        if repair:  # extended, else rewritten from the seq table
+            prefixes.record_blocks(storage, entries)
+        elif not prefixes.record_blocks(storage, entries, rewrite=False):
+            return False  # to rewrite: once the head lock is released
+    schemas, lineage = [], []
+    for entry, after in steps:
+        pointers = pointers.after(entry.block, entry.hash)
+        here = Pointer(entry.block.sequence_number, entry.hash)
+        if isinstance(entry.block.event, SetDataSchema):
+            schemas.append(here)
+        if carries_lineage(entry.block.event):
+            lineage.append(here)
+        if entry.block.sequence_number % SNAPSHOT_INTERVAL == 0:
+            write_snapshot(storage, snapshot_name(entry.block.sequence_number), after, pointers)
+    for name, added in ((SCHEMA_LIST, schemas), (LINEAGE_LIST, lineage)):
+        if added:
+            extend_list(storage, name, first, added)
+    # in place: the head snapshot changes at every append, and a reader that meets it half
+    # written sees a bad checksum and catches up from a periodic snapshot instead
+    snapshot = Snapshot.of_state(steps[-1][1], pointers)
+    raw = snapshot.encode()
+    storage.overwrite_derived(HEAD_SNAPSHOT, raw)
+    global _written
+    _written = (raw, snapshot)
+    return True
 
 
 _written: tuple[bytes, Snapshot] | None = None

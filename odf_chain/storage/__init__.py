@@ -14,7 +14,6 @@ from urllib.parse import unquote, urlsplit
 
 from odf_chain.errors import StorageError
 from odf_chain.storage.base import (
-    BesideMove,
     BlockStore,
     ChainStore,
     DataCommit,
@@ -39,7 +38,6 @@ if TYPE_CHECKING:  # pyarrow.fs and the filesystem storage load when a URI or fi
 _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+://")
 
 __all__ = [
-    "BesideMove",
     "BlockStore",
     "ChainStore",
     "DataCommit",

@@ -240,22 +240,6 @@ class DerivedStore(Located, Protocol):
         """The names of the regular files in ``info/<directory>`` ([] when it is missing)."""
 
 
-class BesideMove(Protocol):
-    """Work a head move runs beside itself: a cache that follows the head (the derived index),
-    written while the move waits for the disk. Each step is best effort: what it raises is
-    swallowed, never the move's failure. Neither runs when the move is refused."""
-
-    def while_syncing(self) -> object:
-        """Where a lock keeps other writers out: once the head is found at the expected block,
-        before it moves, while what the move needs is made durable. Elsewhere (an object
-        store) after the move: a writer that loses there must not have written anything for a
-        block it never commits."""
-
-    def once_moved(self) -> object:
-        """Once the head has moved (visible, perhaps not yet durable), after
-        :meth:`while_syncing`: while the move is made durable."""
-
-
 class HeadStore(Located, Protocol):
     """The head (the one mutable name), its log, and how a writer moves it."""
 
@@ -272,11 +256,14 @@ class HeadStore(Located, Protocol):
         *,
         blocks: Iterable[str] = (),
         data: Iterable[str] = (),
-        beside: BesideMove | None = None,
+        once_moved: Callable[[], object] | None = None,
     ) -> None:
         """Move the head from ``expected`` to ``new`` (ConflictError when it is not there), once
-        the ``blocks`` and ``data`` files it names are checked to be in place, running
-        ``beside``'s steps with it (see :class:`BesideMove`)."""
+        the ``blocks`` and ``data`` files it names are checked to be in place; then
+        ``once_moved``, never when the move is refused: a cache that follows the head (the
+        derived index), which needs the head moved, not durable, run while the move is made
+        durable where that takes time (under the head lock, where there is one), its failure
+        swallowed (the head has moved)."""
 
     @property
     def locks_head(self) -> bool:

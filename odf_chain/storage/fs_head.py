@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 
 from odf_chain.errors import ConflictError, FormatError, OdfChainError, StorageError
@@ -15,7 +15,6 @@ from odf_chain.storage.base import (
     HEAD_LOG,
     MAX_HEAD_BYTES,
     MAX_HEAD_LOG_BYTES,
-    BesideMove,
     HeadMove,
     head_log_line,
     last_complete_line,
@@ -77,18 +76,15 @@ class FsHead(FsFiles):
         *,
         blocks: Iterable[str] = (),
         data: Iterable[str] = (),
-        beside: BesideMove | None = None,
+        once_moved: Callable[[], object] | None = None,
         **_: object,
     ) -> None:
-        """:meth:`_swap_head`, then both of ``beside``'s steps: here no lock keeps other
-        writers out until the move, so records written before it could be those of a block a
-        writer that then loses never commits (and a store's write is durable once
-        acknowledged: there is no wait to run them beside)."""
+        """:meth:`_swap_head`, then ``once_moved`` (nothing to run it beside: a store's write is
+        durable once acknowledged)."""
         self._swap_head(expected, new, blocks=blocks, data=data)
-        if beside is not None:
-            for step in (beside.while_syncing, beside.once_moved):
-                with contextlib.suppress(Exception):  # the head has moved: not its failure
-                    step()
+        if once_moved is not None:
+            with contextlib.suppress(Exception):  # the head has moved: not the move's failure
+                once_moved()
 
     def _swap_head(
         self, expected: str | None, new: str, *, blocks: Iterable[str], data: Iterable[str]
