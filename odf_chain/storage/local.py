@@ -197,23 +197,22 @@ class LocalStorage(LocalHead, LocalDerived):
         which a power loss may take or leave torn: nothing was acknowledged.
         """
         path = self._block_path(name)
-        with os_errors("check", path):  # through blocks/' descriptor (held in a batch)
-            exists = self._entry_mode(f"blocks/{name}") is not None
-        if not exists:
-            staging = self.staging_dir
-            with os_errors("write", path):
-                fd, tmp = create_claimed(staging, f".{name}.", ".tmp")
-                try:  # open (the claim held) until it is in place
-                    write_all(fd, data)
-                    created = install_new(tmp, path)
+        staging = self.staging_dir
+        # no look first: the link finds a file already there (a retry, a racing writer), and a
+        # look would cost one more lookup in a folder of a million names at every append
+        with os_errors("write", path):
+            fd, tmp = create_claimed(staging, f".{name}.", ".tmp")
+            try:  # open (the claim held) until it is in place
+                write_all(fd, data)
+                created = install_new(tmp, path)
+            finally:
+                try:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(tmp)
                 finally:
-                    try:
-                        with contextlib.suppress(FileNotFoundError):
-                            os.unlink(tmp)
-                    finally:
-                        os.close(fd)
-                if created:  # its bytes and blocks/ are synced by the head move
-                    return True
+                    os.close(fd)
+        if created:  # its bytes and blocks/ are synced by the head move
+            return True
         check_stored_block(name, self.read_block(name), data)
         return False
 
