@@ -187,6 +187,29 @@ def test_appends_keep_the_buckets_across_a_segment(tmp_path: Path) -> None:
         assert found == names[k] and counting.listings == 0
 
 
+def test_the_index_command_extends_buckets_left_behind_by_appends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``odf-chain index`` on an index appends left up to date but for the buckets' last few
+    blocks brings the buckets up to the head from the seq table, without rewriting them."""
+    root = tmp_path / "ds"
+    append_plain(Dataset.create(root), PREFIX_BATCH + 5)
+    names = names_of(root)
+    assert covered_by(root) == PREFIX_BATCH - 1 < len(names) - 1
+    rewrites = []
+    real = prefixes.write_prefixes
+
+    def rewrite(*args, **kwargs):
+        rewrites.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(prefixes, "write_prefixes", rewrite)
+    status = index_read.check_index(str(root))
+    assert status.saved and rewrites == []
+    assert covered_by(root) == len(names) - 1
+    assert bucket_files(root) == expected_buckets(names)
+
+
 def test_the_coverage_lags_the_head_by_less_than_a_batch(tmp_path: Path) -> None:
     """Append by append, the coverage names the last block that ended a batch of PREFIX_BATCH
     (the Seed before the first): never more than PREFIX_BATCH - 1 blocks behind, and every

@@ -12,6 +12,7 @@ never read, and the next writer writes over it.
 from __future__ import annotations
 
 import contextlib
+import itertools
 from array import array
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, MutableSequence, Sequence
@@ -199,12 +200,23 @@ def due(first: int, last: int) -> bool:
 
 def extend_records(storage: DerivedStore, entries: Sequence[SeqEntry]) -> bytes | None:
     """Bring the buckets up to the last of ``entries`` (consecutive blocks just committed, their
-    seq records written): the records of the blocks past the coverage (from the seq table)
-    and of ``entries`` appended to their buckets (past the coverage's counts: not read until
-    it counts them); the new coverage returned, written last by the caller. None when the buckets
-    cannot be extended: the coverage is missing, damaged, not a block of the seq table
-    (another branch's), past ``entries`` or more than :data:`PREFIX_TAIL` blocks behind them."""
-    first = entries[0].sequence_number
+    seq records written): :func:`_extend_to`, the blocks before ``entries`` read from the seq
+    table."""
+    known = [(e.sequence_number, bytes(e.block_hash)) for e in entries]
+    return _extend_to(storage, known[-1][0], known[-1][1], known)
+
+
+def _extend_to(
+    storage: DerivedStore, upto: int, head: bytes, known: Sequence[tuple[int, bytes]] = ()
+) -> bytes | None:
+    """The buckets brought up to block ``upto`` (``head`` its hash bytes): the records of the
+    blocks past the coverage appended to their buckets (past the coverage's counts: not read
+    until it counts them), ``known`` (sequence number, hash bytes) of the last of them, the
+    others read from the seq table; the new coverage returned, written last by the caller.
+    None when the buckets cannot be extended: the coverage is missing, damaged, not a block of
+    the seq table (another branch's), past the blocks to add or more than :data:`PREFIX_TAIL`
+    blocks behind them, or the table does not end at ``head``."""
+    first = known[0][0] if known else upto + 1  # the first block not read from the table
     between: Iterable[tuple[int, bytes]] = ()
     if first == 0:
         counts = array("I", bytes(4 * PREFIX_BUCKETS))
@@ -221,15 +233,15 @@ def extend_records(storage: DerivedStore, entries: Sequence[SeqEntry]) -> bytes 
         counts = array("I", coverage.counts)
         between = table_blocks(storage, first - 1, start=covered + 1)
     pending: dict[int, bytearray] = defaultdict(bytearray)
-    for seq, raw_hash in between:
+    last = None
+    for seq, raw_hash in itertools.chain(between, known):
         digest = raw_hash[2:]
         pending[bucket_of(digest)] += encode_prefix(digest, seq)
-    for entry in entries:
-        digest = bytes(entry.block_hash)[2:]
-        pending[bucket_of(digest)] += encode_prefix(digest, entry.sequence_number)
+        last = (seq, raw_hash)
+    if last != (upto, head):  # nothing to add, or the table ends elsewhere
+        return None
     _flush(storage, pending, counts)
-    last = entries[-1]
-    return PrefixCoverage(last.sequence_number, bytes(last.block_hash), counts).encode()
+    return PrefixCoverage(upto, head, counts).encode()
 
 
 def table_blocks(
@@ -288,14 +300,20 @@ def table_hash(storage: DerivedStore, seq: int) -> bytes | None:
 
 def ensure(storage: DerivedStore, upto: int, head: bytes) -> bool:
     """Make the buckets cover blocks ``0..upto`` (``head`` the hash of block ``upto``): kept
-    when their coverage already ends there, else written anew from the seq table (``odf-chain
-    index`` on an index saved before buckets existed, or left behind). Never raises."""
+    when their coverage already ends there, extended from the seq table when it is behind (as
+    appends leave it, up to :data:`PREFIX_BATCH` - 1 blocks), else written anew from the seq
+    table (``odf-chain index`` on an index saved before buckets existed, or left far behind).
+    Never raises."""
     with contextlib.suppress(*_ERRORS), storage.derived_batch():
         coverage = _coverage(storage)
         if coverage is not None and (coverage.sequence_number, coverage.block_hash) == (
             upto,
             head,
         ):
+            return True
+        extended = None if coverage is None else _extend_to(storage, upto, head)
+        if extended is not None:
+            storage.overwrite_derived(PREFIX_COVERAGE, extended)
             return True
         return write_prefixes(storage, table_blocks(storage, upto))
     return False
