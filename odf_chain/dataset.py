@@ -385,9 +385,9 @@ class Dataset:
 
     def append(self, event: MetadataEvent) -> BlockEntry:
         """Append one event after checking every rule. Raises before writing if one is broken."""
-        with self.storage.batch():
+        with self.storage.batch():  # the head log and the head: one root, two folders
             _, logged = self._refresh_for_writing()
-            return self._append(event, logged_head=logged)
+        return self._append(event, logged_head=logged)  # the commit is a batch of its own
 
     def set_schema(self, schema: pa.Schema) -> BlockEntry | None:
         """Declare the data schema before (or between) writes; system columns are added.

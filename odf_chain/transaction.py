@@ -293,7 +293,8 @@ class Transaction:
         if update_index in self.hooks:
             indexing = index_update.CommitRecording(self.storage, before, steps)
         # the head log was checked when the transaction began: a rollback since then moved the
-        # head off this transaction's base, which the head move refuses as a conflict
+        # head off this transaction's base, which the head move refuses as a conflict. The
+        # hooks run outside the batch: a repair may rebuild the index (threads, minutes)
         with self.storage.batch():
             after = chain.commit(
                 self.storage,

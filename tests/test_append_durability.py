@@ -326,7 +326,8 @@ def test_the_index_is_written_while_the_head_move_is_made_durable(
         real_fsync(fd)
 
     def rename(src, dst, *args, **kwargs):
-        order.append("rename")
+        if os.fspath(dst).endswith(os.path.join("refs", "head")):
+            order.append("head renamed")
         real_rename(src, dst, *args, **kwargs)
 
     def record(*args, repair: bool = True):
@@ -338,8 +339,9 @@ def test_the_index_is_written_while_the_head_move_is_made_durable(
     monkeypatch.setattr(os, "rename", rename)
     monkeypatch.setattr(update, "record_commit", record)
     entry = ds.append(_event(2))
-    assert ("refs sync waited for the index", True) in order
-    assert order.index("rename") < order.index("index")
+    waits = [step for step in order if isinstance(step, tuple)]
+    assert waits == [("refs sync waited for the index", True)]  # one sync of refs/, not in vain
+    assert order.index("head renamed") < order.index("index")
     assert "repair" not in order
     index = index_read.open_index(ds.storage)
     assert (index.how, index.head.head) == ("checked", entry.hash)  # its files name the head
@@ -475,8 +477,9 @@ def _open_descriptors() -> int:
 
 
 def test_an_append_holds_its_folders_once_and_leaves_no_descriptor_open(tmp_path: Path) -> None:
-    """An append opens the dataset's root once and each folder it uses once (a batch holds
-    them), and closes all of them, refused or not."""
+    """An append opens the dataset's root twice, to read the head and to commit, and within
+    each of those each folder it uses once (a batch holds them); it closes all of them, refused
+    or not."""
     from odf_chain.errors import ConflictError
 
     ds = _dataset(tmp_path / "ds", 3)
@@ -490,14 +493,23 @@ def test_an_append_holds_its_folders_once_and_leaves_no_descriptor_open(tmp_path
             opened.append(os.readlink(f"/proc/self/fd/{fd}"))
         return fd
 
+    real_commit = Transaction.commit
+
+    def commit(self):
+        opened.append("commit")
+        return real_commit(self)
+
     before = _open_descriptors()
     os.open = counting_open
+    Transaction.commit = commit
     try:
         ds.append(_event(3))
     finally:
-        os.open = real_open
-    assert opened.count(root) == 1, opened
-    assert len(opened) == len(set(opened)), opened  # no folder opened twice
+        os.open, Transaction.commit = real_open, real_commit
+    head_read, committing = opened[: opened.index("commit")], opened[opened.index("commit") + 1 :]
+    for batch in (head_read, committing):
+        assert batch.count(root) == 1, opened
+        assert len(batch) == len(set(batch)), opened  # no folder opened twice
     assert _open_descriptors() == before
 
     stale = Dataset.open(ds.storage.root).state  # a second writer, on the same head

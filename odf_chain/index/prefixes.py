@@ -249,6 +249,8 @@ def table_blocks(
 ) -> Iterable[tuple[int, bytes]]:
     """(sequence number, hash bytes) of blocks ``start..upto`` from the seq table's segments,
     one segment at a time; IndexDamage where a segment is missing, damaged or short."""
+    if start > upto:
+        return
     for number in range(start // SEGMENT_ENTRIES, upto // SEGMENT_ENTRIES + 1):
         name = segment_name(number * SEGMENT_ENTRIES)
         raw = storage.read_derived(name, SEGMENT_BYTES)
@@ -269,7 +271,8 @@ def record_blocks(
     buckets up to them (:func:`extend_records`), or, when they cannot be extended (missing,
     damaged, far behind, or of a rolled-back branch), write them anew from the seq table (once
     per such repair: an index written before the buckets existed, say), unless ``rewrite`` is
-    False (then False, nothing removed). Never raises."""
+    False (then False, nothing removed: records a failure left past the counts are never
+    read). Never raises."""
     if not entries:
         return True
     with contextlib.suppress(*_ERRORS), storage.derived_batch():
@@ -281,8 +284,9 @@ def record_blocks(
             return False
         storage.remove_derived(PREFIX_COVERAGE)
         return write_prefixes(storage, table_blocks(storage, entries[-1].sequence_number))
-    with contextlib.suppress(*_ERRORS):
-        storage.remove_derived(PREFIX_COVERAGE)
+    if rewrite:  # a rewrite that failed: the buckets no coverage counts are not read
+        with contextlib.suppress(*_ERRORS):
+            storage.remove_derived(PREFIX_COVERAGE)
     return False
 
 

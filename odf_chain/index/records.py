@@ -570,8 +570,8 @@ class PrefixCoverage:
         ):
             raise IndexDamage(f"{where}: not a prefix coverage, or it fails its checksum")
         seq, block_hash = _COVERAGE_HEAD.unpack_from(data)
-        # an array, not a tuple: one copy of 16 KB instead of 4,096 ints made and, at an
-        # append, packed again (the coverage is read and rewritten at every append)
+        # an array, not a tuple: one copy of 16 KB instead of 4,096 ints made and, when the
+        # buckets are brought up to the head, packed again
         counts = array("I", data[_COVERAGE_HEAD.size : -4])
         if _BIG_ENDIAN:
             counts.byteswap()

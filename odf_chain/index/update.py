@@ -5,9 +5,9 @@ the head move and the index update, leaves it stale, and readers detect a stale 
 snapshot does not name the head) and repair it. Order makes a crash harmless: records first,
 the head snapshot last, so a head snapshot that names the head comes after everything it needs.
 
-A commit touches one segment record per block (an append at a known offset), one prefix bucket
-record per block and the prefix coverage, and rewrites the head snapshot (~1 KB, in place);
-every 256th block adds a periodic snapshot, a SetDataSchema or AddFieldLineage rewrites its
+A commit touches one segment record per block (an append at a known offset) and rewrites the
+head snapshot (~1 KB, in place); every 64th block brings the prefix buckets and their coverage
+up to it, every 256th adds a periodic snapshot, a SetDataSchema or AddFieldLineage rewrites its
 small list. No fsync: a cache need not survive a power loss, and appends must not slow down.
 A writer makes it under the head lock, once the head has moved, while the move is made
 durable (:class:`CommitRecording`).
@@ -91,7 +91,9 @@ class CommitRecording:
     """The usual index update of one commit (:meth:`record`), which its head move runs once
     the head has moved, while the move is made durable, under the head lock
     (:meth:`~odf_chain.storage.base.HeadStore.compare_and_swap_head`'s ``once_moved``): no
-    other writer's update can come between, and the append waits for the disk meanwhile.
+    other writer's usual update can come between (repairs, a reader's saved catch-up and
+    ``odf-chain index`` write unlocked: like everything in the index, what they write is
+    checked before it is believed), and the append waits for the disk meanwhile.
     :attr:`done` False leaves the repair to the transaction's post-commit hook."""
 
     def __init__(
