@@ -235,11 +235,22 @@ def write_atomic(path: Path, data: bytes, staging_dir: Path | None = None) -> No
     ``path``'s directory: two syncs, the least that makes the new content durable under its
     name (without the first a power loss can leave the name on an empty or partial file)."""
     staging_dir = path.parent if staging_dir is None else staging_dir
-    fd, tmp = create_claimed(staging_dir, f".{path.name}.", ".tmp")
+    replace_staged(path, data, staging_dir, f".{path.name}.", sync_data)
+    fsync_dir(path.parent)
+
+
+def replace_staged(
+    path: Path, data: bytes, staging_dir: Path, prefix: str, make_durable: Callable[[int], None]
+) -> None:
+    """Write ``data`` to a claimed staging file (``prefix``, in ``staging_dir``), call
+    ``make_durable`` with its descriptor, then rename it over ``path``; on any failure the
+    staging file is removed. Syncing ``path``'s directory is the caller's (the rename's
+    durability: one sync, or one made with others)."""
+    fd, tmp = create_claimed(staging_dir, prefix, ".tmp")
     try:
         try:  # open (the claim held) until it is in place
             write_all(fd, data)
-            sync_data(fd)
+            make_durable(fd)
             os.rename(tmp, path)
         finally:
             os.close(fd)
@@ -247,7 +258,6 @@ def write_atomic(path: Path, data: bytes, staging_dir: Path | None = None) -> No
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
-    fsync_dir(path.parent)
 
 
 def install_new(source: Path | str, target: Path) -> bool:

@@ -51,10 +51,10 @@ from odf_chain.storage.layout import check_name, is_name
 from odf_chain.storage.local_files import (
     READ_FLAGS,
     DatasetDir,
-    create_claimed,
     lstat_at,
     os_errors,
     read_regular_at,
+    replace_staged,
     start_writeback,
     storage_error,
     sync_data,
@@ -304,24 +304,16 @@ class LocalHead(DatasetDir):
         then made about 0.5 more commits per append, for no time saved.
         """
         path = self._head_path
-        staging = self.staging_dir
+
+        def with_the_others(fd: int) -> None:
+            together = [(sync_data, fd), *syncs]
+            start_writeback(fd for sync, fd in together if sync is sync_data)
+            # syncs 1-3 together: the head's bytes, the blocks' bytes, blocks/ (and data/); on
+            # ext4 about one journal commit instead of three
+            sync_together(together)
+
         with os_errors("write", path):
-            fd, tmp = create_claimed(staging, ".head.", ".tmp")
-            try:
-                try:  # open (the claim held) until it is in place
-                    write_all(fd, head)
-                    syncs = [(sync_data, fd), *syncs]
-                    start_writeback(fd for sync, fd in syncs if sync is sync_data)
-                    # syncs 1-3 together: the head's bytes, the blocks' bytes, blocks/ (and
-                    # data/); on ext4 about one journal commit instead of three
-                    sync_together(syncs)
-                    os.rename(tmp, path)
-                finally:
-                    os.close(fd)
-            except BaseException:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(tmp)
-                raise
+            replace_staged(path, head, self.staging_dir, ".head.", with_the_others)
             # sync 4: the rename itself, through the lock's descriptor
             if once_moved is None:
                 os.fsync(refs_fd)
