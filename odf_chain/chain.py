@@ -187,8 +187,8 @@ def commit(
     created) are removed again by :func:`withdraw`, which keeps any the winner shares.
     Elsewhere they stay, reported by verify.
 
-    ``once_moved`` (the derived index's update) runs once the head has moved, while the move
-    is made durable (see :meth:`~odf_chain.storage.base.HeadStore.compare_and_swap_head`).
+    ``once_moved`` (the derived index's update) runs once the head has moved, before any other
+    writer can move it (see :meth:`~odf_chain.storage.base.HeadStore.compare_and_swap_head`).
     """
     if not prepared:
         raise ValueError("commit needs at least one prepared block")

@@ -16,7 +16,7 @@ A writer:
    ODF readers know);
 3. **moves** each slice it staged into ``data/<hash>`` (:meth:`Transaction.commit_data`);
 4. **commits**: one move of the head (:func:`odf_chain.chain.commit`), with the derived index's
-   usual update made once the head has moved, while the move is made durable, under the head
+   usual update made once the head has moved, under the head
    lock (:class:`odf_chain.index.update.CommitRecording`), then the post-commit hooks in order,
    each best effort: a hook never fails a write that committed (the index's,
    :func:`update_index`, only where the usual update could not be made: it repairs; for the

@@ -304,25 +304,26 @@ def test_a_torn_file_under_a_block_name_is_named_for_what_it_is(tmp_path: Path) 
     assert report.ok and [p.rule for p in report.warnings] == ["orphan-block"]
 
 
-def test_the_index_is_written_while_the_head_move_is_made_durable(
+def test_the_index_is_written_once_the_move_is_durable_under_the_head_lock(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """An append's index update is made once the head is renamed, while ``refs/`` is synced
-    (that sync here waits until the update has begun: were it made only after the sync, the
-    sync would wait in vain), under the head lock; the repair path is not taken, and the index
-    names the new head when the append returns."""
-    import threading
+    """An append's index update is made after the head's rename and the one sync of ``refs/``
+    that makes it durable, while the head lock is still held (no other writer's update can
+    come between); the repair path is not taken, and the index names the new head when the
+    append returns."""
+    import fcntl
 
     from odf_chain.index import read as index_read, update
 
     ds = _dataset(tmp_path / "ds", 2)
     refs = os.path.realpath(ds.storage.root / "refs")
-    began, order = threading.Event(), []
+    lock = ds.storage.root / "refs" / ".head.lock"
+    order: list[str] = []
     real_fsync, real_rename, real_record = os.fsync, os.rename, update.record_commit
 
     def fsync(fd: int) -> None:
         if os.readlink(f"/proc/self/fd/{fd}") == refs:
-            order.append(("refs sync waited for the index", began.wait(timeout=10)))
+            order.append("refs synced")
         real_fsync(fd)
 
     def rename(src, dst, *args, **kwargs):
@@ -331,18 +332,21 @@ def test_the_index_is_written_while_the_head_move_is_made_durable(
         real_rename(src, dst, *args, **kwargs)
 
     def record(*args, repair: bool = True):
-        order.append("index" if not repair else "repair")
-        began.set()
+        fd = os.open(lock, os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            order.append("index, the lock free" if not repair else "repair")
+        except BlockingIOError:
+            order.append("index, the lock held" if not repair else "repair, the lock held")
+        finally:
+            os.close(fd)
         return real_record(*args, repair=repair)
 
     monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr(os, "rename", rename)
     monkeypatch.setattr(update, "record_commit", record)
     entry = ds.append(_event(2))
-    waits = [step for step in order if isinstance(step, tuple)]
-    assert waits == [("refs sync waited for the index", True)]  # one sync of refs/, not in vain
-    assert order.index("head renamed") < order.index("index")
-    assert "repair" not in order
+    assert order == ["head renamed", "refs synced", "index, the lock held"]
     index = index_read.open_index(ds.storage)
     assert (index.how, index.head.head) == ("checked", entry.hash)  # its files name the head
 
@@ -431,9 +435,9 @@ def test_once_moved_runs_after_a_move_never_after_a_refusal(tmp_path: Path, kind
     assert verify_path(ds.storage.root).ok
 
 
-def test_sync_together_runs_work_meanwhile_and_raises_after_every_sync(tmp_path: Path) -> None:
-    """With ``meanwhile``: every sync goes to the sync threads while this thread runs it; its
-    error is raised once the syncs have ended, a sync's error before it."""
+def test_sync_together_makes_every_sync_and_raises_once_all_have_ended(tmp_path: Path) -> None:
+    """Every sync is made, the first by this thread and the others by the sync threads; a
+    failure is raised only once every sync has ended (no descriptor is closed under one)."""
     import threading
 
     from odf_chain.storage.local_files import sync_together
@@ -449,25 +453,21 @@ def test_sync_together_runs_work_meanwhile_and_raises_after_every_sync(tmp_path:
             os.fsync(fd)
             ended.append(fd)
 
-        def meanwhile() -> None:
-            threads.append(threading.current_thread().name)
-
-        sync_together([(sync, fd), (sync, fd)], meanwhile)
-        assert len(ended) == 2
-        assert threads.count(threading.current_thread().name) == 1  # the meanwhile alone
-
-        def broken() -> None:
-            raise ValueError("meanwhile failed")
-
-        with pytest.raises(ValueError, match="meanwhile failed"):
-            sync_together([(sync, fd)], broken)
-        assert len(ended) == 3  # the sync had ended when the error was raised
+        sync_together([(sync, fd), (sync, fd), (sync, fd)])
+        assert len(ended) == 3
+        assert threads[0] == threading.current_thread().name
+        assert all(name.startswith("odf-chain-sync-") for name in threads[1:])
 
         def failing_sync(fd: int) -> None:
             raise OSError("sync failed")
 
+        def slow_sync(fd: int) -> None:
+            threading.Event().wait(0.2)
+            sync(fd)
+
         with pytest.raises(OSError, match="sync failed"):
-            sync_together([(failing_sync, fd)], broken)
+            sync_together([(failing_sync, fd), (slow_sync, fd)])
+        assert len(ended) == 4  # the other sync had ended when the error was raised
     finally:
         os.close(fd)
 

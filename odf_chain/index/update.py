@@ -9,8 +9,7 @@ A commit touches one segment record per block (an append at a known offset) and 
 head snapshot (~1 KB, in place); every 64th block brings the prefix buckets and their coverage
 up to it, every 256th adds a periodic snapshot, a SetDataSchema or AddFieldLineage rewrites its
 small list. No fsync: a cache need not survive a power loss, and appends must not slow down.
-A writer makes it under the head lock, once the head has moved, while the move is made
-durable (:class:`CommitRecording`).
+A writer makes it under the head lock, once the head has moved (:class:`CommitRecording`).
 """
 
 from __future__ import annotations
@@ -89,11 +88,11 @@ _ERRORS = (OdfChainError, OSError, IndexDamage, ValueError)
 
 class CommitRecording:
     """The usual index update of one commit (:meth:`record`), which its head move runs once
-    the head has moved, while the move is made durable, under the head lock
+    the head has moved, under the head lock
     (:meth:`~odf_chain.storage.base.HeadStore.compare_and_swap_head`'s ``once_moved``): no
     other writer's usual update can come between (repairs, a reader's saved catch-up and
     ``odf-chain index`` write unlocked: like everything in the index, what they write is
-    checked before it is believed), and the append waits for the disk meanwhile.
+    checked before it is believed).
     :attr:`done` False leaves the repair to the transaction's post-commit hook."""
 
     def __init__(

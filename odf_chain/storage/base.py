@@ -261,9 +261,8 @@ class HeadStore(Located, Protocol):
         """Move the head from ``expected`` to ``new`` (ConflictError when it is not there), once
         the ``blocks`` and ``data`` files it names are checked to be in place; then
         ``once_moved``, never when the move is refused: a cache that follows the head (the
-        derived index), which needs the head moved, not durable, run while the move is made
-        durable where that takes time (under the head lock, where there is one), its failure
-        swallowed (the head has moved)."""
+        derived index), run under the head lock where there is one (so no other writer's
+        ``once_moved`` comes between), its failure swallowed (the head has moved)."""
 
     @property
     def locks_head(self) -> bool:

@@ -20,6 +20,7 @@ import shutil
 import stat
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 from odf_chain.errors import NotFoundError, StorageError
@@ -42,13 +43,36 @@ def storage_error(exc: OSError, action: str, path: Path | str) -> StorageError:
     return StorageError(f"cannot {action} {path}: {detail}")
 
 
-@contextlib.contextmanager
-def os_errors(action: str, path: Path | str) -> Iterator[None]:
-    """Turn an OSError raised inside the block into a :class:`StorageError` naming ``path``."""
-    try:
-        yield
-    except OSError as exc:
-        raise storage_error(exc, action, path) from exc
+class os_errors:  # a context manager, named like contextlib's
+    """Turn an OSError raised inside the block into a :class:`StorageError` naming ``path``.
+    A class, not a generator: an append enters a dozen of these."""
+
+    __slots__ = ("action", "path")
+
+    def __init__(self, action: str, path: Path | str) -> None:
+        self.action, self.path = action, path
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: object, exc: BaseException | None, traceback: object) -> None:
+        if isinstance(exc, OSError):
+            raise storage_error(exc, self.action, self.path) from exc
+
+
+class _Held:
+    """A held descriptor as a context manager that leaves it open (see :meth:`DatasetDir._dir`)."""
+
+    __slots__ = ("fd",)
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def __enter__(self) -> int:
+        return self.fd
+
+    def __exit__(self, *_: object) -> None:
+        return None
 
 
 def lstat_at(name: str, dir_fd: int) -> os.stat_result:
@@ -78,7 +102,7 @@ def read_regular_at(dir_fd: int, name: str, path: Path | str, limit: int, what: 
         too_large = f"{path} is larger than the {limit:,}-byte limit for {what}: not read"
         if opened.st_size > limit:
             raise StorageError(f"{too_large} ({opened.st_size:,} bytes)")
-        data = read_at_most(fd, limit)
+        data = read_at_most(fd, limit, opened.st_size)
         if len(data) > limit:
             raise StorageError(f"{too_large} (it grew while being read)")
         return data
@@ -130,10 +154,7 @@ def _jobs() -> queue.SimpleQueue:
         return _sync_jobs[1]
 
 
-def sync_together(
-    syncs: Sequence[tuple[Callable[[int], None], int]],
-    meanwhile: Callable[[], None] | None = None,
-) -> None:
+def sync_together(syncs: Sequence[tuple[Callable[[int], None], int]]) -> None:
     """Make each ``sync(fd)`` of ``syncs`` at the same time (this thread does the first, the
     process's sync threads the others: ``fsync`` releases the GIL) and return when all are
     done; the first error is raised after every sync has ended, so no descriptor is closed
@@ -143,39 +164,29 @@ def sync_together(
     Each hand-off is a queue entry and a lock the worker releases when done (fewer futex
     calls than a thread pool's futures; what it costs is mostly the thread's wake-up, 0.02-0.2
     ms per append by the load of the machine).
-
-    ``meanwhile``: work that needs none of the syncs done, run by this thread while the sync
-    threads make all of them (the time a sync waits for the disk is not lost); what it raises
-    is raised once the syncs have ended, after their own errors.
     """
     if not syncs:
         return
     errors: list[BaseException] = []
     pending = []
-    ahead = 1 if meanwhile is None else 0  # this thread's sync
-    if len(syncs) > ahead:
+    if len(syncs) > 1:
         jobs = _jobs()
-        for sync, fd in syncs[ahead:]:
+        for sync, fd in syncs[1:]:
             done = threading.Lock()
             done.acquire()
             jobs.put((sync, fd, done, errors))
             pending.append(done)
     own: BaseException | None = None
     try:
-        if meanwhile is None:
-            syncs[0][0](syncs[0][1])
-        else:
-            meanwhile()
+        syncs[0][0](syncs[0][1])
     except BaseException as exc:  # raised below, once every sync has ended
         own = exc
     for done in pending:  # all ended before the caller closes these descriptors
         done.acquire()
-    if meanwhile is None and own is not None:
+    if own is not None:
         raise own
     if errors:
         raise errors[0]
-    if own is not None:
-        raise own
 
 
 def start_writeback(fds: Iterable[int]) -> None:
@@ -207,7 +218,7 @@ def create_unique(directory: Path, prefix: str, suffix: str) -> tuple[int, str]:
     datasets stay readable by the people the umask allows, not only their writer."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
     while True:
-        path = directory / f"{prefix}{secrets.token_hex(8)}{suffix}"
+        path = f"{directory}/{prefix}{secrets.token_hex(8)}{suffix}"  # a str: no Path parsing
         try:
             return os.open(path, flags, 0o666), str(path)
         except FileExistsError:
@@ -370,8 +381,7 @@ class DatasetDir:
             self._layout = found
         return found
 
-    @contextlib.contextmanager
-    def _dir(self, relative: str, *, create: bool = False) -> Iterator[int]:
+    def _dir(self, relative: str, *, create: bool = False) -> AbstractContextManager[int]:
         """A descriptor of the dataset's directory ``relative`` ("" for the root), reached
         without following a symlink below the root: a symlinked ``data/`` or ``blocks/`` is
         refused, never read or deleted through. ``create`` makes missing directories.
@@ -384,16 +394,16 @@ class DatasetDir:
             fd = held.get(relative)
             if fd is None:
                 fd = held[relative] = self._held_dir(held, relative, create)
-            yield fd
-            return
-        with self._open_dir(relative, create=create) as fd:
-            yield fd
+            return _Held(fd)
+        return self._open_dir(relative, create=create)
 
     def _held_dir(self, held: dict[str, int], relative: str, create: bool) -> int:
         """A new descriptor of ``relative`` for ``held``: opened from its parent's when that is
         held (the root's is, in a batch), else from the root."""
         parent, _, name = relative.rpartition("/")
-        if not relative or (parent not in held and not self._hold_all):
+        if not relative:
+            return os.open(self._root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        if parent not in held and not self._hold_all:
             with self._open_dir(relative, create=create) as fd:
                 return os.dup(fd)
         parent_fd = held.get(parent)

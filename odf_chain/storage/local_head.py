@@ -100,16 +100,6 @@ def _missing(path: Path) -> ConflictError:
     )
 
 
-def _never_raising(work: Callable[[], object]) -> Callable[[], None]:
-    """``work``, whose failure is not the head move's (it has moved): swallowed."""
-
-    def run() -> None:
-        with contextlib.suppress(Exception):
-            work()
-
-    return run
-
-
 def _sync_files(files: list[Sync]) -> None:
     """Sync ``files`` together and close them, emptying the list."""
     try:
@@ -242,8 +232,8 @@ class LocalHead(DatasetDir):
         one as a leftover meanwhile: each is checked here, and a missing one refuses the move.
         So no acknowledged write ever lacks a file, nor, after a power loss, a file's name:
         ``blocks/`` (and ``data/`` when ``data`` names slices) is synced before the head moves.
-        The move is then appended to the head log. ``once_moved`` runs while ``refs/`` is
-        synced (:meth:`_move_head`).
+        ``once_moved`` runs once the move is durable, under the lock (:meth:`_move_head`). The
+        move is then appended to the head log.
         """
         blocks, data = list(blocks), list(data)
         check_name(new, "head")
@@ -297,11 +287,12 @@ class LocalHead(DatasetDir):
         - sync 4 (``refs/``) after the rename, before returning: the acknowledged move survives
           a power loss; it cannot join the others (it is what makes the rename durable).
 
-        ``once_moved`` (the derived index) runs once the head is renamed, while sync 4 is made:
-        it needs the head moved, not durable (a power loss may leave the index ahead of the
-        head: readers check it against the head and catch up or rebuild). Not beside syncs
-        1-3: files written while their journal commit runs fall into the next one, and ext4
-        then made about 0.5 more commits per append, for no time saved.
+        ``once_moved`` (the derived index) runs after sync 4, still under the head lock. Run
+        beside a sync it saves nothing where the sync's wait is itself work for the same CPUs
+        (a journal commit, a loop or virtual disk): measured on two cores, beside sync 4 an
+        append was no faster on the root disk and slower on an in-memory ext4 image, by the
+        hand-off to a sync thread; beside syncs 1-3 its files fell into their journal commit
+        and ext4 made about 0.5 more commits per append (``docs/performance.md``).
         """
         path = self._head_path
 
@@ -315,10 +306,10 @@ class LocalHead(DatasetDir):
         with os_errors("write", path):
             replace_staged(path, head, self.staging_dir, ".head.", with_the_others)
             # sync 4: the rename itself, through the lock's descriptor
-            if once_moved is None:
-                os.fsync(refs_fd)
-            else:
-                sync_together([(os.fsync, refs_fd)], _never_raising(once_moved))
+            os.fsync(refs_fd)
+        if once_moved is not None:  # under the head lock still
+            with contextlib.suppress(Exception):  # the head has moved: not the move's failure
+                once_moved()
 
     def _named(
         self, held: contextlib.ExitStack, directory: str, names: list[str], *, sync_files: bool

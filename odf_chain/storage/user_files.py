@@ -34,17 +34,24 @@ def file_kind(mode: int) -> str:
     return "of an unknown kind"
 
 
-def read_at_most(fd: int, limit: int) -> bytes:
+def read_at_most(fd: int, limit: int, size: int | None = None) -> bytes:
     """What ``fd`` holds, but never more than ``limit + 1`` bytes: a caller that gets more than
-    ``limit`` knows the file is too large (or grew while it was read) without reading it all."""
+    ``limit`` knows the file is too large (or grew while it was read) without reading it all.
+
+    ``size``, the regular file's size as its caller found it: a read that returns fewer bytes
+    than asked, ending exactly there, ended at the file's end (the one place a regular file's
+    read comes up short), and no read is made to find that out."""
     chunks, total = [], 0
     while total <= limit:
-        chunk = os.read(fd, min(_READ_CHUNK, limit + 1 - total))
+        wanted = min(_READ_CHUNK, limit + 1 - total)
+        chunk = os.read(fd, wanted)
         if not chunk:
             break
         chunks.append(chunk)
         total += len(chunk)
-    return b"".join(chunks)
+        if len(chunk) < wanted and total == size:
+            break
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def open_regular(path: str | Path, what: str) -> int:
