@@ -79,8 +79,7 @@ class FsHead(FsFiles):
         once_moved: Callable[[], object] | None = None,
         **_: object,
     ) -> None:
-        """:meth:`_swap_head`, then ``once_moved`` (nothing to run it beside: a store's write is
-        durable once acknowledged)."""
+        """:meth:`_swap_head`, then ``once_moved``, its failure swallowed."""
         self._swap_head(expected, new, blocks=blocks, data=data)
         if once_moved is not None:
             with contextlib.suppress(Exception):  # the head has moved: not the move's failure

@@ -287,7 +287,8 @@ class LocalHead(DatasetDir):
         - sync 4 (``refs/``) after the rename, before returning: the acknowledged move survives
           a power loss; it cannot join the others (it is what makes the rename durable).
 
-        ``once_moved`` (the derived index) runs after sync 4, still under the head lock. Run
+        ``once_moved`` (the derived index) runs after sync 4, still under the head lock (not
+        when a sync fails: the index then lags, and readers catch up). Run
         beside a sync it saves nothing where the sync's wait is itself work for the same CPUs
         (a journal commit, a loop or virtual disk): measured on two cores, beside sync 4 an
         append was no faster on the root disk and slower on an in-memory ext4 image, by the
