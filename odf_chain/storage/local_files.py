@@ -176,15 +176,12 @@ def sync_together(syncs: Sequence[tuple[Callable[[int], None], int]]) -> None:
             done.acquire()
             jobs.put((sync, fd, done, errors))
             pending.append(done)
-    own: BaseException | None = None
     try:
         syncs[0][0](syncs[0][1])
     except BaseException as exc:  # raised below, once every sync has ended
-        own = exc
+        errors.insert(0, exc)
     for done in pending:  # all ended before the caller closes these descriptors
         done.acquire()
-    if own is not None:
-        raise own
     if errors:
         raise errors[0]
 
@@ -220,7 +217,7 @@ def create_unique(directory: Path, prefix: str, suffix: str) -> tuple[int, str]:
     while True:
         path = f"{directory}/{prefix}{secrets.token_hex(8)}{suffix}"  # a str: no Path parsing
         try:
-            return os.open(path, flags, 0o666), str(path)
+            return os.open(path, flags, 0o666), path
         except FileExistsError:
             continue
 
