@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import weakref
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -28,6 +29,7 @@ from odf_chain.events import (
 )
 from odf_chain.format.did import DatasetId
 from odf_chain.format.multihash import BLAKE3, Multihash, check_algorithm
+from odf_chain.index.update import IndexBatch
 from odf_chain.state import EMPTY, DatasetState
 from odf_chain.storage import LocalStorage, Storage, create_storage, local_path, open_storage
 
@@ -42,6 +44,7 @@ if TYPE_CHECKING:
 
     # verify and receipts are imported by the methods using them: reading needs neither
     from odf_chain.receipt import Receipt
+    from odf_chain.transaction import Transaction
     from odf_chain.verify import VerifyReport
 
 
@@ -57,6 +60,8 @@ class Dataset:
     def __init__(self, storage: Storage) -> None:
         self.storage = storage
         self._state: DatasetState = EMPTY
+        self._index_batch = IndexBatch()
+        self._flush_at_end: weakref.finalize | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -378,10 +383,32 @@ class Dataset:
         if self._state.head is None:
             tx = Transaction.create(self.storage, chain.prepare(EMPTY, event, algorithm=algorithm))
         else:
-            tx = Transaction.begin(self.storage, self._state, logged_head=logged_head)
+            tx = self._begin(self._state, logged_head=logged_head)
             tx.add(event)
         self._state = tx.commit()
         return tx.prepared[-1].entry
+
+    def _begin(self, state: DatasetState, **options: Any) -> Transaction:
+        """A transaction of this handle's, whose index update may wait for its next commits
+        (:class:`~odf_chain.index.update.IndexBatch`): what waits is written by :meth:`flush`,
+        at the latest when the handle is collected or the process exits."""
+        from odf_chain.transaction import Transaction
+
+        if self._flush_at_end is None:
+            self._flush_at_end = weakref.finalize(self, self._index_batch.flush, self.storage, 0.0)
+        return Transaction.begin(self.storage, state, index_batch=self._index_batch, **options)
+
+    def flush(self) -> None:
+        """Write the derived index's updates this handle deferred (at most three commits'), so
+        that readers need not catch up with them. Never needed for correctness: a reader that
+        finds the index behind the head folds the blocks between."""
+        self._index_batch.flush(self.storage)
+
+    def __enter__(self) -> Dataset:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.flush()
 
     def append(self, event: MetadataEvent) -> BlockEntry:
         """Append one event after checking every rule. Raises before writing if one is broken."""
@@ -394,10 +421,8 @@ class Dataset:
 
         Returns the new block, or None when that schema is already in force.
         """
-        from odf_chain.transaction import Transaction
-
         state, logged = self._refresh_for_writing()
-        tx = Transaction.begin(self.storage, state, logged_head=logged)
+        tx = self._begin(state, logged_head=logged)
         block = tx.declare_schema(slices.with_system_fields(schema, state.vocab))
         if block is None:
             return None
@@ -475,7 +500,6 @@ class Dataset:
         from odf_chain import rules, slice_writer
         from odf_chain.schema.evolution import check_new_columns
         from odf_chain.schema.widening import adopt_schema, refuse_narrowing
-        from odf_chain.transaction import Transaction
 
         started_at = chain.now()
         table = as_arrow_table(table)
@@ -484,7 +508,7 @@ class Dataset:
         state, logged = self._refresh_for_writing()
         if table.num_rows == 0:
             return []
-        tx = Transaction.begin(self.storage, state, transaction=transaction, logged_head=logged)
+        tx = self._begin(state, transaction=transaction, logged_head=logged)
         if tx.already_recorded:
             self._state = tx.base
             return []

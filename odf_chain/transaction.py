@@ -85,6 +85,7 @@ class Transaction:
     pair: tuple[str, int] | None = None
     hooks: Sequence[PostCommitHook] = POST_COMMIT_HOOKS
     already_recorded: bool = False
+    index_batch: index_update.IndexBatch | None = None  # the writer's deferred index updates
     prepared: list[PreparedBlock] = field(default_factory=list)
     created: list[str] = field(default_factory=list)  # slices this transaction put in data/
     lineage: AddFieldLineage | None = None  # the run's field lineage, for its first slice
@@ -104,6 +105,7 @@ class Transaction:
         system_time: datetime | None = None,
         hooks: Sequence[PostCommitHook] = POST_COMMIT_HOOKS,
         logged_head: str | chain.Unread | None = chain.UNREAD,
+        index_batch: index_update.IndexBatch | None = None,
     ) -> Transaction:
         """A transaction on ``state``, the head as the writer just read it. Refuses a rolled
         back head (rule ``head-rollback``) before anything is written: against
@@ -112,7 +114,10 @@ class Transaction:
         What a writer decides from is proved against the chain, not taken from the index: a
         derivative dataset's transformation and last run (:func:`replay.proven_derivation`)
         and, with ``transaction``, the app id's last version (:attr:`already_recorded` then
-        tells whether this pair was written before, and the writer writes nothing)."""
+        tells whether this pair was written before, and the writer writes nothing).
+        ``index_batch``: a writer that commits again and again (a ``Dataset`` handle) lets
+        the index's update wait for a few of its commits
+        (:class:`~odf_chain.index.update.IndexBatch`)."""
         chain.check_not_rolled_back(storage, state, logged=logged_head)
         state = replay.proven_derivation(storage, state)  # what a derive run starts from
         recorded = False
@@ -128,6 +133,7 @@ class Transaction:
             transaction,
             hooks,
             recorded,
+            index_batch,
         )
         tx._checked_rollback = True
         return tx
@@ -291,7 +297,7 @@ class Transaction:
         steps = [(p.entry, p.after) for p in self.prepared]
         indexing = None
         if update_index in self.hooks:
-            indexing = index_update.CommitRecording(self.storage, before, steps)
+            indexing = index_update.CommitRecording(self.storage, before, steps, self.index_batch)
         # the head log was checked when the transaction began: a rollback since then moved the
         # head off this transaction's base, which the head move refuses as a conflict. The
         # hooks run outside the batch: a repair may rebuild the index (threads, minutes)

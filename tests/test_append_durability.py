@@ -315,6 +315,9 @@ def test_the_index_is_written_once_the_move_is_durable_under_the_head_lock(
 
     from odf_chain.index import read as index_read, update
 
+    monkeypatch.setattr(
+        update, "INDEX_BATCH", 1
+    )  # each commit's (a handle's batch: test_index_batch)
     ds = _dataset(tmp_path / "ds", 2)
     refs = os.path.realpath(ds.storage.root / "refs")
     lock = ds.storage.root / "refs" / ".head.lock"
@@ -365,6 +368,9 @@ def test_an_index_to_repair_is_repaired_once_the_head_lock_is_released(
     from odf_chain.index import prefixes, read as index_read, update
     from odf_chain.index.records import PREFIX_BATCH
 
+    monkeypatch.setattr(
+        update, "INDEX_BATCH", 1
+    )  # each commit's (a handle's batch: test_index_batch)
     ds = _dataset(tmp_path / "ds", PREFIX_BATCH - 2)  # the next block ends a batch: buckets due
     index_dir = ds.storage.root / "info" / "odf-chain-index"
     if damage == "no-coverage":

@@ -362,6 +362,7 @@ def test_entries_past_a_rolled_back_head_are_dropped(rich_copy: Path) -> None:
     # appends go on from the restored head; the index follows them
     ds = Dataset.open(rich_copy)
     append_plain(ds, 3)
+    ds.flush()  # what the handle deferred (its last two commits'), written now
     entries, states = fold_states(rich_copy)
     assert index_read.open_index(open_storage(rich_copy)).how == "checked"
     assert_truth(rich_copy, refs=[0, 256, 300, 301, 303])

@@ -17,7 +17,7 @@ from odf_chain import chain, replay
 from odf_chain.dataset import Dataset
 from odf_chain.errors import AmbiguousRefError, NotFoundError
 from odf_chain.events import SetInfo
-from odf_chain.index import prefixes, read as index_read
+from odf_chain.index import prefixes, read as index_read, update
 from odf_chain.index.records import PREFIX_BATCH
 from odf_chain.storage import open_storage
 from tests.helpers import multihash_name
@@ -48,6 +48,13 @@ class Counting:
 
     def __getattr__(self, name: str):
         return getattr(self._inner, name)
+
+
+@pytest.fixture(autouse=True)
+def each_commit_recorded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The buckets as each commit's index update keeps them (a handle that defers a few
+    commits' updates, and its readers: tests/test_index_batch.py)."""
+    monkeypatch.setattr(update, "INDEX_BATCH", 1)
 
 
 def names_of(root: Path) -> list[str]:

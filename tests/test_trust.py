@@ -59,6 +59,7 @@ def forged(tmp_path_factory: pytest.TempPathFactory) -> Path:
     fork.write(pa.table({"name": ["FORK0"], "extra": [1]}), evolve=True)  # blocks 6 and 7
     for name in ("FORK1", "FORK2", "FORK3"):
         fork.write(rows(name))  # blocks 8, 9, 10
+    fork.flush()  # the index records of its last commits, which the handle deferred
     segment = (root / INDEX / "seq-00000000").read_bytes()
     forged_records = segment[6 * SEQ_RECORD_BYTES : 11 * SEQ_RECORD_BYTES]
     # head and head log put back; the index rebuilt for the real chain, then forged

@@ -8,8 +8,9 @@ How a reader gets the head state (:func:`open_index`):
    at or below the snapshot's, event kind) and take the schema, vocab, info, license, last
    offset, checkpoint and watermark from them; cross-check what can be (records = last offset
    + 1, slices only with a data block, the lineage event pending is one). No fold.
-2. Otherwise (a crash or a failed update left it behind, another writer did not update it, an
-   operator rolled the head back): walk back from the head at most :data:`CATCH_UP` blocks to
+2. Otherwise (a crash or a failed update left it behind, another writer did not update it, a
+   writer's batch is still waiting (:class:`~odf_chain.index.update.IndexBatch`), an operator
+   rolled the head back): walk back from the head at most :data:`CATCH_UP` blocks to
    a block a snapshot names (the old head snapshot, or a periodic one whose block the walk
    reached, so it is on this chain), restore that snapshot as in 1, then fold the walked blocks
    forward with :func:`odf_chain.chain.advance` (every rule runs).
