@@ -173,7 +173,7 @@ def commit(
     storage: Storage,
     *prepared: PreparedBlock,
     created_data: Sequence[str] = (),
-    check_rollback: bool = True,
+    check_rollback: bool | AtTheMove = True,
     once_moved: Callable[[], object] | None = None,
 ) -> DatasetState:
     """Write the block files, then move the head once, from the state the first was built on
@@ -189,6 +189,10 @@ def commit(
 
     ``once_moved`` (the derived index's update) runs once the head has moved, before any other
     writer can move it (see :meth:`~odf_chain.storage.base.HeadStore.compare_and_swap_head`).
+
+    ``check_rollback``: True checks the head log here, False leaves it (the caller checked),
+    :data:`AT_THE_MOVE` has the head move check it under the head lock (where there is none,
+    it is checked here).
     """
     if not prepared:
         raise ValueError("commit needs at least one prepared block")
@@ -202,7 +206,8 @@ def commit(
             f"the lineage event promises offsets {pending.uncovered.start}.."
             f"{pending.uncovered.end}; commit it together with the data slices covering them",
         ).at(pending.sequence_number, None)
-    if check_rollback:  # a Transaction checked when it began (its base is then the head)
+    at_the_move = isinstance(check_rollback, AtTheMove) and storage.locks_head
+    if check_rollback and not at_the_move:  # a Transaction checked when it began
         check_not_rolled_back(storage, prepared[0].before)
     created = [
         str(b.entry.hash) for b in prepared if storage.write_block(str(b.entry.hash), b.data)
@@ -221,6 +226,7 @@ def commit(
                 and p.entry.block.event.new_data is not None
             ],
             once_moved=once_moved,
+            **({"logged_is_expected": True} if at_the_move else {}),
         )
     except ConflictError:
         if storage.head_moves_atomically:
@@ -238,8 +244,20 @@ class Unread:
 UNREAD = Unread()
 
 
+class AtTheMove:
+    """The head log not read before the write: the head move checks, under the head lock, that
+    its last line names the write's base, and refuses with
+    :class:`~odf_chain.errors.StaleBaseError` when it does not (the writer then reads the log
+    and the head, :func:`check_not_rolled_back`, and tries again). For a writer whose state is
+    the head it set itself: the log then names it, and reading both before the lock only to
+    read them again under it is work for nothing."""
+
+
+AT_THE_MOVE = AtTheMove()
+
+
 def check_not_rolled_back(
-    storage: ChainStore, state: DatasetState, *, logged: str | Unread | None = UNREAD
+    storage: ChainStore, state: DatasetState, *, logged: str | Unread | AtTheMove | None = UNREAD
 ) -> None:
     """Refuse to write on a head the head log shows was moved back (rule ``head-rollback``).
 
@@ -257,8 +275,8 @@ def check_not_rolled_back(
 
     ``logged``: the log's last head as the caller read it just before the head it built
     ``state`` on (:meth:`odf_chain.Dataset.append`: the head is then not read a second time)."""
-    if state.head is None:
-        return  # a new chain
+    if state.head is None or isinstance(logged, AtTheMove):
+        return  # a new chain; or checked by the head move, under the head lock
     if isinstance(logged, Unread):
         logged = storage.logged_head()
         if storage.read_head() != str(state.head):

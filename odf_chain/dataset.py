@@ -18,7 +18,9 @@ from odf_chain.chain import BlockEntry
 from odf_chain.errors import (
     NotFoundError,
     OdfChainError,
+    RuleViolation,
     SchemaError,
+    StaleBaseError,
     StorageError,
 )
 from odf_chain.events import (
@@ -61,6 +63,7 @@ class Dataset:
         self.storage = storage
         self._state: DatasetState = EMPTY
         self._index_batch = IndexBatch()
+        self._own_head: Multihash | None = None  # the head this handle's last commit set
         self._flush_at_end: weakref.finalize | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -169,7 +172,14 @@ class Dataset:
         if self._state.head is None:
             self._state = replay.head_state(self.storage, head)
         elif head != self._state.head:
-            new_entries = list(chain.walk_back(self.storage, head, stop_at=self._state.head))
+            new_entries = []
+            for entry in chain.walk_back(self.storage, head, stop_at=self._state.head):
+                if entry.block.sequence_number <= self._state.sequence_number:
+                    # the head left this handle's line (moved back by hand, another branch):
+                    # the state there, as a new handle would read it
+                    self._state = replay.head_state(self.storage, head)
+                    return self._state
+                new_entries.append(entry)
             new_entries.reverse()
             self._state = replay.fold(new_entries, self._state)
         return self._state
@@ -385,13 +395,15 @@ class Dataset:
         else:
             tx = self._begin(self._state, logged_head=logged_head)
             tx.add(event)
-        self._state = tx.commit()
+        self._state = self._commit(tx)
         return tx.prepared[-1].entry
 
     def _begin(self, state: DatasetState, **options: Any) -> Transaction:
         """A transaction of this handle's, whose index update may wait for its next commits
         (:class:`~odf_chain.index.update.IndexBatch`): what waits is written by :meth:`flush`,
-        at the latest when the handle is collected or the process exits."""
+        and, best effort, when the handle is collected or the process exits (the finalizer
+        runs in whichever thread collects it, with its own storage handle's batch: a
+        ``Dataset(storage)`` sharing a storage with a live handle is not a use it serves)."""
         from odf_chain.transaction import Transaction
 
         if self._flush_at_end is None:
@@ -399,9 +411,10 @@ class Dataset:
         return Transaction.begin(self.storage, state, index_batch=self._index_batch, **options)
 
     def flush(self) -> None:
-        """Write the derived index's updates this handle deferred (at most three commits'), so
-        that readers need not catch up with them. Never needed for correctness: a reader that
-        finds the index behind the head folds the blocks between."""
+        """Write the derived index's updates this handle deferred (at most three blocks'), so
+        that readers need not catch up with them, waiting up to 1 s for the head lock. Never
+        needed for correctness: a reader that finds the index behind the head folds the blocks
+        between."""
         self._index_batch.flush(self.storage)
 
     def __enter__(self) -> Dataset:
@@ -411,10 +424,26 @@ class Dataset:
         self.flush()
 
     def append(self, event: MetadataEvent) -> BlockEntry:
-        """Append one event after checking every rule. Raises before writing if one is broken."""
+        """Append one event after checking every rule. Raises before writing if one is broken.
+
+        A handle whose state is the head it set itself does not read the head and the head log
+        first (where the store locks the head): the head move checks both under the lock, and
+        when either has moved (another writer, a rollback, a log to repair) nothing is written
+        and the append is made again the checked way, reading them first."""
+        own = self._own_head
+        if own is not None and own == self._state.head and self.storage.locks_head:
+            try:
+                return self._append(event, logged_head=chain.AT_THE_MOVE)
+            except (StaleBaseError, RuleViolation):  # the state may be behind: read it
+                pass
         with self.storage.batch():  # the head log and the head: one root, two folders
             _, logged = self._refresh_for_writing()
         return self._append(event, logged_head=logged)  # the commit is a batch of its own
+
+    def _commit(self, tx: Transaction) -> DatasetState:
+        state = tx.commit()
+        self._own_head = state.head
+        return state
 
     def set_schema(self, schema: pa.Schema) -> BlockEntry | None:
         """Declare the data schema before (or between) writes; system columns are added.
@@ -426,7 +455,7 @@ class Dataset:
         block = tx.declare_schema(slices.with_system_fields(schema, state.vocab))
         if block is None:
             return None
-        self._state = tx.commit()
+        self._state = self._commit(tx)
         return block.entry
 
     def write(
@@ -582,7 +611,7 @@ class Dataset:
                     )
                 for path, facts in zip(staged, written, strict=True):
                     tx.commit_data(path, str(facts.physical_hash), facts.size)
-                self._state = tx.commit()
+                self._state = self._commit(tx)
             except BaseException:
                 for sink in sinks:
                     with contextlib.suppress(OSError):

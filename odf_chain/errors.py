@@ -45,6 +45,12 @@ class ConflictError(OdfChainError):
     head and retry."""
 
 
+class StaleBaseError(ConflictError):
+    """The head, as the head move found it under the head lock, is not the block the write was
+    built on, or the head log's last line does not name it: the writer re-reads both (and
+    checks the log for a rollback) before it tries again. ``Dataset.append`` does so itself."""
+
+
 class RuleViolation(OdfChainError):
     """A block breaks one of the chain's rules.
 

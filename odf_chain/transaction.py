@@ -16,9 +16,10 @@ A writer:
    ODF readers know);
 3. **moves** each slice it staged into ``data/<hash>`` (:meth:`Transaction.commit_data`);
 4. **commits**: one move of the head (:func:`odf_chain.chain.commit`), with the derived index's
-   usual update made once the head has moved, under the head
-   lock (:class:`odf_chain.index.update.CommitRecording`), then the post-commit hooks in order,
-   each best effort: a hook never fails a write that committed (the index's,
+   usual update made once the head has moved, under the head lock
+   (:class:`odf_chain.index.update.CommitRecording`; a ``Dataset`` handle's may wait for its
+   next blocks, :class:`odf_chain.index.update.IndexBatch`), then the post-commit hooks in
+   order, each best effort: a hook never fails a write that committed (the index's,
    :func:`update_index`, only where the usual update could not be made: it repairs; for the
    Spark writers and derive, the run's OpenLineage COMPLETE,
    :meth:`odf_chain.emit.LiveRun.committed`, passed in ``hooks``).
@@ -90,7 +91,7 @@ class Transaction:
     created: list[str] = field(default_factory=list)  # slices this transaction put in data/
     lineage: AddFieldLineage | None = None  # the run's field lineage, for its first slice
     _slices: int = 0
-    _checked_rollback: bool = False
+    _rollback_at_commit: bool | chain.AtTheMove = True  # begin checked it, or leaves it
     _committing: bool = False  # block files may have been written
 
     # -- beginning --------------------------------------------------------------------------------
@@ -110,7 +111,8 @@ class Transaction:
         """A transaction on ``state``, the head as the writer just read it. Refuses a rolled
         back head (rule ``head-rollback``) before anything is written: against
         ``logged_head``, the head log's last head, when the writer read it just before that
-        head (:func:`chain.check_not_rolled_back`), else against the log and head read here.
+        head (:func:`chain.check_not_rolled_back`), else against the log and head read here;
+        :data:`chain.AT_THE_MOVE` leaves the check to the head move, under the head lock.
         What a writer decides from is proved against the chain, not taken from the index: a
         derivative dataset's transformation and last run (:func:`replay.proven_derivation`)
         and, with ``transaction``, the app id's last version (:attr:`already_recorded` then
@@ -135,7 +137,7 @@ class Transaction:
             recorded,
             index_batch,
         )
-        tx._checked_rollback = True
+        tx._rollback_at_commit = logged_head if isinstance(logged_head, chain.AtTheMove) else False
         return tx
 
     @classmethod
@@ -298,15 +300,15 @@ class Transaction:
         indexing = None
         if update_index in self.hooks:
             indexing = index_update.CommitRecording(self.storage, before, steps, self.index_batch)
-        # the head log was checked when the transaction began: a rollback since then moved the
-        # head off this transaction's base, which the head move refuses as a conflict. The
+        # the head log was checked when the transaction began (or is, by the move): a rollback
+        # since then moved the head off this transaction's base, which the move refuses. The
         # hooks run outside the batch: a repair may rebuild the index (threads, minutes)
         with self.storage.batch():
             after = chain.commit(
                 self.storage,
                 *self.prepared,
                 created_data=self.created,
-                check_rollback=not self._checked_rollback,
+                check_rollback=self._rollback_at_commit,
                 once_moved=None if indexing is None else indexing.record,
             )
         for hook in self.hooks:

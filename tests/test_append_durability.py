@@ -482,13 +482,19 @@ def _open_descriptors() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
-def test_an_append_holds_its_folders_once_and_leaves_no_descriptor_open(tmp_path: Path) -> None:
+@pytest.mark.parametrize("handle", ["opened", "its own head"])
+def test_an_append_holds_its_folders_once_and_leaves_no_descriptor_open(
+    tmp_path: Path, handle: str
+) -> None:
     """An append opens the dataset's root twice, to read the head and to commit, and within
     each of those each folder it uses once (a batch holds them); it closes all of them, refused
-    or not."""
+    or not. A handle whose state is the head it set itself reads nothing first: the head move
+    checks the head and the head log under the lock (one root, each folder once)."""
     from odf_chain.errors import ConflictError
 
     ds = _dataset(tmp_path / "ds", 3)
+    if handle == "opened":
+        ds = Dataset.open(ds.storage.root)
     root = os.path.realpath(ds.storage.root)
     opened: list[str] = []
     real_open = os.open
@@ -513,7 +519,10 @@ def test_an_append_holds_its_folders_once_and_leaves_no_descriptor_open(tmp_path
     finally:
         os.open, Transaction.commit = real_open, real_commit
     head_read, committing = opened[: opened.index("commit")], opened[opened.index("commit") + 1 :]
-    for batch in (head_read, committing):
+    batches = (head_read, committing) if handle == "opened" else (committing,)
+    if handle != "opened":
+        assert head_read == [], opened  # nothing read before the transaction
+    for batch in batches:
         assert batch.count(root) == 1, opened
         assert len(batch) == len(set(batch)), opened  # no folder opened twice
     assert _open_descriptors() == before

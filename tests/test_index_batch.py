@@ -14,12 +14,16 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
+from odf_chain import replay
 from odf_chain.dataset import Dataset
+from odf_chain.events import SetInfo
 from odf_chain.index import read as index_read, update
 from odf_chain.index.update import INDEX_BATCH
 from odf_chain.storage import open_storage
+from odf_chain.transaction import Transaction
 from odf_chain.verify import verify_path
 from tests.test_index import append_plain, assert_truth, head_snapshot, index_names_head
 
@@ -69,7 +73,9 @@ def test_flush_writes_what_was_deferred_under_the_head_lock(
     lock = root / "refs" / ".head.lock"
     held, real = [], update.record_commit
 
-    def record(*args, **kwargs):
+    def record(storage, *args, **kwargs):
+        if os.path.realpath(storage.root) != os.path.realpath(root):
+            return real(storage, *args, **kwargs)  # another test's handle, collected now
         fd = os.open(lock, os.O_RDWR)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -78,7 +84,7 @@ def test_flush_writes_what_was_deferred_under_the_head_lock(
             held.append(True)
         finally:
             os.close(fd)
-        return real(*args, **kwargs)
+        return real(storage, *args, **kwargs)
 
     monkeypatch.setattr(update, "record_commit", record)
     ds.flush()
@@ -116,10 +122,59 @@ def test_another_writer_between_is_never_overwritten(tmp_path: Path) -> None:
     assert head_snapshot(root).block_hash == b_head and a._index_batch.pending == 0
     append_plain(a, 1)
     assert lag(root) == 0 and index_names_head(root)
-    append_plain(b, 1)  # B's deferred tail is not the head any more: recorded at once
+    append_plain(b, 1)  # B's last block is not its base any more: recorded at once
     assert lag(root) == 0
     assert_truth(root)
     assert_no_index_finding(root)
+
+
+def test_deferred_blocks_another_writer_came_after_are_left_to_the_repair(
+    tmp_path: Path,
+) -> None:
+    """A defers a block, B commits on top (repairing the index up to B's head), and A commits
+    again without a flush: A's deferred block is dropped from its batch (B's repair covered
+    it) and A's commit, not on top of its batch, is recorded at once."""
+    root = tmp_path / "ds"
+    a = Dataset.create(root)
+    append_plain(a, 2)
+    assert a._index_batch.pending == 1
+    append_plain(Dataset.open(root), 1)
+    append_plain(a, 1)
+    assert a._index_batch.pending == 0 and lag(root) == 0
+    assert_truth(root)
+    assert_no_index_finding(root)
+
+
+def test_a_flush_never_writes_behind_a_head_that_moved_on(tmp_path: Path) -> None:
+    """Another writer moved the head without touching the index (a tool that does not keep
+    it): A's flush finds the head is not its last block and writes nothing, though the index
+    would take its blocks; readers catch up from the head snapshot A's first commit wrote."""
+    root = tmp_path / "ds"
+    a = Dataset.create(root)
+    append_plain(a, 3)
+    written = head_snapshot(root)
+    other = Dataset.open(root)
+    tx = Transaction.begin(other.storage, other.state, hooks=())
+    tx.add(SetInfo(description="no index kept"))
+    tx.commit()
+    assert not a._index_batch.flush(a.storage)
+    assert head_snapshot(root) == written
+    assert a._index_batch.pending == 0
+    assert_truth(root)
+    assert_no_index_finding(root)
+
+
+def test_a_schema_or_lineage_commit_is_recorded_at_once(tmp_path: Path) -> None:
+    """The schema history and lineage come from the index's lists, which must end at the
+    head's: a commit that adds to them is written at once, deferred blocks with it."""
+    root = tmp_path / "ds"
+    ds = Dataset.create(root)
+    append_plain(ds, 2)
+    assert lag(root) == 1
+    ds.set_schema(pa.schema([("x", pa.int64())]))
+    assert lag(root) == 0 and ds._index_batch.pending == 0
+    history = replay.schema_history(open_storage(root))
+    assert [c.entry.hash for c in history] == [ds.state.head]
 
 
 _WRITER = textwrap.dedent(

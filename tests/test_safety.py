@@ -285,6 +285,63 @@ def test_a_write_on_a_rolled_back_head_is_refused_and_the_repair_verifies(tmp_pa
     assert report.ok and not report.errors, [p.line() for p in report.errors]
 
 
+def _names(root: Path) -> list[str]:
+    return sorted(p.name for d in ("blocks", "data") for p in (root / d).iterdir())
+
+
+def test_a_handle_on_its_own_head_has_the_rollback_checked_by_the_move(tmp_path: Path) -> None:
+    """A handle whose state is the head it set reads neither the head nor the log before it
+    appends: the head move checks both under the lock. Its head moved back by hand, its next
+    append is refused as a rollback all the same, and nothing it wrote stays."""
+    root = _dataset(tmp_path / "ds", writes=3)
+    ds = Dataset.open(root)
+    ds.append(SetInfo(description="mine"))  # the handle's state is now the head it set
+    entries = ds.blocks()
+    (root / "refs" / "head").write_text(str(entries[-3].hash))
+    files = _names(root)
+    with pytest.raises(RuleViolation) as caught:
+        ds.append(SetInfo(description="on the old head"))
+    assert caught.value.rule == "head-rollback"
+    assert str(entries[-1].hash) in str(caught.value)
+    assert _names(root) == files  # the block the first try wrote was withdrawn
+    (root / "refs" / "head").write_text(str(entries[-1].hash))
+    assert verify_path(root).ok
+
+
+def test_a_handle_on_its_own_head_repairs_a_log_that_lost_lines(tmp_path: Path) -> None:
+    """The log lost its last line (a power loss): the move refuses the unread way, and the
+    append is made again the checked way, which finds the log only behind and repairs it."""
+    root = _dataset(tmp_path / "ds", writes=2)
+    ds = Dataset.open(root)
+    ds.append(SetInfo(description="mine"))
+    head = (root / "refs" / "head").read_text()
+    lines = _log_lines(root)
+    (root / "logs" / "head").write_text("\n".join(lines[:-1]) + "\n")
+    entry = ds.append(SetInfo(description="after the loss"))
+    after = _log_lines(root)
+    assert after[: len(lines) - 1] == lines[:-1]
+    assert [line.split()[:2] for line in after[len(lines) - 1 :]] == [
+        [lines[-2].split()[1], head],
+        [head, str(entry.hash)],
+    ]
+    report = verify_path(root)
+    assert report.ok and report.problems == [], [p.line() for p in report.problems]
+
+
+def test_a_handle_on_its_own_head_appends_after_another_writer(tmp_path: Path) -> None:
+    """Another writer appended since the handle's last commit: the move refuses the unread
+    try, the append is made again on the new head, and the first try leaves no file."""
+    root = _dataset(tmp_path / "ds", writes=2)
+    mine, theirs = Dataset.open(root), Dataset.open(root)
+    mine.append(SetInfo(description="mine"))
+    other = theirs.append(SetInfo(description="theirs"))
+    entry = mine.append(SetInfo(description="mine again"))
+    assert entry.block.prev_block_hash == other.hash
+    assert len(_names(root)) == len(Dataset.open(root).blocks()) + 2  # and the two slices
+    report = verify_path(root)
+    assert report.ok and report.problems == [], [p.line() for p in report.problems]
+
+
 def test_without_a_head_log_rolled_back_data_is_kept_as_descendants(tmp_path: Path) -> None:
     """A dataset from before the head log: a rollback is only a warning, but gc still keeps
     the rolled-back blocks and every slice they name (the old code deleted those slices)."""

@@ -16,6 +16,7 @@ handle that appends again and again, for its first commit and then every 4th (:c
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
@@ -117,34 +118,40 @@ class CommitRecording:
 
 
 INDEX_BATCH = 4
-"""Commits of one writer the index's usual update takes at once: a writer that appends again
-and again updates it at every 4th commit (:class:`IndexBatch`)."""
+"""Blocks of one writer the index's usual update takes at once: a writer that appends again
+and again updates it once every 4 blocks (:class:`IndexBatch`)."""
 
 
 class IndexBatch:
     """A writer's deferred index updates (one :class:`~odf_chain.dataset.Dataset` handle's):
-    the commits it made since the index last named its head, at most :data:`INDEX_BATCH` - 1.
+    the blocks it committed since the index last named its head, at most :data:`INDEX_BATCH`
+    - 1 of them.
 
     Why it may wait: the index is a cache, and a reader that finds it behind the head walks back
-    to it and folds the blocks between (:func:`odf_chain.index.read.open_index`, about 0.1 ms a
-    block), which is what a crash between a head move and its update leaves anyway. Why it
-    waits: on a filesystem whose syncs are cheap the update was a fifth of an append's CPU (a
-    read, two writes and an encoding, ~0.2 ms); made every 4th commit, three appends in four do
-    none of it and the fourth writes four blocks' records at once. What it costs: a reader
-    while the writer appends catches up at most three blocks.
+    to the block its head snapshot names and folds the blocks between
+    (:func:`odf_chain.index.read.open_index`, about 0.1 ms a block), which is what a crash
+    between a head move and its update leaves anyway. Why it waits: where syncs are cheap the
+    update was a fifth of an append's CPU (a read, two writes and an encoding, ~0.2 ms); three
+    appends in four now do none of it, and the fourth writes four blocks' records at once.
+    What it costs: a reader while the writer appends catches up at most three blocks.
 
-    A writer's first commit is recorded at once (a stale index, a crash's, is repaired then, by
-    the transaction's hook), and so is any commit not made on top of the last one this batch
-    saw (another writer came between: the usual path or the repair then takes it).
-    :meth:`flush` (``Dataset.flush``, the handle's end, the process's exit) writes what is
-    deferred, under the head lock, when the head is still the batch's last block. Stores
-    without a head lock record every commit: there a flush would run unlocked, at exit, and a
-    reader's catch-up is a round trip per block."""
+    Written at once: a writer's first commit (a stale index, a crash's, is repaired then, by the
+    transaction's hook), a commit not made on top of the last one this batch saw (another writer
+    came between: the usual path or the repair then takes it), and a commit carrying a
+    SetDataSchema or field lineage (readers of the schema history and of lineage take those
+    from the index's lists, which must end at the head's). :meth:`flush` (``Dataset.flush``, a
+    ``with`` block's end; best effort, not waiting for the lock, the handle's collection and
+    the process's exit) writes what waits, under the head lock, when the head is still the
+    batch's last block. Stores without a head lock record every commit: there a flush would
+    run unlocked, and a reader's catch-up is a round trip per block. A forked child leaves its
+    parent's batch alone."""
 
     def __init__(self) -> None:
         self.before: DatasetState | None = None
         self.steps: list[tuple[BlockEntry, DatasetState]] = []
         self.recorded: Multihash | None = None  # the head the index named after our update
+        self._lock = threading.Lock()  # a flush from another thread (the handle's collection)
+        self._pid = os.getpid()
 
     def record(
         self,
@@ -154,17 +161,20 @@ class IndexBatch:
     ) -> bool:
         """Under the head lock, the head just moved from ``before`` over ``steps``: defer them
         (True: nothing left to repair), or write them with what was deferred."""
-        tail = self.steps[-1][0].hash if self.steps else self.recorded
-        if tail is not None and before.head == tail:
-            if not self.steps:
-                self.before = before
-            self.steps.extend(steps)
-            if len(self.steps) < INDEX_BATCH:
-                return True
-        else:  # another writer came between: what we deferred is theirs to repair
-            self.before, self.steps = before, list(steps)
-        first, taken = self.before, self.steps
-        self.before, self.steps, self.recorded = None, [], None
+        with self._lock:
+            if self._pid != os.getpid():  # a forked child: the batch is its parent's
+                self.before, self.steps, self.recorded, self._pid = None, [], None, os.getpid()
+            tail = self.steps[-1][0].hash if self.steps else self.recorded
+            if tail is not None and before.head == tail:
+                if not self.steps:
+                    self.before = before
+                self.steps.extend(steps)
+                if len(self.steps) < INDEX_BATCH and not any(_listed(e) for e, _ in steps):
+                    return True
+            else:  # another writer came between: what we deferred is theirs to repair
+                self.before, self.steps = before, list(steps)
+            first, taken = self.before, self.steps
+            self.before, self.steps, self.recorded = None, [], None
         assert first is not None
         if not record_commit(storage, first, taken, repair=False):
             return False
@@ -173,27 +183,34 @@ class IndexBatch:
 
     @property
     def pending(self) -> int:
-        """Commits deferred."""
+        """Blocks deferred."""
         return len(self.steps)
 
     def flush(self, storage: Storage, timeout: float = 1.0) -> bool:
         """Write what is deferred, under the head lock (waiting at most ``timeout`` s for it),
-        if the head is still the last block deferred; True when nothing is left deferred and
-        the index was written. Never raises: a flush that cannot be made leaves the index
-        behind, which readers catch up with and the next writer repairs."""
-        if not self.steps:
-            return True
-        first, taken = self.before, self.steps
-        self.before, self.steps, self.recorded = None, [], None
+        if the head is still the last block deferred; True when the index was written (or
+        nothing waited). Either way nothing is left deferred. Never raises: a flush that cannot
+        be made leaves the index behind, which readers catch up with and the next write on
+        this dataset repairs."""
+        with self._lock:
+            if not self.steps or self._pid != os.getpid():
+                return not self.steps
+            first, taken = self.before, self.steps
+            self.before, self.steps, self.recorded = None, [], None
         assert first is not None
         tail = taken[-1][0].hash
-        with contextlib.suppress(*_ERRORS), storage.head_lock(timeout):
+        with contextlib.suppress(Exception), storage.head_lock(timeout):
             if storage.read_head() != str(tail):
                 return False  # moved on: its writer's update covers (or repairs) the gap
             if record_commit(storage, first, taken, repair=False):
                 self.recorded = tail
                 return True
         return False
+
+
+def _listed(entry: BlockEntry) -> bool:
+    """Does the block go in one of the index's lists (schemas, lineage)?"""
+    return isinstance(entry.block.event, SetDataSchema) or carries_lineage(entry.block.event)
 
 
 def _record_commit(
@@ -203,6 +220,11 @@ def _record_commit(
     repair: bool,
 ) -> bool:
     first = steps[0][0].block.sequence_number
+    if any(
+        entry.block.prev_block_hash != prev
+        for (entry, _), prev in zip(steps, [before.head, *(e.hash for e, _ in steps)], strict=False)
+    ):
+        return False  # not blocks that follow ``before`` one by one: nothing to build on
     if before.head is None:
         if not repair:
             return False

@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
-from odf_chain.errors import ConflictError, FormatError, StorageError
+from odf_chain.errors import ConflictError, FormatError, StaleBaseError, StorageError
 from odf_chain.storage.base import (
     HEAD_LOG,
     MAX_HEAD_BYTES,
@@ -223,6 +223,7 @@ class LocalHead(DatasetDir):
         data: Iterable[str] = (),
         once_moved: Callable[[], object] | None = None,
         timeout: float = LOCK_TIMEOUT,
+        logged_is_expected: bool = False,
     ) -> None:
         """Point the head at ``new`` only if it still is ``expected``: of two writers appending
         to the same head, exactly one wins and the other learns so before anything is visible.
@@ -233,7 +234,10 @@ class LocalHead(DatasetDir):
         So no acknowledged write ever lacks a file, nor, after a power loss, a file's name:
         ``blocks/`` (and ``data/`` when ``data`` names slices) is synced before the head moves.
         ``once_moved`` runs once the move is durable, under the lock (:meth:`_move_head`). The
-        move is then appended to the head log.
+        move is then appended to the head log. ``logged_is_expected``: also refuse
+        (:class:`StaleBaseError`) unless the head log's last line names ``expected``, the check
+        a writer that did not read the log first leaves to the move
+        (:data:`odf_chain.chain.AT_THE_MOVE`).
         """
         blocks, data = list(blocks), list(data)
         check_name(new, "head")
@@ -242,7 +246,7 @@ class LocalHead(DatasetDir):
         with self._head_locked(timeout) as refs_fd, contextlib.ExitStack() as held:
             current = self._read_head_at(refs_fd)
             if current != expected:
-                raise ConflictError(
+                raise StaleBaseError(
                     f"head moved: expected {expected or 'no head'}, found "
                     f"{current or 'no head'}; another writer appended first — re-open and retry"
                 )
@@ -252,6 +256,11 @@ class LocalHead(DatasetDir):
                 syncs += self._named(held, "data", data, sync_files=False)
             log_fd, repair = self._open_head_log(current)
             held.callback(os.close, log_fd)
+            if logged_is_expected and repair:  # the log names another head: not decided here
+                raise StaleBaseError(
+                    f"the head log's last line does not name the head {current}: "
+                    "read the log before writing"
+                )
             self._move_head(refs_fd, new.encode("ascii"), syncs, once_moved)
             # The head has moved: a failure now must not report the write as failed. The log
             # then misses this move until the next one repairs it (_open_head_log). Not
