@@ -180,7 +180,7 @@ class LocalStorage(LocalHead, LocalDerived):
     # -- blocks ---------------------------------------------------------------------------------
 
     def _block_path(self, name: str) -> Path:
-        return self._root / "blocks" / check_name(name, "block name")
+        return self._blocks / check_name(name, "block name")
 
     def write_block(self, name: str, data: bytes) -> bool:
         """Store a block; True if this call created the file, False if it was already there.

@@ -300,6 +300,8 @@ class DatasetDir:
 
     def __init__(self, root: Path) -> None:
         self._root = root
+        # paths every append builds: made once (a Path also keeps its text once made)
+        self._staging, self._blocks = root / STAGING, root / "blocks"
         self._held: dict[str, int] | None = None  # directory descriptors kept by a batch
         self._hold_all = False  # a batch() holds every directory, derived_batch() info/'s
         self._layout: set[str] | None = None  # what batch()'s first layout check found
@@ -343,7 +345,7 @@ class DatasetDir:
     def staging_dir(self) -> Path:
         """``.staging/``, created on demand: it sits on the dataset's filesystem, so a rename
         out of it is atomic."""
-        path = self._root / STAGING
+        path = self._staging
         # every write starts here: none goes through a symlinked directory
         if STAGING not in self._check_layout():  # the check has just seen it, when it is there
             with os_errors("create", path):
