@@ -53,9 +53,11 @@ if TYPE_CHECKING:
 class Dataset:
     """An ODF dataset: a metadata chain under ``blocks/`` and Parquet slices under ``data/``.
 
-    The handle caches the state at the head it last saw; every append re-reads ``refs/head``
-    and folds any blocks another writer added in the meantime, so a stale handle never
-    appends on top of an old head. The first state comes from the derived index (a checked
+    The handle caches the state at the head it last saw; an append re-reads ``refs/head`` and
+    folds any blocks another writer added in the meantime (a handle on the head it set itself
+    has the head move check that under the head lock, and re-reads only when it moved), so a
+    stale handle never appends on top of an old head, and one whose head was moved back off
+    its line is refused. The first state comes from the derived index (a checked
     snapshot, see :mod:`odf_chain.index.read`), not from a fold of the whole chain.
     """
 
@@ -166,19 +168,30 @@ class Dataset:
         transaction checks a rollback against (:func:`chain.check_not_rolled_back`), so the
         head is read once before the head move, not twice."""
         logged = self.storage.logged_head()  # first: a line past the head means it moved on
-        return self._catch_up(chain.read_head(self.storage)), logged
+        return self._catch_up(chain.read_head(self.storage), writing=True), logged
 
-    def _catch_up(self, head: Multihash) -> DatasetState:
+    def _catch_up(self, head: Multihash, *, writing: bool = False) -> DatasetState:
+        """The state at ``head``, folding only the blocks after the handle's. A head that left
+        the handle's line (moved back by hand, or to another branch) is refused: to a writer
+        as ``head-rollback`` whatever the head log says (the handle saw its blocks as the
+        head, a write now would orphan them), to a reader as not an ancestor (a new handle
+        reads that head)."""
         if self._state.head is None:
             self._state = replay.head_state(self.storage, head)
         elif head != self._state.head:
             new_entries = []
-            for entry in chain.walk_back(self.storage, head, stop_at=self._state.head):
-                if entry.block.sequence_number <= self._state.sequence_number:
-                    # the head left this handle's line (moved back by hand, another branch):
-                    # the state there, as a new handle would read it
-                    self._state = replay.head_state(self.storage, head)
-                    return self._state
+            seen, ours = self._state.sequence_number, self._state.head
+            for entry in chain.walk_back(self.storage, head, stop_at=ours):
+                if entry.block.sequence_number <= seen:  # past our head without meeting it
+                    if writing:
+                        raise RuleViolation(
+                            "head-rollback",
+                            f"{self.storage.location}: refs/head left the blocks this handle "
+                            f"saw: block {seen} {ours} was the head, the head is now {head}; "
+                            "nothing was written. Write that hash back to refs/head to "
+                            "restore the chain, or open the dataset anew, then run chain-verify",
+                        )
+                    raise NotFoundError(f"block {ours} is not an ancestor of {head}")
                 new_entries.append(entry)
             new_entries.reverse()
             self._state = replay.fold(new_entries, self._state)

@@ -308,6 +308,45 @@ def test_a_handle_on_its_own_head_has_the_rollback_checked_by_the_move(tmp_path:
     assert verify_path(root).ok
 
 
+def test_a_handle_whose_head_came_back_to_it_after_others_is_refused(tmp_path: Path) -> None:
+    """Handle A set H1, another writer appended H2 and H3, and an operator wrote H1 back: the
+    head is A's own again, and only the head log (its last line names H3) tells the rollback.
+    The move checks it under the lock, so A's append is refused all the same."""
+    root = _dataset(tmp_path / "ds", writes=2)
+    mine = Dataset.open(root)
+    own = mine.append(SetInfo(description="mine"))
+    theirs = Dataset.open(root)
+    theirs.append(SetInfo(description="theirs 1"))
+    last = theirs.append(SetInfo(description="theirs 2"))
+    (root / "refs" / "head").write_text(str(own.hash))
+    files = _names(root)
+    with pytest.raises(RuleViolation) as caught:
+        mine.append(SetInfo(description="on the old head"))
+    assert caught.value.rule == "head-rollback" and str(last.hash) in str(caught.value)
+    assert _names(root) == files
+    assert (root / "refs" / "head").read_text() == str(own.hash)
+
+
+def test_a_handle_whose_head_moved_back_is_refused_without_a_log(tmp_path: Path) -> None:
+    """No head log to tell (a dataset from before it): a handle that saw later blocks as the
+    head still refuses to write on a head moved back below them, and its reads say the head
+    is not on its line instead of answering from another state."""
+    root = _dataset(tmp_path / "ds", writes=2)
+    shutil.rmtree(root / "logs")
+    ds = Dataset.open(root)
+    first = ds.append(SetInfo(description="one"))
+    ds.append(SetInfo(description="two"))
+    (root / "refs" / "head").write_text(str(first.hash))
+    files = _names(root)
+    with pytest.raises(RuleViolation) as caught:
+        ds.append(SetInfo(description="on the old head"))
+    assert caught.value.rule == "head-rollback"
+    assert _names(root) == files
+    with pytest.raises(OdfChainError, match="not an ancestor"):
+        ds.state  # noqa: B018
+    assert Dataset.open(root).state.head == first.hash  # a new handle reads that head
+
+
 def test_a_handle_on_its_own_head_repairs_a_log_that_lost_lines(tmp_path: Path) -> None:
     """The log lost its last line (a power loss): the move refuses the unread way, and the
     append is made again the checked way, which finds the log only behind and repairs it."""

@@ -161,9 +161,9 @@ class IndexBatch:
     ) -> bool:
         """Under the head lock, the head just moved from ``before`` over ``steps``: defer them
         (True: nothing left to repair), or write them with what was deferred."""
+        if self._pid != os.getpid():
+            self._forked()
         with self._lock:
-            if self._pid != os.getpid():  # a forked child: the batch is its parent's
-                self.before, self.steps, self.recorded, self._pid = None, [], None, os.getpid()
             tail = self.steps[-1][0].hash if self.steps else self.recorded
             if tail is not None and before.head == tail:
                 if not self.steps:
@@ -181,6 +181,12 @@ class IndexBatch:
         self.recorded = taken[-1][0].hash
         return True
 
+    def _forked(self) -> None:
+        """In a forked child: the batch (and its lock, which a parent's thread may have held
+        at the fork) is the parent's to write; the child starts its own."""
+        self.before, self.steps, self.recorded = None, [], None
+        self._lock, self._pid = threading.Lock(), os.getpid()
+
     @property
     def pending(self) -> int:
         """Blocks deferred."""
@@ -192,9 +198,11 @@ class IndexBatch:
         nothing waited). Either way nothing is left deferred. Never raises: a flush that cannot
         be made leaves the index behind, which readers catch up with and the next write on
         this dataset repairs."""
+        if self._pid != os.getpid():
+            self._forked()
         with self._lock:
-            if not self.steps or self._pid != os.getpid():
-                return not self.steps
+            if not self.steps:
+                return True
             first, taken = self.before, self.steps
             self.before, self.steps, self.recorded = None, [], None
         assert first is not None

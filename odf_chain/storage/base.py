@@ -257,12 +257,16 @@ class HeadStore(Located, Protocol):
         blocks: Iterable[str] = (),
         data: Iterable[str] = (),
         once_moved: Callable[[], object] | None = None,
+        logged_is_expected: bool = False,
     ) -> None:
         """Move the head from ``expected`` to ``new`` (ConflictError when it is not there), once
         the ``blocks`` and ``data`` files it names are checked to be in place; then
         ``once_moved``, never when the move is refused: a cache that follows the head (the
         derived index), run under the head lock where there is one (so no other writer's
-        ``once_moved`` comes between), its failure swallowed (the head has moved)."""
+        ``once_moved`` comes between), its failure swallowed (the head has moved).
+        ``logged_is_expected`` (asked only of stores that lock the head): refuse with
+        :class:`~odf_chain.errors.StaleBaseError` unless the head log's last line names
+        ``expected``."""
 
     @property
     def locks_head(self) -> bool:
