@@ -10,7 +10,8 @@ head snapshot (~1 KB, in place); every 64th block brings the prefix buckets and 
 up to it, every 256th adds a periodic snapshot, a SetDataSchema or AddFieldLineage rewrites its
 small list. No fsync: a cache need not survive a power loss, and appends must not slow down.
 A writer makes it under the head lock, once the head has moved (:class:`CommitRecording`); a
-handle that appends again and again, for its first commit and then every 4th (:class:`IndexBatch`).
+handle that appends again and again, for its first commit and then every 4 blocks
+(:class:`IndexBatch`).
 """
 
 from __future__ import annotations
