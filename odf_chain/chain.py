@@ -256,6 +256,19 @@ class AtTheMove:
 AT_THE_MOVE = AtTheMove()
 
 
+def left_the_line(storage: ChainStore, state: DatasetState, head: Multihash) -> RuleViolation:
+    """Rule ``head-rollback`` for a writer that saw ``state`` as the head and finds ``head`` is
+    not a descendant of it (moved back by hand, or to another branch): whatever the head log
+    says, a write now would orphan blocks it saw as committed."""
+    return RuleViolation(
+        "head-rollback",
+        f"{storage.location}: refs/head left the blocks this handle saw: block "
+        f"{state.sequence_number} {state.head} was the head, the head is now {head}; nothing "
+        "was written. Write that hash back to refs/head to restore the chain, or open the "
+        "dataset anew, then run chain-verify",
+    )
+
+
 def check_not_rolled_back(
     storage: ChainStore, state: DatasetState, *, logged: str | Unread | AtTheMove | None = UNREAD
 ) -> None:

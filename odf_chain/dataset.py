@@ -184,13 +184,7 @@ class Dataset:
             for entry in chain.walk_back(self.storage, head, stop_at=ours):
                 if entry.block.sequence_number <= seen:  # past our head without meeting it
                     if writing:
-                        raise RuleViolation(
-                            "head-rollback",
-                            f"{self.storage.location}: refs/head left the blocks this handle "
-                            f"saw: block {seen} {ours} was the head, the head is now {head}; "
-                            "nothing was written. Write that hash back to refs/head to "
-                            "restore the chain, or open the dataset anew, then run chain-verify",
-                        )
+                        raise chain.left_the_line(self.storage, self._state, head)
                     raise NotFoundError(f"block {ours} is not an ancestor of {head}")
                 new_entries.append(entry)
             new_entries.reverse()
