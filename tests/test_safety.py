@@ -866,3 +866,48 @@ def test_a_staging_folder_a_writer_just_touched_is_young(tmp_path: Path) -> None
     result = collect_garbage_path(root)  # the default minimum age, 600 s
     assert result.removed == [] and result.kept_young == [".staging/spark-0123"]
     assert old_part.is_file()
+
+
+@pytest.mark.parametrize("length", [0, 1, 69, 1024, 1025, 5000])
+def test_a_bounded_read_of_a_known_size_reads_the_file_whole_and_no_more(
+    tmp_path: Path, length: int
+) -> None:
+    """``read_at_most`` asks a file of known size for one byte more than it holds: the whole
+    file comes back, and a file over the limit comes back at ``limit + 1`` bytes."""
+    from odf_chain.storage.user_files import read_at_most
+
+    path = tmp_path / "f"
+    path.write_bytes(os.urandom(length))
+    reads: list[int] = []
+    real_read = os.read
+
+    def counting(fd: int, n: int) -> bytes:
+        reads.append(n)
+        return real_read(fd, n)
+
+    for size in (length, None):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            reads.clear()
+            os.read, got = counting, None
+            try:
+                got = read_at_most(fd, 1024, size)
+            finally:
+                os.read = real_read
+        finally:
+            os.close(fd)
+        assert got == path.read_bytes()[:1025]
+        if size is not None and length <= 1024:
+            assert reads == [length + 1]  # one read, of the size found and one byte
+
+
+def test_a_bounded_read_of_a_file_that_grew_stops_past_the_limit(tmp_path: Path) -> None:
+    from odf_chain.storage.user_files import read_at_most
+
+    path = tmp_path / "f"
+    path.write_bytes(b"x" * 3000)
+    fd = os.open(path, os.O_RDONLY)
+    try:  # found at 100 bytes, 3,000 now: the read goes on to limit + 1, and no further
+        assert len(read_at_most(fd, 2000, 100)) == 2001
+    finally:
+        os.close(fd)

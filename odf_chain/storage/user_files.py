@@ -42,8 +42,11 @@ def read_at_most(fd: int, limit: int, size: int | None = None) -> bytes:
     than asked, ending exactly there, ended at the file's end (the one place a regular file's
     read comes up short), and no read is made to find that out."""
     chunks, total = [], 0
+    # a file of known size is asked for one byte more than it holds, so its read comes up
+    # short at its end: no buffer of ``limit`` (or a chunk's) bytes is made for a 70-byte head
+    found = limit if size is None else min(limit, size)
     while total <= limit:
-        wanted = min(_READ_CHUNK, limit + 1 - total)
+        wanted = min(_READ_CHUNK, (found if total <= found else limit) + 1 - total)
         chunk = os.read(fd, wanted)
         if not chunk:
             break
