@@ -178,6 +178,8 @@ def commit(
 ) -> DatasetState:
     """Write the block files, then move the head once, from the state the first was built on
     to the last: several blocks of one transaction become visible together or not at all.
+    Where the head has a lock, the move writes them under it, once the head is checked (a
+    refused move writes none); elsewhere they are written first.
 
     Raises :class:`ConflictError` if another writer moved the head meanwhile, or if a block
     or data file the new blocks need was removed before the head moved (gc deletes leftovers
@@ -209,16 +211,23 @@ def commit(
     at_the_move = isinstance(check_rollback, AtTheMove) and storage.locks_head
     if check_rollback and not at_the_move:  # a Transaction checked when it began
         check_not_rolled_back(storage, prepared[0].before)
-    created = [
-        str(b.entry.hash) for b in prepared if storage.write_block(str(b.entry.hash), b.data)
-    ]
+    if storage.locks_head:  # the move writes them under the lock (and withdraws them)
+        created: list[str] = []
+        new_blocks = [(str(b.entry.hash), b.data) for b in prepared]
+        blocks = []
+    else:
+        created = [
+            str(b.entry.hash) for b in prepared if storage.write_block(str(b.entry.hash), b.data)
+        ]
+        new_blocks = []
+        blocks = [str(p.entry.hash) for p in prepared]
     expected = prepared[0].before.head
     try:
         storage.compare_and_swap_head(
             None if expected is None else str(expected),
             str(prepared[-1].entry.hash),
             # checked under the head lock: gc may have taken a file put in place before it
-            blocks=[str(p.entry.hash) for p in prepared],
+            blocks=blocks,
             data=[
                 str(p.entry.block.event.new_data.physical_hash)
                 for p in prepared
@@ -227,6 +236,7 @@ def commit(
             ],
             once_moved=once_moved,
             **({"logged_is_expected": True} if at_the_move else {}),
+            **({"new_blocks": new_blocks} if new_blocks else {}),
         )
     except ConflictError:
         if storage.head_moves_atomically:

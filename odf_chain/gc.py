@@ -17,11 +17,13 @@ What makes it safe, in the order it is checked:
   stays. Deletion goes through directory descriptors (see LocalStorage).
 - Deletions happen under the writers' head lock, and the head is re-read before each. A head
   that moved between the plan and the lock adds what its new blocks name to what is kept.
-  Writers put their files in place before they take that lock, so gc may take one of them;
-  the writer's head move then finds it missing and fails with nothing committed (see
-  ``compare_and_swap_head``): an acknowledged write never loses a file. A staged file a live
-  writer is still filling is not taken at all, whatever ``min_age``: the writer holds a shared
-  lock on it (its claim) and gc removes a staged file only under an exclusive one.
+  Writers put their slices in place before they take that lock (and, on an object store,
+  their blocks), so gc may take one of them; the writer's head move then finds it missing and
+  fails with nothing committed (see ``compare_and_swap_head``): an acknowledged write never
+  loses a file. A local head move writes its blocks and the head's staging file under the
+  lock, out of gc's reach. A staged file a live writer is still filling is not taken at all,
+  whatever ``min_age``: the writer holds a shared lock on it (its claim) and gc removes a
+  staged file only under an exclusive one.
 - A backend without a lock (object stores) cannot exclude writers: there gc keeps everything
   younger than :data:`DEFAULT_MIN_AGE` unless the caller says no writer runs
   (``single_writer=True``).

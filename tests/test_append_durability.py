@@ -20,9 +20,10 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from odf_chain import Dataset
+from odf_chain import Dataset, chain
 from odf_chain.errors import RuleViolation
 from odf_chain.events import AddData, SourceState
+from odf_chain.storage import LocalStorage
 from odf_chain.storage.local_head import HELD_FILES
 from odf_chain.transaction import Transaction
 from odf_chain.verify import verify_path
@@ -74,6 +75,8 @@ def syscalls(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Path], list[
 
         def call(fd: int) -> None:
             path = os.readlink(f"/proc/self/fd/{fd}")
+            if path.endswith(" (deleted)"):  # a file written in .staging/ and linked elsewhere
+                path = ("inode", os.fstat(fd).st_ino)
             real(fd)
             calls.append((name, path, None))  # list.append: safe from the sync threads
 
@@ -82,9 +85,15 @@ def syscalls(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Path], list[
     def by_path(name: str) -> Callable[..., None]:
         real = getattr(os, name)
 
+        def at(path, dir_fd: int | None) -> str:  # a name in a directory descriptor's folder
+            if dir_fd is None:
+                return os.fspath(path)
+            return os.path.join(os.readlink(f"/proc/self/fd/{dir_fd}"), path)
+
         def call(src, dst, *args, **kwargs) -> None:
             real(src, dst, *args, **kwargs)
-            calls.append((name, os.fspath(src), os.fspath(dst)))
+            where = (at(src, kwargs.get("src_dir_fd")), at(dst, kwargs.get("dst_dir_fd")))
+            calls.append((name, *where))
 
         return call
 
@@ -95,8 +104,14 @@ def syscalls(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Path], list[
 
     def named(root: Path) -> list[tuple]:
         root = Path(os.path.realpath(root))
+        linked = {}  # the names of the files synced through a staging name since removed
+        for folder in ("blocks", "data"):
+            with os.scandir(root / folder) as entries:
+                linked.update({e.inode(): e.path for e in entries})
         shown = []
         for name, first, second in calls:
+            if isinstance(first, tuple):
+                first = linked[first[1]]
             if second is None:
                 shown.append((name, _where(root, first)))
             else:
@@ -168,8 +183,9 @@ def test_a_long_transaction_syncs_every_block_before_the_rename(tmp_path: Path, 
     after = tx.commit()
     calls = syscalls(ds.storage.root)
     rename = calls.index(RENAME)
-    assert calls[:k] == [("link", ".staging/block tmp", "blocks/<block>")] * k
-    assert sorted(calls[k:rename]) == sorted(
+    links = [c for c in calls[:rename] if c[0] == "link"]
+    assert links == [("link", ".staging/block tmp", "blocks/<block>")] * k
+    assert sorted(c for c in calls[:rename] if c[0] != "link") == sorted(
         [("fdatasync", "blocks/<block>")] * k
         + [("fsync", "blocks/"), ("fdatasync", ".staging/head tmp")]
     )
@@ -535,3 +551,86 @@ def test_an_append_holds_its_folders_once_and_leaves_no_descriptor_open(
         tx.commit()
     assert _open_descriptors() == before
     assert verify_path(ds.storage.root).ok
+
+
+def _next_block(tmp_path: Path):
+    """A dataset at ``tmp_path/ds`` with one slice, and an AddData prepared on its head."""
+    dataset = Dataset.create(tmp_path / "ds")
+    dataset.write(pa.table({"id": pa.array([1], pa.int64())}))
+    state = dataset.refresh()
+    event = AddData(prev_offset=state.last_offset, new_data=None, new_watermark=state.watermark)
+    return state, chain.prepare(state, event, system_time=state.system_time + timedelta(seconds=1))
+
+
+def test_the_head_move_refuses_a_torn_file_under_its_block_name_and_keeps_it(
+    tmp_path: Path,
+) -> None:
+    """The head move writes the blocks under the head lock (a local store): a torn file already
+    under a block's name is refused there as by ``write_block``, kept, and the head stays."""
+    from odf_chain.errors import IntegrityError
+
+    state, prepared = _next_block(tmp_path)
+    name = str(prepared.entry.hash)
+    torn = prepared.data[: len(prepared.data) // 2]
+    (tmp_path / "ds" / "blocks" / name).write_bytes(torn)
+    storage = LocalStorage.open(tmp_path / "ds")
+    with pytest.raises(IntegrityError, match="is not that block") as caught:
+        chain.commit(storage, prepared)
+    assert name in str(caught.value)
+    assert (tmp_path / "ds" / "blocks" / name).read_bytes() == torn  # kept
+    assert storage.read_head() == str(state.head)
+    assert not list((tmp_path / "ds" / ".staging").iterdir())
+
+
+def test_the_head_move_takes_a_block_already_in_place_and_a_dead_writers_staging_file(
+    tmp_path: Path,
+) -> None:
+    """A block file already there with the block's bytes (a retry's) is used as it is; a
+    staging file of the block's name left by a writer that died holding the lock is replaced.
+    Either way the head moves, the block's bytes are the block's, and no leftover stays."""
+    _, prepared = _next_block(tmp_path)
+    name = str(prepared.entry.hash)
+    root = tmp_path / "ds"
+    (root / ".staging").mkdir(exist_ok=True)
+    (root / ".staging" / f".{name}.tmp").write_bytes(b"half a block")
+    chain.commit(LocalStorage.open(root), prepared)
+    assert (root / "blocks" / name).read_bytes() == prepared.data
+    assert not list((root / ".staging").iterdir())
+    assert verify_path(root).ok and not verify_path(root).warnings
+
+    _, again = _next_block(tmp_path / "second")
+    root = tmp_path / "second" / "ds"
+    (root / "blocks" / str(again.entry.hash)).write_bytes(again.data)
+    chain.commit(LocalStorage.open(root), again)
+    assert LocalStorage.open(root).read_head() == str(again.entry.hash)
+    report = verify_path(root)
+    assert report.ok and not report.warnings
+
+
+def test_a_head_move_refused_after_its_blocks_were_written_withdraws_them(
+    tmp_path: Path,
+) -> None:
+    """The blocks a local head move wrote under the lock are removed again, still under it,
+    when the move is refused later (here: the slice the block names is not in ``data/``), so
+    even a bare ``chain.commit`` (no transaction to clean up after it) leaves nothing."""
+    from odf_chain.errors import ConflictError
+    from odf_chain.format.events import DataSlice, OffsetInterval
+    from odf_chain.format.multihash import Multihash
+
+    state, _ = _next_block(tmp_path)
+    root = tmp_path / "ds"
+    blocks = sorted(os.listdir(root / "blocks"))
+    fake = Multihash.digest("blake3", b"no such slice")
+    start = 0 if state.last_offset is None else state.last_offset + 1
+    event = AddData(
+        prev_offset=state.last_offset,
+        new_data=DataSlice(fake, fake, OffsetInterval(start, start), 10),
+        new_watermark=state.watermark,
+    )
+    prepared = chain.prepare(state, event, system_time=state.system_time + timedelta(seconds=1))
+    with pytest.raises(ConflictError, match=r"missing at the head move"):
+        chain.commit(LocalStorage.open(root), prepared)
+    assert sorted(os.listdir(root / "blocks")) == blocks
+    assert LocalStorage.open(root).read_head() == str(state.head)
+    report = verify_path(root)
+    assert report.ok and not report.warnings

@@ -615,18 +615,22 @@ def test_a_head_move_whose_slice_was_taken_commits_nothing(tmp_path: Path) -> No
     taken = []
 
     class TakesTheSlice(LocalStorage):  # a real storage; the "gc" deletes a real file
-        def write_block(self, name: str, data: bytes) -> bool:
+        def compare_and_swap_head(self, *args: Any, **kwargs: Any) -> None:
             for slice_name in storage.data_names():
                 if slice_name not in _chain_slices(root):
                     taken.append(slice_name)
                     original(slice_name)
-            return super().write_block(name, data)
+            super().compare_and_swap_head(*args, **kwargs)
 
+    blocks = set(storage.block_names())
     racing = Dataset(TakesTheSlice(root))
     with pytest.raises(ConflictError, match=r"missing at the head move.*nothing was"):
         racing.write(pa.table({"x": [5]}))
     assert len(taken) == 1 and Dataset.open(root).state.head == head
-    assert verify_path(root).ok
+    report = verify_path(root)
+    assert report.ok and not report.warnings, report.warnings
+    # the blocks the move wrote under the lock were withdrawn under it
+    assert set(storage.block_names()) == blocks
 
 
 class _AnotherWriterFirst(LocalStorage):
@@ -701,7 +705,9 @@ def test_a_losing_writer_removes_nothing_it_cannot_prove_unreferenced(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """More blocks appended since the loser's state than withdraw reads: its files stay, as
-    leftovers verify reports (and gc may remove), rather than a guess."""
+    leftovers verify reports (and gc may remove), rather than a guess. (A local loser writes
+    no block at all: the head move writes them under the lock, once the head is checked. A
+    store that writes blocks before the move, an object store's, withdraws this way.)"""
     root = tmp_path / "ds"
     state = Dataset.create(root).state
     mine = chain.prepare(state, SetInfo("mine"), system_time=chain.now(state.system_time))
@@ -711,18 +717,22 @@ def test_a_losing_writer_removes_nothing_it_cannot_prove_unreferenced(
         for n in range(3):
             ds.append(SetInfo(f"theirs {n}"))
 
-    monkeypatch.setattr(chain, "WITHDRAW_WALK_LIMIT", 2)
     with pytest.raises(ConflictError, match="head moved"):
         chain.commit(_AnotherWriterFirst(root, three_more), mine)
+    assert not (root / "blocks" / str(mine.entry.hash)).exists()
+    assert not verify_path(root).warnings
+
+    storage = LocalStorage.open(root)  # the loser's block, as a store writing first leaves it
+    storage.write_block(str(mine.entry.hash), mine.data)
+    monkeypatch.setattr(chain, "WITHDRAW_WALK_LIMIT", 2)
+    chain.withdraw(storage, state, blocks=[str(mine.entry.hash)])
     assert (root / "blocks" / str(mine.entry.hash)).is_file()
     report = verify_path(root)
     assert report.ok and [w.rule for w in report.warnings] == ["orphan-block"]
 
     monkeypatch.setattr(chain, "WITHDRAW_WALK_LIMIT", 3)  # now the walk reaches the loser's base
-    again = chain.prepare(state, SetInfo("again"), system_time=chain.now(state.system_time))
-    with pytest.raises(ConflictError, match="head moved"):
-        chain.commit(LocalStorage.open(root), again)
-    assert not (root / "blocks" / str(again.entry.hash)).exists()
+    chain.withdraw(storage, state, blocks=[str(mine.entry.hash)])
+    assert not (root / "blocks" / str(mine.entry.hash)).exists()
 
 
 def _writer(root: str, worker: int, writes: int, out: str) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, BinaryIO, NamedTuple, Protocol
 
@@ -258,9 +258,12 @@ class HeadStore(Located, Protocol):
         data: Iterable[str] = (),
         once_moved: Callable[[], object] | None = None,
         logged_is_expected: bool = False,
+        new_blocks: Sequence[tuple[str, bytes]] = (),
     ) -> None:
         """Move the head from ``expected`` to ``new`` (ConflictError when it is not there), once
-        the ``blocks`` and ``data`` files it names are checked to be in place; then
+        the ``blocks`` and ``data`` files it names are checked to be in place (and, asked only
+        of stores that lock the head, the ``new_blocks`` written: under the lock, once the head
+        is checked, and removed again when the move fails); then
         ``once_moved``, never when the move is refused: a cache that follows the head (the
         derived index), run under the head lock where there is one (so no other writer's
         ``once_moved`` comes between), its failure swallowed (the head has moved).

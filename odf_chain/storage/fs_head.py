@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 
 from odf_chain.errors import ConflictError, FormatError, OdfChainError, StorageError
@@ -77,9 +77,13 @@ class FsHead(FsFiles):
         blocks: Iterable[str] = (),
         data: Iterable[str] = (),
         once_moved: Callable[[], object] | None = None,
+        new_blocks: Sequence[tuple[str, bytes]] = (),
         **_: object,
     ) -> None:
-        """:meth:`_swap_head`, then ``once_moved``, its failure swallowed."""
+        """:meth:`_swap_head`, then ``once_moved``, its failure swallowed. ``new_blocks`` is
+        for stores with a head lock: here blocks are written before the move."""
+        if new_blocks:
+            raise ValueError("a store without a head lock writes blocks before the head move")
         self._swap_head(expected, new, blocks=blocks, data=data)
         if once_moved is not None:
             with contextlib.suppress(Exception):  # the head has moved: not the move's failure

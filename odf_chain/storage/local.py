@@ -24,11 +24,12 @@ bytes, ``data/`` once, beside 2), each needed for one of those two promises:
 themselves: the head move (:meth:`~.local_head.LocalHead.compare_and_swap_head`, under the
 head lock) issues them at once and renames only when all have returned (a journalling
 filesystem commits them together: an append costs about two journal commits, as any durable
-small write does), then makes 4. The block file is linked into ``blocks/`` by
-:meth:`LocalStorage.write_block` before its bytes are synced, so a power loss before the rename
-can leave a block name on an empty or torn file; no head names it (the old head is still the
-durable one), no reader opens it, and verify reports it as an unreferenced block (gc removes
-it with the uncommitted files). A slice's bytes are still synced before its name
+small write does), then makes 4. The head move writes the block files itself, under the head
+lock once the head is checked (a move refused writes none), and links each into ``blocks/``
+before its bytes are synced, so a power loss before the rename can leave a block name on an
+empty or torn file; no head names it (the old head is still the durable one), no reader opens
+it, and verify reports it as an unreferenced block (gc removes it with the uncommitted files).
+A slice's bytes are still synced before its name
 (:meth:`LocalStorage.commit_data`: a slice is large, its sync is its write, and it is made
 before the lock is taken).
 

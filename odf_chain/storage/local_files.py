@@ -248,13 +248,20 @@ def write_atomic(path: Path, data: bytes, staging_dir: Path | None = None) -> No
 
 
 def replace_staged(
-    path: Path, data: bytes, staging_dir: Path, prefix: str, make_durable: Callable[[int], None]
+    path: Path,
+    data: bytes,
+    staging_dir: Path,
+    prefix: str,
+    make_durable: Callable[[int], None],
+    *,
+    claim: bool = True,
 ) -> None:
     """Write ``data`` to a claimed staging file (``prefix``, in ``staging_dir``), call
     ``make_durable`` with its descriptor, then rename it over ``path``; on any failure the
     staging file is removed. Syncing ``path``'s directory is the caller's (the rename's
-    durability: one sync, or one made with others)."""
-    fd, tmp = create_claimed(staging_dir, prefix, ".tmp")
+    durability: one sync, or one made with others). ``claim=False`` for a caller holding the
+    head lock, under which alone gc removes staging files."""
+    fd, tmp = (create_claimed if claim else create_unique)(staging_dir, prefix, ".tmp")
     try:
         try:  # open (the claim held) until it is in place
             write_all(fd, data)
@@ -266,6 +273,55 @@ def replace_staged(
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def place_new(staging_fd: int, dir_fd: int, name: str, data: bytes) -> int | None:
+    """Give ``name`` in ``dir_fd`` the content ``data`` unless a file of that name is there:
+    written whole in the staging folder ``staging_fd``, then linked in (as :func:`install_new`),
+    so no reader ever sees part of it. A descriptor of the new file (for its sync: the
+    caller closes it), or None when the name was taken, writing nothing.
+
+    For a caller holding the head lock: gc removes staging files only under it, so the
+    staging file is neither claimed nor named at random (``.<name>.tmp``: one a writer that
+    died holding the lock left is removed first)."""
+    tmp = f".{name}.tmp"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(tmp, flags, 0o666, dir_fd=staging_fd)
+    except FileExistsError:
+        os.unlink(tmp, dir_fd=staging_fd)
+        fd = os.open(tmp, flags, 0o666, dir_fd=staging_fd)
+    try:
+        write_all(fd, data)
+        try:
+            os.link(tmp, name, src_dir_fd=staging_fd, dst_dir_fd=dir_fd)
+            created = True
+        except FileExistsError:
+            created = False
+        except OSError as exc:
+            if exc.errno not in NO_HARD_LINKS:
+                raise
+            created = not _lexists_at(name, dir_fd)
+            if created:
+                os.rename(tmp, name, src_dir_fd=staging_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        os.close(fd)
+        raise
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp, dir_fd=staging_fd)
+    if created:
+        return fd
+    os.close(fd)
+    return None
+
+
+def _lexists_at(name: str, dir_fd: int) -> bool:
+    try:
+        lstat_at(name, dir_fd)
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def install_new(source: Path | str, target: Path) -> bool:

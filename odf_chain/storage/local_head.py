@@ -32,15 +32,24 @@ import functools
 import os
 import stat
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
-from odf_chain.errors import ConflictError, FormatError, StaleBaseError, StorageError
+from odf_chain.errors import (
+    ConflictError,
+    FormatError,
+    IntegrityError,
+    StaleBaseError,
+    StorageError,
+)
 from odf_chain.storage.base import (
     HEAD_LOG,
+    MAX_BLOCK_BYTES,
     MAX_HEAD_BYTES,
     MAX_HEAD_LOG_BYTES,
+    STAGING,
     HeadMove,
+    check_stored_block,
     head_log_line,
     last_complete_line,
     logged_head,
@@ -53,6 +62,7 @@ from odf_chain.storage.local_files import (
     DatasetDir,
     lstat_at,
     os_errors,
+    place_new,
     read_regular_at,
     replace_staged,
     start_writeback,
@@ -224,11 +234,14 @@ class LocalHead(DatasetDir):
         once_moved: Callable[[], object] | None = None,
         timeout: float = LOCK_TIMEOUT,
         logged_is_expected: bool = False,
+        new_blocks: Sequence[tuple[str, bytes]] = (),
     ) -> None:
         """Point the head at ``new`` only if it still is ``expected``: of two writers appending
         to the same head, exactly one wins and the other learns so before anything is visible.
 
-        ``blocks`` and ``data`` name the files the new head needs. They were put in place
+        ``new_blocks`` are written here, under the lock, once the head is checked
+        (:meth:`_place_blocks`; removed again should the move fail before the rename).
+        ``blocks`` and ``data`` name the other files the new head needs. They were put in place
         before the lock was taken, so gc (which deletes only under this lock) may have taken
         one as a leftover meanwhile: each is checked here, and a missing one refuses the move.
         So no acknowledged write ever lacks a file, nor, after a power loss, a file's name:
@@ -243,6 +256,8 @@ class LocalHead(DatasetDir):
         check_name(new, "head")
         if expected is not None:
             check_name(expected, "expected head")
+        for name, _ in new_blocks:
+            check_name(name)
         with self._head_locked(timeout) as refs_fd, contextlib.ExitStack() as held:
             current = self._read_head_at(refs_fd)
             if current != expected:
@@ -250,10 +265,6 @@ class LocalHead(DatasetDir):
                     f"head moved: expected {expected or 'no head'}, found "
                     f"{current or 'no head'}; another writer appended first — re-open and retry"
                 )
-            # every file the head will name, checked under the lock, with what makes it durable
-            syncs = self._named(held, "blocks", blocks, sync_files=True)
-            if data:  # the slices' bytes were synced by commit_data: their names are not
-                syncs += self._named(held, "data", data, sync_files=False)
             log_fd, repair = self._open_head_log(current)
             held.callback(os.close, log_fd)
             if logged_is_expected and repair:  # the log names another head: not decided here
@@ -261,7 +272,19 @@ class LocalHead(DatasetDir):
                     f"the head log's last line does not name the head {current}: "
                     "read the log before writing"
                 )
-            self._move_head(refs_fd, new.encode("ascii"), syncs, once_moved)
+            created: list[str] = []
+            try:
+                syncs, there = self._place_blocks(held, new_blocks, created)
+                # every other file the head will name, checked under the lock, with what
+                # makes it durable
+                syncs += self._named(held, "blocks", [*there, *blocks], sync_files=True)
+                if data:  # the slices' bytes were synced by commit_data: their names are not
+                    syncs += self._named(held, "data", data, sync_files=False)
+                self._move_head(refs_fd, new.encode("ascii"), syncs, once_moved)
+            except BaseException:
+                if created:
+                    self._withdraw_placed(refs_fd, new, created)
+                raise
             # The head has moved: a failure now must not report the write as failed. The log
             # then misses this move until the next one repairs it (_open_head_log). Not
             # synced: a power loss can take these lines, which that repair re-derives from the
@@ -291,8 +314,8 @@ class LocalHead(DatasetDir):
           power loss, the block it names has its bytes (1) and its name (2), and the head file
           its bytes (3), on disk;
         - a reader sees the new head only after the rename, when the block is already in
-          ``blocks/`` (linked by ``write_block`` before the lock was taken): it never sees a
-          head naming a missing block, crash or no crash;
+          ``blocks/`` (linked before its sync, :meth:`_place_blocks`): it never sees a head
+          naming a missing block, crash or no crash;
         - sync 4 (``refs/``) after the rename, before returning: the acknowledged move survives
           a power loss; it cannot join the others (it is what makes the rename durable).
 
@@ -314,12 +337,74 @@ class LocalHead(DatasetDir):
             sync_together(together)
 
         with os_errors("write", path):
-            replace_staged(path, head, self.staging_dir, ".head.", with_the_others)
+            # no claim: the lock held keeps gc from it
+            replace_staged(path, head, self.staging_dir, ".head.", with_the_others, claim=False)
             # sync 4: the rename itself, through the lock's descriptor
             os.fsync(refs_fd)
         if once_moved is not None:  # under the head lock still
             with contextlib.suppress(Exception):  # the head has moved: not the move's failure
                 once_moved()
+
+    def _place_blocks(
+        self,
+        held: contextlib.ExitStack,
+        new_blocks: Sequence[tuple[str, bytes]],
+        created: list[str],
+    ) -> tuple[list[Sync], list[str]]:
+        """Write the blocks of a head move into ``blocks/``, under the head lock: gc, which
+        deletes only under it, cannot take them before the move, so they need neither a claim
+        nor a look after. The syncs of their bytes (descriptors held in ``held``), and the
+        names that were there already (checked to hold those very bytes; their sync and their
+        look are :meth:`_named`'s). ``created`` gets each name this call created."""
+        if not new_blocks:
+            return [], []
+        self._check_layout()  # as every write: none goes through a symlinked directory
+        path = self._root / "blocks"
+        files: list[Sync] = []
+        there: list[str] = []
+        with os_errors("write", path):
+            staging_fd = held.enter_context(self._dir(STAGING, create=True))
+            blocks_fd = held.enter_context(self._dir("blocks"))
+            try:
+                for name, data in new_blocks:
+                    if len(files) == HELD_FILES:  # a long transaction: these first
+                        _sync_files(files)
+                    fd = place_new(staging_fd, blocks_fd, name, data)
+                    if fd is None:  # a retry's, or another writer's that lost the head race
+                        check_stored_block(name, self._stored(blocks_fd, name), data)
+                        there.append(name)
+                        continue
+                    created.append(name)
+                    files.append((sync_data, fd))
+            except BaseException:
+                for _, fd in files:
+                    os.close(fd)
+                raise
+        for _, fd in files:
+            held.callback(os.close, fd)
+        return files, there
+
+    def _stored(self, blocks_fd: int, name: str) -> bytes:
+        """The bytes of the block file ``name`` found in place of one being written."""
+        try:
+            return read_regular_at(
+                blocks_fd, name, self._root / "blocks" / name, MAX_BLOCK_BYTES, "a block"
+            )
+        except (StorageError, OSError) as exc:  # a symlink, a FIFO, an unreadable file
+            raise IntegrityError(f"block {name} cannot be read: {exc}") from None
+
+    def _withdraw_placed(self, refs_fd: int, new: str, created: list[str]) -> None:
+        """Remove the blocks :meth:`_place_blocks` created for a head move that failed, still
+        under the head lock, once the head is read again and is not ``new`` (a failure after
+        the rename leaves them: the head may name them). Nothing else can name a block file
+        this move created. Best effort: one left is a leftover verify reports and gc removes."""
+        with contextlib.suppress(Exception):
+            if self._read_head_at(refs_fd) == new:
+                return
+            with self._dir("blocks") as blocks_fd:
+                for name in created:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(name, dir_fd=blocks_fd)
 
     def _named(
         self, held: contextlib.ExitStack, directory: str, names: list[str], *, sync_files: bool
