@@ -185,9 +185,10 @@ def commit(
     or data file the new blocks need was removed before the head moved (gc deletes leftovers
     under the same lock the head moves under); nothing became visible. Where a refused move
     never was the head (a lock, or an object store's compare-and-swap), the block files this
-    call created and the slices in ``created_data`` (those the caller's ``commit_data``
-    created) are removed again by :func:`withdraw`, which keeps any the winner shares.
-    Elsewhere they stay, reported by verify.
+    call created (under a lock, the head move removes those itself) and the slices in
+    ``created_data`` (those the caller's ``commit_data`` created) are removed again by
+    :func:`withdraw`, which keeps any the winner shares. Elsewhere they stay, reported by
+    verify.
 
     ``once_moved`` (the derived index's update) runs once the head has moved, before any other
     writer can move it (see :meth:`~odf_chain.storage.base.HeadStore.compare_and_swap_head`).

@@ -346,6 +346,9 @@ def test_the_index_is_written_once_the_move_is_durable_under_the_head_lock(
             order.append("refs synced")  # ended
 
     def rename(src, dst, *args, **kwargs):
+        folder = kwargs.get("dst_dir_fd")
+        if folder is not None:  # a name in a directory descriptor's folder
+            dst = os.path.join(os.readlink(f"/proc/self/fd/{folder}"), dst)
         if os.fspath(dst).endswith(os.path.join("refs", "head")):
             order.append("head renamed")
         real_rename(src, dst, *args, **kwargs)
@@ -634,3 +637,48 @@ def test_a_head_move_refused_after_its_blocks_were_written_withdraws_them(
     assert LocalStorage.open(root).read_head() == str(state.head)
     report = verify_path(root)
     assert report.ok and not report.warnings
+
+
+def test_a_head_move_that_fails_after_its_rename_keeps_its_blocks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once the head is renamed it may name the new blocks, acknowledged or not: a failure
+    after that (the sync of ``refs/`` here) is reported, and nothing the head names is
+    removed (the head move reads the head again before it withdraws anything)."""
+    from odf_chain.errors import StorageError
+
+    ds = _dataset(tmp_path / "ds", 2)
+    refs = os.path.realpath(ds.storage.root / "refs")
+    real_fsync = os.fsync
+
+    def failing(fd: int) -> None:
+        if os.readlink(f"/proc/self/fd/{fd}") == refs:
+            raise OSError(5, "Input/output error")
+        real_fsync(fd)
+
+    prepared = chain.prepare(ds.state, _event(2), system_time=chain.now(ds.state.system_time))
+    monkeypatch.setattr(os, "fsync", failing)
+    with pytest.raises(StorageError, match="Input/output error"):
+        chain.commit(ds.storage, prepared)
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    assert ds.storage.read_head() == str(prepared.entry.hash)
+    assert (ds.storage.root / "blocks" / str(prepared.entry.hash)).read_bytes() == prepared.data
+    assert verify_path(ds.storage.root).ok
+
+
+def test_a_transaction_refused_at_its_second_block_withdraws_its_first(tmp_path: Path) -> None:
+    """Three blocks, a torn file under the second's name: the move is refused naming it, the
+    first block (written by this move) is removed again, the torn file stays, the head too."""
+    from odf_chain.errors import IntegrityError
+
+    ds = _dataset(tmp_path / "ds", 1)
+    root = ds.storage.root
+    before = sorted(os.listdir(root / "blocks"))
+    tx = Transaction.begin(ds.storage, ds.state)
+    prepared = [tx.add(_event(i)) for i in range(1, 4)]
+    second = str(prepared[1].entry.hash)
+    (root / "blocks" / second).write_bytes(prepared[1].data[:10])
+    with pytest.raises(IntegrityError, match=f"{second}.*is not that block"):
+        chain.commit(ds.storage, *prepared)
+    assert sorted(os.listdir(root / "blocks")) == sorted([*before, second])
+    assert ds.storage.read_head() == str(ds.state.head)

@@ -309,9 +309,9 @@ class LocalStorage(LocalHead, LocalDerived):
         return sorted(found)
 
     def remove_block(self, name: str) -> bool:
-        """Delete ``blocks/<name>``; True if it was there. Checks nothing: meant for a writer
-        removing the block it created (``write_block`` returned True) after losing the head
-        race. Removing a block the chain references breaks the dataset."""
+        """Delete ``blocks/<name>``; True if it was there. Checks nothing: meant for
+        :func:`~odf_chain.chain.withdraw` and gc, which prove first that no head names it.
+        Removing a block the chain references breaks the dataset."""
         return self._remove(f"blocks/{check_name(name, 'block name')}")
 
     # -- data slices ----------------------------------------------------------------------------
@@ -358,9 +358,9 @@ class LocalStorage(LocalHead, LocalDerived):
         file (see :class:`DataCommit`). ``size``, when given, is what the writer wrote: a
         staged file of another size is refused (IntegrityError) before anything moves.
 
-        Durability as for :meth:`write_block`: the bytes are synced before the file gets its
-        name; the name becomes durable with the head move that names the slice, which fsyncs
-        ``data/`` once for all the transaction's slices before the head moves.
+        Durability: the bytes are synced before the file gets its name (a slice is large: its
+        sync is its write); the name becomes durable with the head move that names the slice,
+        which fsyncs ``data/`` once for all the transaction's slices before the head moves.
 
         Names are content hashes, so an existing slice of the same size holds the same bytes,
         or should: the staged copy is renamed over it, which repairs a damaged one. A size

@@ -111,9 +111,11 @@ def read_regular_at(dir_fd: int, name: str, path: Path | str, limit: int, what: 
 
 
 def write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
+    written = os.write(fd, data)  # a small write is whole at once: no view made
+    if written < len(data):
+        view = memoryview(data)[written:]
+        while view:
+            view = view[os.write(fd, view) :]
 
 
 def sync_data(fd: int) -> None:
@@ -248,20 +250,13 @@ def write_atomic(path: Path, data: bytes, staging_dir: Path | None = None) -> No
 
 
 def replace_staged(
-    path: Path,
-    data: bytes,
-    staging_dir: Path,
-    prefix: str,
-    make_durable: Callable[[int], None],
-    *,
-    claim: bool = True,
+    path: Path, data: bytes, staging_dir: Path, prefix: str, make_durable: Callable[[int], None]
 ) -> None:
     """Write ``data`` to a claimed staging file (``prefix``, in ``staging_dir``), call
     ``make_durable`` with its descriptor, then rename it over ``path``; on any failure the
     staging file is removed. Syncing ``path``'s directory is the caller's (the rename's
-    durability: one sync, or one made with others). ``claim=False`` for a caller holding the
-    head lock, under which alone gc removes staging files."""
-    fd, tmp = (create_claimed if claim else create_unique)(staging_dir, prefix, ".tmp")
+    durability: one sync, or one made with others)."""
+    fd, tmp = create_claimed(staging_dir, prefix, ".tmp")
     try:
         try:  # open (the claim held) until it is in place
             write_all(fd, data)
@@ -275,16 +270,11 @@ def replace_staged(
         raise
 
 
-def place_new(staging_fd: int, dir_fd: int, name: str, data: bytes) -> int | None:
-    """Give ``name`` in ``dir_fd`` the content ``data`` unless a file of that name is there:
-    written whole in the staging folder ``staging_fd``, then linked in (as :func:`install_new`),
-    so no reader ever sees part of it. A descriptor of the new file (for its sync: the
-    caller closes it), or None when the name was taken, writing nothing.
-
-    For a caller holding the head lock: gc removes staging files only under it, so the
-    staging file is neither claimed nor named at random (``.<name>.tmp``: one a writer that
-    died holding the lock left is removed first)."""
-    tmp = f".{name}.tmp"
+def stage_locked(staging_fd: int, tmp: str, data: bytes) -> int:
+    """A new file ``tmp`` of the staging folder ``staging_fd`` holding ``data``: its descriptor
+    (the caller closes it, and removes or renames ``tmp``). For a caller holding the head lock:
+    gc removes staging files only under it, so the file is neither claimed nor named at random;
+    one of that name, which a writer that died holding the lock left, is removed first."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
         fd = os.open(tmp, flags, 0o666, dir_fd=staging_fd)
@@ -293,6 +283,25 @@ def place_new(staging_fd: int, dir_fd: int, name: str, data: bytes) -> int | Non
         fd = os.open(tmp, flags, 0o666, dir_fd=staging_fd)
     try:
         write_all(fd, data)
+    except BaseException:
+        os.close(fd)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp, dir_fd=staging_fd)
+        raise
+    return fd
+
+
+def place_new(staging_fd: int, dir_fd: int, name: str, data: bytes) -> int | None:
+    """Give ``name`` in ``dir_fd`` the content ``data`` unless a file of that name is there:
+    written whole in the staging folder ``staging_fd``, then linked in (as :func:`install_new`),
+    so no reader ever sees part of it. A descriptor of the new file (for its sync: the
+    caller closes it), or None when the name was taken, writing nothing.
+
+    For a caller holding the head lock (:func:`stage_locked`: the staging file is
+    ``.<name>.tmp``)."""
+    tmp = f".{name}.tmp"
+    fd = stage_locked(staging_fd, tmp, data)
+    try:
         try:
             os.link(tmp, name, src_dir_fd=staging_fd, dst_dir_fd=dir_fd)
             created = True
@@ -306,10 +315,13 @@ def place_new(staging_fd: int, dir_fd: int, name: str, data: bytes) -> int | Non
                 os.rename(tmp, name, src_dir_fd=staging_fd, dst_dir_fd=dir_fd)
     except BaseException:
         os.close(fd)
-        raise
-    finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp, dir_fd=staging_fd)
+        raise
+    # the staging name only: once the block is in place, failing to remove it leaves a
+    # leftover (verify reports it, gc removes it), not a failed write
+    with contextlib.suppress(OSError):
+        os.unlink(tmp, dir_fd=staging_fd)
     if created:
         return fd
     os.close(fd)
@@ -420,18 +432,18 @@ class DatasetDir:
         if self._layout is not None:
             return self._layout
         found = set()
-        with os_errors("check", self._root), self._dir("") as root_fd:
-            for name in LAYOUT:
-                try:
-                    mode = lstat_at(name, root_fd).st_mode
-                except FileNotFoundError:
+        # one listing of the root (its entries' types come with it), not a look per name
+        with os_errors("check", self._root), self._dir("") as root_fd, os.scandir(root_fd) as it:
+            for entry in it:
+                if entry.name not in LAYOUT:
                     continue
-                if not stat.S_ISDIR(mode):
+                if not entry.is_dir(follow_symlinks=False):
+                    mode = entry.stat(follow_symlinks=False).st_mode
                     raise StorageError(
-                        f"{self._root / name} is {file_kind(mode)}, not a directory: odf_chain "
-                        "does not read, write or remove files through it"
+                        f"{self._root / entry.name} is {file_kind(mode)}, not a directory: "
+                        "odf_chain does not read, write or remove files through it"
                     )
-                found.add(name)
+                found.add(entry.name)
         if self._hold_all:
             self._layout = found
         return found

@@ -64,7 +64,7 @@ from odf_chain.storage.local_files import (
     os_errors,
     place_new,
     read_regular_at,
-    replace_staged,
+    stage_locked,
     start_writeback,
     storage_error,
     sync_data,
@@ -81,6 +81,7 @@ _LOG_FLAGS = os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOE
 _LOG_TAIL = 4096  # a head log line is ~160 bytes: the last one is in this many
 LOCK_TIMEOUT = 30.0
 _LOCK_POLL = 0.005
+HEAD_STAGED = ".head.tmp"  # the new head, in .staging/ (under the head lock: one at a time)
 
 
 def _now_ms() -> int:
@@ -259,6 +260,7 @@ class LocalHead(DatasetDir):
         for name, _ in new_blocks:
             check_name(name)
         with self._head_locked(timeout) as refs_fd, contextlib.ExitStack() as held:
+            self._check_layout()  # as every write: none goes through a symlinked directory
             current = self._read_head_at(refs_fd)
             if current != expected:
                 raise StaleBaseError(
@@ -336,9 +338,18 @@ class LocalHead(DatasetDir):
             # ext4 about one journal commit instead of three
             sync_together(together)
 
-        with os_errors("write", path):
-            # no claim: the lock held keeps gc from it
-            replace_staged(path, head, self.staging_dir, ".head.", with_the_others, claim=False)
+        with os_errors("write", path), self._dir(STAGING, create=True) as staging_fd:
+            fd = stage_locked(staging_fd, HEAD_STAGED, head)
+            try:
+                try:
+                    with_the_others(fd)
+                    os.rename(HEAD_STAGED, "head", src_dir_fd=staging_fd, dst_dir_fd=refs_fd)
+                finally:
+                    os.close(fd)
+            except BaseException:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(HEAD_STAGED, dir_fd=staging_fd)
+                raise
             # sync 4: the rename itself, through the lock's descriptor
             os.fsync(refs_fd)
         if once_moved is not None:  # under the head lock still
@@ -358,7 +369,6 @@ class LocalHead(DatasetDir):
         look are :meth:`_named`'s). ``created`` gets each name this call created."""
         if not new_blocks:
             return [], []
-        self._check_layout()  # as every write: none goes through a symlinked directory
         path = self._root / "blocks"
         files: list[Sync] = []
         there: list[str] = []
@@ -402,8 +412,8 @@ class LocalHead(DatasetDir):
             if self._read_head_at(refs_fd) == new:
                 return
             with self._dir("blocks") as blocks_fd:
-                for name in created:
-                    with contextlib.suppress(FileNotFoundError):
+                for name in reversed(created):  # the newest first: none left without its parent
+                    with contextlib.suppress(OSError):
                         os.unlink(name, dir_fd=blocks_fd)
 
     def _named(
