@@ -682,3 +682,61 @@ def test_a_transaction_refused_at_its_second_block_withdraws_its_first(tmp_path:
         chain.commit(ds.storage, *prepared)
     assert sorted(os.listdir(root / "blocks")) == sorted([*before, second])
     assert ds.storage.read_head() == str(ds.state.head)
+
+
+def test_a_leftover_head_staging_file_is_replaced_and_a_folder_there_is_refused(
+    tmp_path: Path,
+) -> None:
+    """The head is staged as ``.staging/.head.tmp`` under the head lock. A file of that name
+    (a writer that died holding the lock) is replaced, a symlink there is removed without being
+    followed; a folder in its place is refused, named, with nothing committed or left."""
+    from odf_chain.errors import StorageError
+
+    ds = _dataset(tmp_path / "ds", 2)
+    staged = ds.storage.root / ".staging" / ".head.tmp"
+    outside = tmp_path / "outside"
+    outside.write_text("keep me")
+    staged.symlink_to(outside)
+    ds.append(_event(2))
+    assert outside.read_text() == "keep me"
+    staged.write_text("half a head")
+    entry = ds.append(_event(3))
+    assert ds.storage.read_head() == str(entry.hash)
+    assert not staged.exists()
+
+    staged.mkdir()
+    blocks = sorted(os.listdir(ds.storage.root / "blocks"))
+    with pytest.raises(StorageError, match=r"\.staging/\.head\.tmp is in the way"):
+        ds.append(_event(4))
+    assert ds.storage.read_head() == str(entry.hash)
+    assert sorted(os.listdir(ds.storage.root / "blocks")) == blocks  # the new block withdrawn
+    staged.rmdir()
+    assert verify_path(ds.storage.root).ok
+
+
+def test_a_head_move_whose_sync_fails_leaves_no_staging_file_and_no_block(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sync before the rename fails: the move is reported, the head stays, the head's staging
+    file and the block the move wrote are both removed."""
+    from odf_chain.errors import StorageError
+
+    ds = _dataset(tmp_path / "ds", 2)
+    root = ds.storage.root
+    blocks = sorted(os.listdir(root / "blocks"))
+    head = ds.storage.read_head()
+    real = os.fdatasync
+
+    def failing(fd: int) -> None:
+        if ".head." in os.readlink(f"/proc/self/fd/{fd}"):
+            raise OSError(5, "Input/output error")
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", failing)
+    with pytest.raises(StorageError, match="Input/output error"):
+        ds.append(_event(2))
+    monkeypatch.setattr(os, "fdatasync", real)
+    assert ds.storage.read_head() == head
+    assert sorted(os.listdir(root / "blocks")) == blocks
+    assert not [p.name for p in (root / ".staging").iterdir()]
+    assert verify_path(root).ok

@@ -270,16 +270,23 @@ def replace_staged(
         raise
 
 
-def stage_locked(staging_fd: int, tmp: str, data: bytes) -> int:
-    """A new file ``tmp`` of the staging folder ``staging_fd`` holding ``data``: its descriptor
-    (the caller closes it, and removes or renames ``tmp``). For a caller holding the head lock:
-    gc removes staging files only under it, so the file is neither claimed nor named at random;
-    one of that name, which a writer that died holding the lock left, is removed first."""
+def stage_locked(staging_fd: int, tmp: str, data: bytes, staging: Path) -> int:
+    """A new file ``tmp`` of the staging folder ``staging_fd`` (``staging``, for errors) holding
+    ``data``: its descriptor (the caller closes it, and removes or renames ``tmp``). For a
+    caller holding the head lock: gc removes staging files only under it, so the file is
+    neither claimed nor named at random; one of that name, which a writer that died holding the
+    lock left, is removed first (anything else there is refused, named)."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
         fd = os.open(tmp, flags, 0o666, dir_fd=staging_fd)
     except FileExistsError:
-        os.unlink(tmp, dir_fd=staging_fd)
+        try:
+            os.unlink(tmp, dir_fd=staging_fd)
+        except (IsADirectoryError, PermissionError) as exc:  # a folder in the way
+            raise StorageError(
+                f"{staging / tmp} is in the way of a write and cannot be removed "
+                f"({exc.strerror}); remove it by hand (nothing was written)"
+            ) from None
         fd = os.open(tmp, flags, 0o666, dir_fd=staging_fd)
     try:
         write_all(fd, data)
@@ -291,7 +298,7 @@ def stage_locked(staging_fd: int, tmp: str, data: bytes) -> int:
     return fd
 
 
-def place_new(staging_fd: int, dir_fd: int, name: str, data: bytes) -> int | None:
+def place_new(staging_fd: int, dir_fd: int, name: str, data: bytes, staging: Path) -> int | None:
     """Give ``name`` in ``dir_fd`` the content ``data`` unless a file of that name is there:
     written whole in the staging folder ``staging_fd``, then linked in (as :func:`install_new`),
     so no reader ever sees part of it. A descriptor of the new file (for its sync: the
@@ -300,7 +307,7 @@ def place_new(staging_fd: int, dir_fd: int, name: str, data: bytes) -> int | Non
     For a caller holding the head lock (:func:`stage_locked`: the staging file is
     ``.<name>.tmp``)."""
     tmp = f".{name}.tmp"
-    fd = stage_locked(staging_fd, tmp, data)
+    fd = stage_locked(staging_fd, tmp, data, staging)
     try:
         try:
             os.link(tmp, name, src_dir_fd=staging_fd, dst_dir_fd=dir_fd)
@@ -435,15 +442,23 @@ class DatasetDir:
         # one listing of the root (its entries' types come with it), not a look per name
         with os_errors("check", self._root), self._dir("") as root_fd, os.scandir(root_fd) as it:
             for entry in it:
-                if entry.name not in LAYOUT:
+                if entry.name in LAYOUT and entry.is_dir(follow_symlinks=False):
+                    found.add(entry.name)
+            # a name the listing does not show as a folder, looked up as the old check did: on
+            # a case-insensitive filesystem "Data" answers for data/, and a name may be gone
+            for name in LAYOUT:
+                if name in found:
                     continue
-                if not entry.is_dir(follow_symlinks=False):
-                    mode = entry.stat(follow_symlinks=False).st_mode
+                try:
+                    mode = lstat_at(name, root_fd).st_mode
+                except FileNotFoundError:
+                    continue
+                if not stat.S_ISDIR(mode):
                     raise StorageError(
-                        f"{self._root / entry.name} is {file_kind(mode)}, not a directory: "
-                        "odf_chain does not read, write or remove files through it"
+                        f"{self._root / name} is {file_kind(mode)}, not a directory: odf_chain "
+                        "does not read, write or remove files through it"
                     )
-                found.add(entry.name)
+                found.add(name)
         if self._hold_all:
             self._layout = found
         return found

@@ -339,13 +339,13 @@ class LocalHead(DatasetDir):
             sync_together(together)
 
         with os_errors("write", path), self._dir(STAGING, create=True) as staging_fd:
-            fd = stage_locked(staging_fd, HEAD_STAGED, head)
+            fd = stage_locked(staging_fd, HEAD_STAGED, head, self._staging)
             try:
                 try:
                     with_the_others(fd)
-                    os.rename(HEAD_STAGED, "head", src_dir_fd=staging_fd, dst_dir_fd=refs_fd)
                 finally:
-                    os.close(fd)
+                    os.close(fd)  # before the rename: a failed close then fails no moved head
+                os.rename(HEAD_STAGED, "head", src_dir_fd=staging_fd, dst_dir_fd=refs_fd)
             except BaseException:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(HEAD_STAGED, dir_fd=staging_fd)
@@ -379,7 +379,7 @@ class LocalHead(DatasetDir):
                 for name, data in new_blocks:
                     if len(files) == HELD_FILES:  # a long transaction: these first
                         _sync_files(files)
-                    fd = place_new(staging_fd, blocks_fd, name, data)
+                    fd = place_new(staging_fd, blocks_fd, name, data, self._staging)
                     if fd is None:  # a retry's, or another writer's that lost the head race
                         check_stored_block(name, self._stored(blocks_fd, name), data)
                         there.append(name)
