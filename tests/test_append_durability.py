@@ -740,3 +740,40 @@ def test_a_head_move_whose_sync_fails_leaves_no_staging_file_and_no_block(
     assert sorted(os.listdir(root / "blocks")) == blocks
     assert not [p.name for p in (root / ".staging").iterdir()]
     assert verify_path(root).ok
+
+
+def test_the_head_move_places_blocks_without_hard_links_and_names_a_failed_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the filesystem has no hard links the head move renames each block into place
+    (it holds the lock: no other writer can race it there); a block it cannot write is named
+    as ``blocks/<hash>``, not by its staging name, with nothing committed."""
+    import errno
+
+    from odf_chain.errors import StorageError
+
+    ds = _dataset(tmp_path / "ds", 1)
+    root = ds.storage.root
+    real_link = os.link
+
+    def no_links(src, dst, *args, **kwargs):
+        raise OSError(errno.EPERM, os.strerror(errno.EPERM), str(src), None, str(dst))
+
+    monkeypatch.setattr(os, "link", no_links)
+    entry = ds.append(_event(1))
+    assert (root / "blocks" / str(entry.hash)).is_file()
+    assert not [p.name for p in (root / ".staging").iterdir()]
+    report = verify_path(root)
+    assert report.ok and not report.warnings
+
+    def full(src, dst, *args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(src), None, str(dst))
+
+    monkeypatch.setattr(os, "link", full)
+    prepared = chain.prepare(ds.state, _event(2), system_time=chain.now(ds.state.system_time))
+    with pytest.raises(StorageError, match=rf"blocks/{prepared.entry.hash}: No space left"):
+        chain.commit(ds.storage, prepared)
+    monkeypatch.setattr(os, "link", real_link)
+    assert ds.storage.read_head() == str(entry.hash)
+    assert not (root / "blocks" / str(prepared.entry.hash)).exists()
+    assert not [p.name for p in (root / ".staging").iterdir()]

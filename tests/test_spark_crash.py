@@ -404,8 +404,10 @@ def test_a_failure_at_any_step_leaves_the_chain_as_it_was(
         expected, writer = StorageError, "arrow"  # the store refused: it names the file
     elif step == "data-rename":
         _fail_on_call(monkeypatch, LocalStorage, "commit_data", 3, StorageError("disk gone"))
-    elif step == "block-write":
-        _fail_on_call(monkeypatch, LocalStorage, "write_block", 2, StorageError("disk gone"))
+    elif step == "block-write":  # the head move writes the blocks, under the head lock
+        from odf_chain.storage import local_head
+
+        _fail_on_call(monkeypatch, local_head, "place_new", 2, StorageError("disk gone"))
     else:
         _fail_on_call(
             monkeypatch, LocalStorage, "compare_and_swap_head", 1, ConflictError("head moved")
@@ -431,7 +433,8 @@ def test_a_failure_at_any_step_leaves_the_chain_as_it_was(
             # two slices renamed before the third rename failed: the transaction's failure
             # policy withdraws them (as Dataset.write's, the same Transaction)
             "data-rename": {},
-            # every slice renamed, the first block written: both withdrawn
+            # every slice renamed, the first block written: both withdrawn (the block by the
+            # head move, under the lock; the slices by the transaction)
             "block-write": {},
             # a lost head race: the writer removes the blocks and slices it created
             "head-move": {},

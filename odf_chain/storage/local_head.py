@@ -379,7 +379,8 @@ class LocalHead(DatasetDir):
                 for name, data in new_blocks:
                     if len(files) == HELD_FILES:  # a long transaction: these first
                         _sync_files(files)
-                    fd = place_new(staging_fd, blocks_fd, name, data, self._staging)
+                    with os_errors("write", f"{path}/{name}"):  # the block, not its staging
+                        fd = place_new(staging_fd, blocks_fd, name, data, self._staging)
                     if fd is None:  # a retry's, or another writer's that lost the head race
                         check_stored_block(name, self._stored(blocks_fd, name), data)
                         there.append(name)
