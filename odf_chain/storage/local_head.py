@@ -111,6 +111,20 @@ def _missing(path: Path) -> ConflictError:
     )
 
 
+@contextlib.contextmanager
+def _holding(held: contextlib.ExitStack, files: list[Sync]) -> Iterator[None]:
+    """Close the descriptors of ``files`` (opened in the block) if the block fails; else leave
+    them to ``held``, which closes them with the head move."""
+    try:
+        yield
+    except BaseException:
+        for _, fd in files:
+            os.close(fd)
+        raise
+    for _, fd in files:
+        held.callback(os.close, fd)
+
+
 def _sync_files(files: list[Sync]) -> None:
     """Sync ``files`` together and close them, emptying the list."""
     try:
@@ -375,7 +389,7 @@ class LocalHead(DatasetDir):
         with os_errors("write", path):
             staging_fd = held.enter_context(self._dir(STAGING, create=True))
             blocks_fd = held.enter_context(self._dir("blocks"))
-            try:
+            with _holding(held, files):
                 for name, data in new_blocks:
                     if len(files) == HELD_FILES:  # a long transaction: these first
                         _sync_files(files)
@@ -387,12 +401,6 @@ class LocalHead(DatasetDir):
                         continue
                     created.append(name)
                     files.append((sync_data, fd))
-            except BaseException:
-                for _, fd in files:
-                    os.close(fd)
-                raise
-        for _, fd in files:
-            held.callback(os.close, fd)
         return files, there
 
     def _stored(self, blocks_fd: int, name: str) -> bytes:
@@ -436,7 +444,7 @@ class LocalHead(DatasetDir):
                     raise
                 raise _missing(path / names[0]) from None
             files: list[Sync] = []
-            try:
+            with _holding(held, files):
                 for name in names:
                     if sync_files:
                         if len(files) == HELD_FILES:  # a long transaction: these first
@@ -458,12 +466,6 @@ class LocalHead(DatasetDir):
                             mode = None
                     if mode is None or not stat.S_ISREG(mode):
                         raise _missing(path / name)
-            except BaseException:
-                for _, fd in files:
-                    os.close(fd)
-                raise
-            for _, fd in files:
-                held.callback(os.close, fd)
             # files before folders: sync threads take them in this order, and a folder's
             # fsync, having no data to write out, starts a journal commit soonest
             return [*files, (os.fsync, dir_fd)]
