@@ -309,17 +309,7 @@ def place_new(staging_fd: int, dir_fd: int, name: str, data: bytes, staging: Pat
     tmp = f".{name}.tmp"
     fd = stage_locked(staging_fd, tmp, data, staging)
     try:
-        try:
-            os.link(tmp, name, src_dir_fd=staging_fd, dst_dir_fd=dir_fd)
-            created = True
-        except FileExistsError:
-            created = False
-        except OSError as exc:
-            if exc.errno not in NO_HARD_LINKS:
-                raise
-            created = not _lexists_at(name, dir_fd)
-            if created:
-                os.rename(tmp, name, src_dir_fd=staging_fd, dst_dir_fd=dir_fd)
+        created = install_new(tmp, name, src_dir_fd=staging_fd, dst_dir_fd=dir_fd)
     except BaseException:
         os.close(fd)
         with contextlib.suppress(FileNotFoundError):
@@ -335,30 +325,32 @@ def place_new(staging_fd: int, dir_fd: int, name: str, data: bytes, staging: Pat
     return None
 
 
-def _lexists_at(name: str, dir_fd: int) -> bool:
-    try:
-        lstat_at(name, dir_fd)
-    except FileNotFoundError:
-        return False
-    return True
-
-
-def install_new(source: Path | str, target: Path) -> bool:
+def install_new(
+    source: Path | str,
+    target: Path | str,
+    *,
+    src_dir_fd: int | None = None,
+    dst_dir_fd: int | None = None,
+) -> bool:
     """Give ``target`` the content of ``source`` unless ``target`` exists; True if this call
     created it. A hard link creates atomically, so of several processes installing the same
     name exactly one gets True; ``source`` stays (the caller removes it). Without hard links
-    ``source`` is renamed instead: still correct, but two racing creators may both get True."""
+    ``source`` is renamed instead: still correct, but two racing creators may both get True.
+    ``src_dir_fd``/``dst_dir_fd``: the names are relative to those folders (as ``os.link``)."""
     try:
-        os.link(source, target)
+        os.link(source, target, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
         return True
     except FileExistsError:
         return False
     except OSError as exc:
         if exc.errno not in NO_HARD_LINKS:
             raise
-    if os.path.lexists(target):
+    try:
+        os.stat(target, dir_fd=dst_dir_fd, follow_symlinks=False)
         return False
-    os.rename(source, target)
+    except FileNotFoundError:
+        pass
+    os.rename(source, target, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
     return True
 
 
