@@ -185,6 +185,8 @@ class LocalStorage(LocalHead, LocalDerived):
 
     def write_block(self, name: str, data: bytes) -> bool:
         """Store a block; True if this call created the file, False if it was already there.
+        A commit does not come here on a local dataset: its head move writes its blocks under
+        the head lock (``compare_and_swap_head(new_blocks=)``); this stores one on its own.
 
         Names are content hashes, so rewriting the same bytes is a no-op and different bytes
         under an existing name mean something is corrupt. Of writers racing to store the same
