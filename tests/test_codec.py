@@ -2268,3 +2268,54 @@ def test_the_hand_packed_manifest_is_the_builders(version: int) -> None:
     for size in [*range(0, 130), 255, 256, 257, 4093, 65_536, 65_537]:
         content = os.urandom(size)
         assert codec._wrap_manifest(content, version) == builder(content), size
+
+
+# ---------------------------------------------------------------------------------------------
+# The encoder's builder (odf_chain.format.builder): the stock builder's bytes, faster
+
+
+def _encoded_with(builder_class: type[flatbuffers.Builder], block, alignment: int) -> bytes:
+    from odf_chain.format.block_encoder import BlockEncoder
+
+    return BlockEncoder(alignment, builder_class).block(block)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(block=BLOCKS | LINEAGE_BLOCKS, alignment=st.sampled_from([4, 1]))
+def test_fast_builder_writes_the_stock_builders_bytes(block, alignment):
+    """Every event type, both timestamp alignments (current and legacy): the same calls give
+    the same bytes, vtables shared alike (several tables of one shape in a block)."""
+    from odf_chain.format.builder import Builder
+
+    assert _encoded_with(Builder, block, alignment) == _encoded_with(
+        flatbuffers.Builder, block, alignment
+    )
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(block=BLOCKS | LINEAGE_BLOCKS, initial=st.sampled_from([0, 1, 7, 64]))
+def test_fast_builder_grows_its_buffer_as_the_stock_one(block, initial):
+    """Packed by flatc's object API into a buffer too small from the start, so it grows in the
+    middle of vtables, strings and vectors: the bytes are still the stock builder's."""
+    from odf_chain.format.builder import Builder
+
+    content = read_manifest(encode_block(block))[1]
+    packed = []
+    for builder in (Builder(initial), flatbuffers.Builder(initial)):
+        builder.Finish(MetadataBlockT.InitFromPackedBuf(content, 0).Pack(builder))
+        packed.append(bytes(builder.Output()))
+    assert packed[0] == packed[1]
+
+
+@pytest.mark.parametrize(
+    ("slot", "value"),
+    [("PrependUint8Slot", 256), ("PrependInt32Slot", 2**31), ("PrependUint64Slot", -1)],
+)
+def test_fast_builder_still_refuses_a_value_out_of_range(slot, value):
+    """It drops the stock builder's range check per scalar; the packing still refuses."""
+    from odf_chain.format.builder import Builder
+
+    builder = Builder(0)
+    builder.StartObject(1)
+    with pytest.raises(struct.error):
+        getattr(builder, slot)(0, value, 0)

@@ -25,6 +25,7 @@ from typing import Any
 import flatbuffers
 
 from odf_chain.errors import FormatError
+from odf_chain.format.builder import Builder
 from odf_chain.format.data_schema_encoder import pack_data_schema
 from odf_chain.format.did import DatasetId
 from odf_chain.format.events import (
@@ -94,8 +95,10 @@ _INITIAL_BUFFER = 1024
 class BlockEncoder:
     """Builds one MetadataBlock flatbuffer in reference-implementation order."""
 
-    def __init__(self, timestamp_alignment: int) -> None:
-        self.b = flatbuffers.Builder(_INITIAL_BUFFER)
+    def __init__(
+        self, timestamp_alignment: int, builder: type[flatbuffers.Builder] = Builder
+    ) -> None:
+        self.b = builder(_INITIAL_BUFFER)
         self.ts_align = timestamp_alignment
 
     # -- leaves -------------------------------------------------------------------------------
@@ -537,39 +540,61 @@ def _checked_text(value: Any, where: str) -> str:
 _UINT64_MAX = 2**64 - 1
 
 
-def _check_values(value: Any, where: str) -> None:
+Where = str | tuple["Where", str]
+"""A field's name for an error: text, or (the parent's, a part) spelt out only when needed."""
+
+
+def _spelt(where: Where) -> str:
+    if isinstance(where, str):
+        return where
+    parent, part = where
+    return f"{_spelt(parent)}{part}"
+
+
+@functools.cache
+def _checked_fields(cls: type) -> tuple[tuple[str, str, bool], ...]:
+    """A dataclass's fields as (name, ".name", declared a bool)."""
+    return tuple((f.name, f".{f.name}", f.type == "bool") for f in dataclasses.fields(cls))
+
+
+def _check_values(value: Any, where: Where) -> None:
     """Refuse values the wire format cannot hold, naming the field (``AddData.prev_offset``)
-    rather than letting the flatbuffers builder fail somewhere inside."""
-    if isinstance(value, Multihash | DatasetId | enum.Enum) or value is None:
+    rather than letting the flatbuffers builder fail somewhere inside. (Runs at every append:
+    a field's name is spelt out only for an error.)"""
+    if value is None or isinstance(value, Multihash | DatasetId | enum.Enum):
         return  # validated when constructed / written as its integer value
     if isinstance(value, bool):
-        raise FormatError(f"{where}: expected a number or text, got a bool")
+        raise FormatError(f"{_spelt(where)}: expected a number or text, got a bool")
     if isinstance(value, int):
         if not 0 <= value <= _UINT64_MAX:
-            raise FormatError(f"{where}: {value} is outside 0..2**64-1")
+            raise FormatError(f"{_spelt(where)}: {value} is outside 0..2**64-1")
     elif isinstance(value, datetime):
         if value.tzinfo is None:
             raise FormatError(
-                f"{where}: timestamps must be timezone-aware (UTC), got naive {value}"
+                f"{_spelt(where)}: timestamps must be timezone-aware (UTC), got naive {value}"
             )
     elif isinstance(value, str):
+        if value.isascii():
+            return
         try:
             value.encode("utf-8")
         except UnicodeEncodeError as exc:
-            raise FormatError(f"{where}: text is not encodable as UTF-8 ({exc.reason})") from None
+            raise FormatError(
+                f"{_spelt(where)}: text is not encodable as UTF-8 ({exc.reason})"
+            ) from None
     elif isinstance(value, bytes | bytearray | memoryview):
         return
     elif isinstance(value, tuple | list):
         for i, item in enumerate(value):
-            _check_values(item, f"{where}[{i}]")
+            _check_values(item, (where, f"[{i}]"))
     elif dataclasses.is_dataclass(value):
-        for f in dataclasses.fields(value):
-            item = getattr(value, f.name)
-            if f.type == "bool" and isinstance(item, bool):
+        for name, part, flag in _checked_fields(type(value)):
+            item = getattr(value, name)
+            if item is None or (flag and isinstance(item, bool)):
                 continue  # a declared flag (FieldOperation.writes); elsewhere a bool is a mistake
-            _check_values(item, f"{where}.{f.name}")
+            _check_values(item, (where, part))
     elif not isinstance(value, Mapping):  # mappings (extra) are checked as JSON when encoded
-        raise FormatError(f"{where}: unsupported value of type {type(value).__name__}")
+        raise FormatError(f"{_spelt(where)}: unsupported value of type {type(value).__name__}")
 
 
 @functools.cache

@@ -1,0 +1,198 @@
+"""``flatbuffers.Builder`` with its hot paths in fewer Python calls: the block encoder's.
+
+Every append encodes a block, and the stock builder spends most of that time in bookkeeping
+(a range check and a function call per scalar, a call per vtable entry). This subclass runs the
+same layout algorithm, step for step (the same alignment, padding, buffer growth and vtable
+sharing), so its bytes are the stock builder's: ``tests/test_codec.py`` encodes generated
+blocks of every event type with both and compares them, and the reference vectors
+(``tests/test_vectors.py``) hold for it.
+
+What it leaves out is checking the caller: a value out of its type's range still fails (the
+``struct`` packing raises), but a call out of order (a field outside a table, a table inside
+a vector) is not diagnosed. The encoder's calls come in one fixed order, which the tests
+above exercise.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import flatbuffers
+
+_U8 = struct.Struct("<B").pack_into
+_BOOL = struct.Struct("<?").pack_into
+_I16 = struct.Struct("<h").pack_into
+_U16 = struct.Struct("<H").pack_into
+_I32 = struct.Struct("<i").pack_into
+_U32 = struct.Struct("<I").pack_into
+_I64 = struct.Struct("<q").pack_into
+_U64 = struct.Struct("<Q").pack_into
+_VTABLE_PACKERS: dict[int, struct.Struct] = {}
+
+
+def _vtable_packer(entries: int) -> struct.Struct:
+    packer = _VTABLE_PACKERS.get(entries)
+    if packer is None:
+        packer = _VTABLE_PACKERS[entries] = struct.Struct(f"<{entries}H")
+    return packer
+
+
+class Builder(flatbuffers.Builder):
+    """The stock builder, faster where the block encoder spends its time."""
+
+    __slots__ = ()
+
+    def Prep(self, size: int, additionalBytes: int) -> None:
+        if size > self.minalign:
+            self.minalign = size
+        head = self.head
+        align = -(len(self.Bytes) - head + additionalBytes) & (size - 1)
+        needed = align + size + additionalBytes
+        while head < needed:
+            old = len(self.Bytes)
+            self.GrowByteBuffer()
+            head += len(self.Bytes) - old
+        if align:
+            self.Bytes[head - align : head] = bytes(align)
+            head -= align
+        self.head = head
+
+    def _scalar(self, width: int, pack, value) -> None:
+        self.Prep(width, 0)
+        head = self.head - width
+        pack(self.Bytes, head, value)
+        self.head = head
+
+    def _scalar_slot(self, width: int, pack, slot: int, value, default) -> None:
+        if value != default or (self.forceDefaults and default is not None):
+            self.Prep(width, 0)
+            head = self.head - width
+            pack(self.Bytes, head, value)
+            self.head = head
+            self.current_vtable[slot] = len(self.Bytes) - head
+
+    def PrependBoolSlot(self, o: int, x, d) -> None:
+        self._scalar_slot(1, _BOOL, o, x, d)
+
+    def PrependUint8Slot(self, o: int, x, d) -> None:
+        self._scalar_slot(1, _U8, o, x, d)
+
+    PrependByteSlot = PrependUint8Slot
+
+    def PrependInt16Slot(self, o: int, x, d) -> None:
+        self._scalar_slot(2, _I16, o, x, d)
+
+    def PrependUint16Slot(self, o: int, x, d) -> None:
+        self._scalar_slot(2, _U16, o, x, d)
+
+    def PrependInt32Slot(self, o: int, x, d) -> None:
+        self._scalar_slot(4, _I32, o, x, d)
+
+    def PrependUint32Slot(self, o: int, x, d) -> None:
+        self._scalar_slot(4, _U32, o, x, d)
+
+    def PrependInt64Slot(self, o: int, x, d) -> None:
+        self._scalar_slot(8, _I64, o, x, d)
+
+    def PrependUint64Slot(self, o: int, x, d) -> None:
+        self._scalar_slot(8, _U64, o, x, d)
+
+    def PrependUint8(self, x: int) -> None:
+        self._scalar(1, _U8, x)
+
+    def PrependUint16(self, x: int) -> None:
+        self._scalar(2, _U16, x)
+
+    def PrependInt32(self, x: int) -> None:
+        self._scalar(4, _I32, x)
+
+    def PrependUint32(self, x: int) -> None:
+        self._scalar(4, _U32, x)
+
+    def PrependUOffsetTRelative(self, off: int) -> None:
+        self.Prep(4, 0)
+        offset = len(self.Bytes) - self.head
+        if off > offset:
+            raise flatbuffers.builder.OffsetArithmeticError("flatbuffers: Offset arithmetic error.")
+        head = self.head - 4
+        _U32(self.Bytes, head, offset - off + 4)
+        self.head = head
+
+    def PrependUOffsetTRelativeSlot(self, o: int, x: int, d: int) -> None:
+        if x != d or self.forceDefaults:
+            self.PrependUOffsetTRelative(x)
+            self.current_vtable[o] = len(self.Bytes) - self.head
+
+    def StartObject(self, numfields: int) -> None:
+        self.current_vtable = [0] * numfields
+        self.objectEnd = len(self.Bytes) - self.head
+        self.nested = True
+
+    def EndObject(self) -> int:
+        """The base's ``WriteVtable``: the object's vtable offset slot, then the vtable (or a
+        pointer to an equal one written before), its entries packed at once."""
+        self.nested = False
+        self.Prep(4, 0)  # the slot for the offset to the vtable, filled in below
+        self.head -= 4
+        object_offset = len(self.Bytes) - self.head
+        fields = self.current_vtable
+        used = len(fields)
+        while used and not fields[used - 1]:  # trailing empty fields are left out
+            used -= 1
+        entries = [object_offset - f if f else 0 for f in fields[:used]]
+        object_size = object_offset - self.objectEnd
+        key = (*reversed(entries), object_size)  # the base's key: vtables are shared by it
+        found = self.vtables.get(key)
+        if found is None:
+            size = 2 * (used + 2)
+            self.Prep(2, size - 2)
+            head = self.head - size
+            _vtable_packer(used + 2).pack_into(self.Bytes, head, size, object_size, *entries)
+            self.head = head
+            vtable = len(self.Bytes) - head
+            _I32(self.Bytes, len(self.Bytes) - object_offset, vtable - object_offset)
+            self.vtables[key] = vtable
+        else:  # the head is at the object's start still
+            _I32(self.Bytes, self.head, found - object_offset)
+        self.current_vtable = None
+        return object_offset
+
+    def StartVector(self, elemSize: int, numElems: int, alignment: int) -> int:
+        self.nested = True
+        self.vectorNumElems = numElems
+        self.Prep(4, elemSize * numElems)
+        self.Prep(alignment, elemSize * numElems)
+        return len(self.Bytes) - self.head
+
+    def EndVector(self, numElems: int | None = None) -> int:
+        if numElems is not None:  # the base's deprecated form: its checks
+            return super().EndVector(numElems)
+        self.nested = False
+        head = self.head - 4
+        _U32(self.Bytes, head, self.vectorNumElems)
+        self.head = head
+        self.vectorNumElems = None
+        return len(self.Bytes) - head
+
+    def CreateString(self, s: str | bytes, encoding: str = "utf-8", errors: str = "strict") -> int:
+        data = s.encode(encoding, errors) if isinstance(s, str) else s
+        if not isinstance(data, bytes | bytearray):
+            raise TypeError("non-string passed to CreateString")
+        size = len(data)
+        self.Prep(4, size + 1)
+        head = self.head - 1 - size
+        self.Bytes[head : head + size + 1] = data + b"\0"
+        self.head = head
+        self.vectorNumElems = size
+        return self.EndVector()
+
+    def CreateByteVector(self, x: bytes) -> int:
+        if not isinstance(x, bytes | bytearray):
+            raise TypeError("non-byte vector passed to CreateByteVector")
+        size = len(x)
+        self.Prep(4, size)
+        head = self.head - size
+        self.Bytes[head : head + size] = x
+        self.head = head
+        self.vectorNumElems = size
+        return self.EndVector()
