@@ -127,6 +127,28 @@ def test_a_write_refuses_a_symlinked_layout_directory(tmp_path: Path, directory:
     assert (root / "refs" / "head").read_bytes() == head
 
 
+@pytest.mark.parametrize("directory", ["refs", "logs", ".staging", "blocks", "info"])
+def test_an_append_goes_through_no_symlinked_folder(tmp_path: Path, directory: str) -> None:
+    """The head move makes no layout check first: each folder it opens refuses a symlink as it
+    is opened. A handle that set the head itself appends without reading anything first (the
+    move checks under the lock): a folder turned into a symlink since is refused all the same
+    (the index's, info/, is best effort: the append may stand, written through nothing)."""
+    root = _dataset(tmp_path / "ds", writes=2)
+    dataset = Dataset.open(root)
+    dataset.append(SetInfo(description="before"))  # the handle's own head from now on
+    outside = tmp_path / "outside"
+    shutil.copytree(root / directory, outside, symlinks=True)
+    shutil.rmtree(root / directory)
+    (root / directory).symlink_to(outside)
+    before = snapshot_tree(outside)
+    if directory == "info":
+        dataset.append(SetInfo(description="after"))
+    else:
+        with pytest.raises(OdfChainError, match=rf"{directory}\S* is a symlink"):
+            dataset.append(SetInfo(description="after"))
+    assert snapshot_tree(outside) == before
+
+
 def test_two_datasets_sharing_data_through_a_symlink(tmp_path: Path) -> None:
     a = _dataset(tmp_path / "a", writes=3)
     b = _dataset(tmp_path / "b", writes=2)
