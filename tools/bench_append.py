@@ -33,6 +33,11 @@ filesystem: give ``--work`` a filesystem of its own (a loop-mounted image) for e
 
 ``--index-cost N`` instead times N appends to a fresh dataset with the derived index kept
 beside N with its update switched off, interleaved in chunks of 250 in one process.
+
+``--encode-cost N`` instead times N encodings of the appended block (``encode_block``'s work:
+the value checks and the flatbuffer) with the encoder's builder (``odf_chain.format.builder``)
+beside N with the stock ``flatbuffers.Builder``, interleaved in chunks of 500 in one process:
+the same calls, the same bytes (checked here too).
 """
 
 from __future__ import annotations
@@ -185,6 +190,38 @@ def index_cost(root: Path, n: int, chunk: int = 250) -> dict[str, list[float]]:
     return samples
 
 
+def encode_cost(root: Path, n: int, chunk: int = 500) -> dict[str, list[float]]:
+    """Per-block encoding time with the encoder's builder beside the stock one, interleaved
+    chunk by chunk in one process; the block is the one an append of the benchmark's event
+    builds (a new dataset, a few blocks in)."""
+    import flatbuffers
+
+    from odf_chain import Dataset, chain
+    from odf_chain.format.block_encoder import BlockEncoder, check_block
+    from odf_chain.format.builder import Builder
+
+    dataset = Dataset.create(root / "encode")
+    for _ in range(3):
+        dataset.append(_event(dataset.state, "encode"))
+    block = chain.prepare(dataset.state, _event(dataset.state, "encode")).entry.block
+    builders = {"encoder's builder": Builder, "stock builder": flatbuffers.Builder}
+    made = {BlockEncoder(4, b).block(block) for b in builders.values()}
+    if len(made) != 1:
+        raise SystemExit("the two builders made different bytes")
+    samples: dict[str, list[float]] = {name: [] for name in builders}
+    done = 0
+    while done < n:
+        for name, builder in builders.items():
+            for _ in range(done, min(done + chunk, n)):
+                start = time.perf_counter()
+                encoder = BlockEncoder(4, builder)
+                check_block(block)
+                encoder.block(block)
+                samples[name].append(time.perf_counter() - start)
+        done += chunk
+    return samples
+
+
 # -- in the driver ---------------------------------------------------------------------------
 
 
@@ -254,6 +291,12 @@ def main() -> int:
         metavar="N",
         help="instead: N appends with the index update beside N without it, interleaved",
     )
+    parser.add_argument(
+        "--encode-cost",
+        type=int,
+        metavar="N",
+        help="instead: N block encodings with the encoder's builder beside N with the stock one",
+    )
     parser.add_argument("--probe", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.probe:
@@ -261,6 +304,18 @@ def main() -> int:
         print(json.dumps(probe(Path(dataset), int(appends), Path(floor_dir))))
         return 0
     args.work.mkdir(parents=True, exist_ok=True)
+    if args.encode_cost:
+        scratch = Path(tempfile.mkdtemp(prefix="encode-cost-", dir=args.work))
+        try:
+            samples = encode_cost(scratch, args.encode_cost)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        p50 = {k: statistics.median(v) for k, v in samples.items()}
+        for name, values in samples.items():
+            print(f"encode, {name:<17} p50 {p50[name] * 1e6:6.1f} us  ({len(values):,} blocks)")
+        ratio = p50["encoder's builder"] / p50["stock builder"]
+        print(f"encoder's builder / stock builder  {ratio:.2f}x")
+        return 0
     if args.index_cost:
         scratch = Path(tempfile.mkdtemp(prefix="index-cost-", dir=args.work))
         try:
