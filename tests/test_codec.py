@@ -2308,14 +2308,35 @@ def test_fast_builder_grows_its_buffer_as_the_stock_one(block, initial):
 
 
 @pytest.mark.parametrize(
-    ("slot", "value"),
-    [("PrependUint8Slot", 256), ("PrependInt32Slot", 2**31), ("PrependUint64Slot", -1)],
+    ("slot", "value", "error"),
+    [
+        ("PrependUint8Slot", 256, struct.error),
+        ("PrependInt32Slot", 2**31, struct.error),
+        ("PrependUint64Slot", -1, struct.error),
+        ("PrependBoolSlot", 2, TypeError),
+        ("PrependBoolSlot", "no", TypeError),
+        ("PrependBoolSlot", None, TypeError),
+    ],
 )
-def test_fast_builder_still_refuses_a_value_out_of_range(slot, value):
-    """It drops the stock builder's range check per scalar; the packing still refuses."""
+def test_fast_builder_still_refuses_a_value_out_of_range(slot, value, error):
+    """It drops the stock builder's range check per scalar; the packing still refuses, and a
+    bool slot takes nothing but a bool (``struct`` would pack any value as its truth)."""
     from odf_chain.format.builder import Builder
 
     builder = Builder(0)
     builder.StartObject(1)
-    with pytest.raises(struct.error):
-        getattr(builder, slot)(0, value, 0)
+    with pytest.raises(error):
+        getattr(builder, slot)(0, value, False if slot == "PrependBoolSlot" else 0)
+
+
+def test_a_dataclass_class_where_a_value_belongs_is_refused_by_field_name():
+    """``dataclasses.is_dataclass`` is true of the class too: given where an instance
+    belongs, it is a FormatError naming the field, not a TypeError from inside the check."""
+    block = MetadataBlock(
+        system_time=datetime(2024, 1, 1, tzinfo=UTC),
+        prev_block_hash=None,
+        sequence_number=0,
+        event=AddData(new_data=DataSlice),  # type: ignore[arg-type]
+    )
+    with pytest.raises(FormatError, match=r"^AddData\.new_data: unsupported value of type type"):
+        encode_block(block)

@@ -127,12 +127,12 @@ def test_a_write_refuses_a_symlinked_layout_directory(tmp_path: Path, directory:
     assert (root / "refs" / "head").read_bytes() == head
 
 
-@pytest.mark.parametrize("directory", ["refs", "logs", ".staging", "blocks", "info"])
+@pytest.mark.parametrize("directory", ["refs", "logs", ".staging", "blocks", "info", "data"])
 def test_an_append_goes_through_no_symlinked_folder(tmp_path: Path, directory: str) -> None:
-    """The head move makes no layout check first: each folder it opens refuses a symlink as it
-    is opened. A handle that set the head itself appends without reading anything first (the
-    move checks under the lock): a folder turned into a symlink since is refused all the same
-    (the index's, info/, is best effort: the append may stand, written through nothing)."""
+    """A handle that set the head itself appends without reading anything first (the move
+    checks under the lock): a layout folder turned into a symlink since is refused all the
+    same, before anything is written, nothing outside touched (a SetInfo writes no slice: even
+    a symlinked data/ it would not go through is refused, as reads and gc refuse it)."""
     root = _dataset(tmp_path / "ds", writes=2)
     dataset = Dataset.open(root)
     dataset.append(SetInfo(description="before"))  # the handle's own head from now on
@@ -140,13 +140,13 @@ def test_an_append_goes_through_no_symlinked_folder(tmp_path: Path, directory: s
     shutil.copytree(root / directory, outside, symlinks=True)
     shutil.rmtree(root / directory)
     (root / directory).symlink_to(outside)
-    before = snapshot_tree(outside)
-    if directory == "info":
-        dataset.append(SetInfo(description="after"))
-    else:
+    before, head = snapshot_tree(outside), (outside if directory == "refs" else root / "refs")
+    head_bytes = (head / "head").read_bytes()
+    for n in range(4):  # past the index's batch: its writes too would go through info/
         with pytest.raises(OdfChainError, match=rf"{directory}\S* is a symlink"):
-            dataset.append(SetInfo(description="after"))
+            dataset.append(SetInfo(description=f"after {n}"))
     assert snapshot_tree(outside) == before
+    assert (head / "head").read_bytes() == head_bytes
 
 
 def test_two_datasets_sharing_data_through_a_symlink(tmp_path: Path) -> None:

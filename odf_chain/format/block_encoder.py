@@ -587,7 +587,7 @@ def _check_values(value: Any, where: Where) -> None:
     elif isinstance(value, tuple | list):
         for i, item in enumerate(value):
             _check_values(item, (where, f"[{i}]"))
-    elif dataclasses.is_dataclass(value):
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):  # not a class
         for name, part, flag in _checked_fields(type(value)):
             item = getattr(value, name)
             if item is None or (flag and isinstance(item, bool)):

@@ -8,9 +8,11 @@ blocks of every event type with both and compares them, and the reference vector
 (``tests/test_vectors.py``) hold for it.
 
 What it leaves out is checking the caller: a value out of its type's range still fails (the
-``struct`` packing raises), but a call out of order (a field outside a table, a table inside
-a vector) is not diagnosed. The encoder's calls come in one fixed order, which the tests
-above exercise.
+``struct`` packing raises ``struct.error`` where the stock builder raises a ``TypeError``; a
+bool slot refuses anything but a bool, as the stock one does), but a call out of order (a
+field outside a table, a table inside a vector) is not diagnosed. The encoder's calls come in
+one fixed order, which the tests above exercise; it refuses bad values itself, by field name,
+before it calls the builder.
 """
 
 from __future__ import annotations
@@ -72,6 +74,8 @@ class Builder(flatbuffers.Builder):
             self.current_vtable[slot] = len(self.Bytes) - head
 
     def PrependBoolSlot(self, o: int, x, d) -> None:
+        if not isinstance(x, bool):  # "<?" packs anything as its truth
+            raise TypeError(f"flatbuffers: a bool slot given {type(x).__name__}")
         self._scalar_slot(1, _BOOL, o, x, d)
 
     def PrependUint8Slot(self, o: int, x, d) -> None:

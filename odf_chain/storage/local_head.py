@@ -273,10 +273,8 @@ class LocalHead(DatasetDir):
             check_name(expected, "expected head")
         for name, _ in new_blocks:
             check_name(name)
-        # No layout check first, as a write through a path makes: each folder this move opens
-        # (refs/, logs/, .staging/, blocks/, data/, the index's) is opened by _dir, which
-        # refuses a symlink at the moment of use, so the move goes through none
         with self._head_locked(timeout) as refs_fd, contextlib.ExitStack() as held:
+            self._check_layout()  # as every write: none goes through a symlinked directory
             current = self._read_head_at(refs_fd)
             if current != expected:
                 raise StaleBaseError(
