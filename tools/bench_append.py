@@ -278,6 +278,18 @@ def parse_size(text: str) -> int:
     return int(text.rstrip("km")) * scale
 
 
+def side_by_side(what: str, samples: dict[str, list[float]]) -> None:
+    """Print two variants' p50 and p90 (in ms) and the first's p50 over the second's."""
+    p50 = {k: statistics.median(v) for k, v in samples.items()}
+    for name, values in samples.items():
+        print(
+            f"{what}, {name:<17} p50 {p50[name] * 1e3:7.3f} ms  "
+            f"p90 {quantile(values, 0.9) * 1e3:7.3f} ms  ({len(values):,})"
+        )
+    first, second = p50
+    print(f"{what} p50, {first} / {second}  {p50[first] / p50[second]:.2f}x")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1k,1m", help="chain sizes (default: 1k,1m)")
@@ -304,32 +316,18 @@ def main() -> int:
         print(json.dumps(probe(Path(dataset), int(appends), Path(floor_dir))))
         return 0
     args.work.mkdir(parents=True, exist_ok=True)
-    if args.encode_cost:
-        scratch = Path(tempfile.mkdtemp(prefix="encode-cost-", dir=args.work))
-        try:
-            samples = encode_cost(scratch, args.encode_cost)
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
-        p50 = {k: statistics.median(v) for k, v in samples.items()}
-        for name, values in samples.items():
-            print(f"encode, {name:<17} p50 {p50[name] * 1e6:6.1f} us  ({len(values):,} blocks)")
-        ratio = p50["encoder's builder"] / p50["stock builder"]
-        print(f"encoder's builder / stock builder  {ratio:.2f}x")
-        return 0
-    if args.index_cost:
-        scratch = Path(tempfile.mkdtemp(prefix="index-cost-", dir=args.work))
-        try:
-            samples = index_cost(scratch, args.index_cost)
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
-        p50 = {k: statistics.median(v) for k, v in samples.items()}
-        for name, values in samples.items():
-            print(
-                f"append {name:<14} p50 {p50[name] * 1e3:6.2f} ms  "
-                f"p90 {quantile(values, 0.9) * 1e3:6.2f} ms  ({len(values):,} appends)"
-            )
-        print(f"append p50 with / without index  {p50['with index'] / p50['without index']:.2f}x")
-        return 0
+    for n, measure, what, prefix in (
+        (args.encode_cost, encode_cost, "encode", "encode-cost-"),
+        (args.index_cost, index_cost, "append", "index-cost-"),
+    ):
+        if n:
+            scratch = Path(tempfile.mkdtemp(prefix=prefix, dir=args.work))
+            try:
+                samples = measure(scratch, n)
+            finally:
+                shutil.rmtree(scratch, ignore_errors=True)
+            side_by_side(what, samples)
+            return 0
 
     sizes = [parse_size(s) for s in args.sizes.split(",")]
     chains = {n: build(args.work, n) for n in sizes}

@@ -93,7 +93,10 @@ _INITIAL_BUFFER = 1024
 
 
 class BlockEncoder:
-    """Builds one MetadataBlock flatbuffer in reference-implementation order."""
+    """Builds one MetadataBlock flatbuffer in reference-implementation order. ``builder``: the
+    flatbuffers builder class, :class:`~odf_chain.format.builder.Builder` (the stock builder's
+    bytes, faster) unless another is given (tests and ``tools/bench_append.py`` give the stock
+    one, to compare)."""
 
     def __init__(
         self, timestamp_alignment: int, builder: type[flatbuffers.Builder] = Builder

@@ -18,6 +18,8 @@ before it calls the builder.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
+from typing import Any
 
 import flatbuffers
 
@@ -37,6 +39,28 @@ def _vtable_packer(entries: int) -> struct.Struct:
     if packer is None:
         packer = _VTABLE_PACKERS[entries] = struct.Struct(f"<{entries}H")
     return packer
+
+
+def _slot(width: int, pack: Callable[..., None]) -> Callable[..., None]:
+    """A ``Prepend<Type>Slot`` method: the scalar, unless it is the default (and defaults are
+    not forced), then its slot in the table's vtable."""
+
+    def prepend_slot(self: Builder, o: int, x: Any, d: Any) -> None:
+        self._scalar_slot(width, pack, o, x, d)
+
+    return prepend_slot
+
+
+def _scalar(width: int, pack: Callable[..., None]) -> Callable[..., None]:
+    """A ``Prepend<Type>`` method: the scalar, aligned to its width."""
+
+    def prepend(self: Builder, x: Any) -> None:
+        self.Prep(width, 0)
+        head = self.head - width
+        pack(self.Bytes, head, x)
+        self.head = head
+
+    return prepend
 
 
 class Builder(flatbuffers.Builder):
@@ -59,12 +83,6 @@ class Builder(flatbuffers.Builder):
             head -= align
         self.head = head
 
-    def _scalar(self, width: int, pack, value) -> None:
-        self.Prep(width, 0)
-        head = self.head - width
-        pack(self.Bytes, head, value)
-        self.head = head
-
     def _scalar_slot(self, width: int, pack, slot: int, value, default) -> None:
         if value != default or (self.forceDefaults and default is not None):
             self.Prep(width, 0)
@@ -78,40 +96,13 @@ class Builder(flatbuffers.Builder):
             raise TypeError(f"flatbuffers: a bool slot given {type(x).__name__}")
         self._scalar_slot(1, _BOOL, o, x, d)
 
-    def PrependUint8Slot(self, o: int, x, d) -> None:
-        self._scalar_slot(1, _U8, o, x, d)
-
-    PrependByteSlot = PrependUint8Slot
-
-    def PrependInt16Slot(self, o: int, x, d) -> None:
-        self._scalar_slot(2, _I16, o, x, d)
-
-    def PrependUint16Slot(self, o: int, x, d) -> None:
-        self._scalar_slot(2, _U16, o, x, d)
-
-    def PrependInt32Slot(self, o: int, x, d) -> None:
-        self._scalar_slot(4, _I32, o, x, d)
-
-    def PrependUint32Slot(self, o: int, x, d) -> None:
-        self._scalar_slot(4, _U32, o, x, d)
-
-    def PrependInt64Slot(self, o: int, x, d) -> None:
-        self._scalar_slot(8, _I64, o, x, d)
-
-    def PrependUint64Slot(self, o: int, x, d) -> None:
-        self._scalar_slot(8, _U64, o, x, d)
-
-    def PrependUint8(self, x: int) -> None:
-        self._scalar(1, _U8, x)
-
-    def PrependUint16(self, x: int) -> None:
-        self._scalar(2, _U16, x)
-
-    def PrependInt32(self, x: int) -> None:
-        self._scalar(4, _I32, x)
-
-    def PrependUint32(self, x: int) -> None:
-        self._scalar(4, _U32, x)
+    # the base's names, each a scalar of one width and one packing
+    PrependUint8Slot = PrependByteSlot = _slot(1, _U8)
+    PrependInt16Slot, PrependUint16Slot = _slot(2, _I16), _slot(2, _U16)
+    PrependInt32Slot, PrependUint32Slot = _slot(4, _I32), _slot(4, _U32)
+    PrependInt64Slot, PrependUint64Slot = _slot(8, _I64), _slot(8, _U64)
+    PrependUint8, PrependUint16 = _scalar(1, _U8), _scalar(2, _U16)
+    PrependInt32, PrependUint32 = _scalar(4, _I32), _scalar(4, _U32)
 
     def PrependUOffsetTRelative(self, off: int) -> None:
         self.Prep(4, 0)
