@@ -92,7 +92,9 @@ class Builder(flatbuffers.Builder):
             self.current_vtable[slot] = len(self.Bytes) - head
 
     def PrependBoolSlot(self, o: int, x, d) -> None:
-        if not isinstance(x, bool):  # "<?" packs anything as its truth
+        # "<?" packs anything as its truth: what is written must be a bool (an optional bool
+        # left out, None with the default None, writes nothing, as in the stock builder)
+        if (x != d or (self.forceDefaults and d is not None)) and not isinstance(x, bool):
             raise TypeError(f"flatbuffers: a bool slot given {type(x).__name__}")
         self._scalar_slot(1, _BOOL, o, x, d)
 
