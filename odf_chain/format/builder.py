@@ -9,7 +9,7 @@ blocks of every event type with both and compares them, and the reference vector
 
 What it leaves out is checking the caller: a value out of its type's range still fails (the
 ``struct`` packing raises ``struct.error`` where the stock builder raises a ``TypeError``; a
-bool slot refuses anything but a bool, as the stock one does), but a call out of order (a
+bool slot writes nothing but a bool, as the stock one), but a call out of order (a
 field outside a table, a table inside a vector) is not diagnosed. The encoder's calls come in
 one fixed order, which the tests above exercise; it refuses bad values itself, by field name,
 before it calls the builder.
