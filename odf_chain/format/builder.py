@@ -17,6 +17,7 @@ before it calls the builder.
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Callable
 from typing import Any
@@ -31,14 +32,12 @@ _I32 = struct.Struct("<i").pack_into
 _U32 = struct.Struct("<I").pack_into
 _I64 = struct.Struct("<q").pack_into
 _U64 = struct.Struct("<Q").pack_into
-_VTABLE_PACKERS: dict[int, struct.Struct] = {}
 
 
+@functools.cache
 def _vtable_packer(entries: int) -> struct.Struct:
-    packer = _VTABLE_PACKERS.get(entries)
-    if packer is None:
-        packer = _VTABLE_PACKERS[entries] = struct.Struct(f"<{entries}H")
-    return packer
+    """The packing of a vtable of ``entries`` 16-bit entries (its two sizes included)."""
+    return struct.Struct(f"<{entries}H")
 
 
 def _slot(width: int, pack: Callable[..., None]) -> Callable[..., None]:
