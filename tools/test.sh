@@ -12,8 +12,9 @@ if [ "${1:-}" = "--fast" ]; then
   # without Java makes any Spark a test would start anyway fail instead of running
   shift
   export JAVA_HOME=/nonexistent/the-fast-loop-starts-no-java
-  # with no Spark session to share, the tests spread over the cores (pytest-xdist)
-  set -- -m "not spark and not s3 and not azure and not gcs and not slow" -n auto "$@"
+  set -- -m "not spark and not s3 and not azure and not gcs and not slow" "$@"
 fi
-# the slowest tests are listed at the end: the suite must stay well under 15 minutes
-exec .venv/bin/python -m pytest --durations=12 "$@"
+# the tests spread over the cores (pytest-xdist); those sharing the session's Spark or an
+# object-store server all run on one worker (tests/conftest.py), so each starts once. The
+# slowest tests are listed at the end: the suite must stay well under 15 minutes
+exec .venv/bin/python -m pytest -n auto --dist loadgroup --durations=12 "$@"
