@@ -307,3 +307,33 @@ def test_log_line_of_an_add_data_names_the_run_it_carries(tmp_path) -> None:
     # the run it carries after the rows, before the watermark and the slice's file name
     assert "2 rows, " in line and "); lineage of import-people run r-9 (1 operation); " in line
     assert line.endswith(f"; data/{entry.block.event.new_data.physical_hash}"), line
+
+
+def test_carried_lineage_is_decoded_once_per_block_read(tmp_path, monkeypatch) -> None:
+    """Each rule and the state ask for the lineage an AddData carries: one decoding serves them
+    all, and a block read anew, or an event given another document, is decoded again."""
+    from odf_chain.format import lineage_json
+    from odf_chain.state import embedded_lineage, lineage_extra
+
+    decoded = []
+    real = lineage_json.lineage_from_json
+
+    def counting(doc, where):
+        decoded.append(doc)
+        return real(doc, where)
+
+    monkeypatch.setattr(lineage_json, "lineage_from_json", counting)
+    ds = with_schema(tmp_path)
+    ds.write(rows(0), lineage=_recorded("r-1"))  # the rules check the block as it is appended
+    assert len(decoded) == 1
+    [carrier] = [e for e in ds.blocks() if "r-1" in str(getattr(e.block.event, "extra", ""))]
+    event = carrier.block.event  # decoded from its stored bytes: a new object
+    first = embedded_lineage(event)
+    assert len(decoded) == 2 and embedded_lineage(event) is first and len(decoded) == 2
+    assert verify_path(ds.path).ok
+    assert len(decoded) <= 4  # verify reads the block once or twice; without the cache, 8+
+
+    before = len(decoded)
+    other = replace(event, extra=lineage_extra(replace(first, inputs=())))  # another document
+    assert embedded_lineage(other).inputs == () and first.inputs != ()
+    assert len(decoded) == before + 1
