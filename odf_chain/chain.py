@@ -26,7 +26,7 @@ from odf_chain.errors import (
 from odf_chain.events import AddData, ExecuteTransform, MetadataBlock, MetadataEvent
 from odf_chain.format.codec import decode_block, encode_block
 from odf_chain.format.multihash import BLAKE3, Multihash
-from odf_chain.state import DatasetState, apply
+from odf_chain.state import DatasetState, apply, carries_lineage, decoding_once
 from odf_chain.storage import BlockStore, ChainStore, HeadStore, Storage
 
 
@@ -41,8 +41,12 @@ class BlockEntry:
 
 def advance(state: DatasetState, block: MetadataBlock, block_hash: Multihash) -> DatasetState:
     """The one fold step shared by append, replay and verify: validate, then apply."""
-    (_validate or _rules())(state, block, block_hash)
-    return apply(state, block, block_hash)
+    if not carries_lineage(block.event):
+        (_validate or _rules())(state, block, block_hash)
+        return apply(state, block, block_hash)
+    with decoding_once(block.event):  # the rules and the state each read the lineage it carries
+        (_validate or _rules())(state, block, block_hash)
+        return apply(state, block, block_hash)
 
 
 _validate = None

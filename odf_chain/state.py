@@ -7,6 +7,7 @@ that append, replay and verify share, so a chain that appends is a chain that ve
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
@@ -104,37 +105,13 @@ class Vocabulary:
         return (self.offset_column, self.operation_type_column, self.system_time_column)
 
 
-# -- values derived from an object, computed once per object ------------------------------------
+# -- field paths, computed once per schema object ---------------------------------------------
 
-
-class _ByIdentity:
-    """The last few values computed from objects, each keyed by the object itself (its
-    identity, not its value): a fold step asks for the same one several times (each rule, then
-    the state). A hit is confirmed with ``is``; each entry keeps its object alive, so its id
-    cannot be reused while cached. Thread-safe; holds ``size`` objects at most."""
-
-    def __init__(self, size: int) -> None:
-        self._size = size
-        self._entries: OrderedDict[int, tuple[object, Any]] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, obj: object) -> Any | None:
-        with self._lock:
-            hit = self._entries.get(id(obj))
-            if hit is None or hit[0] is not obj:
-                return None
-            self._entries.move_to_end(id(obj))
-            return hit[1]
-
-    def put(self, obj: object, value: Any) -> None:
-        with self._lock:
-            self._entries[id(obj)] = (obj, value)
-            self._entries.move_to_end(id(obj))
-            while len(self._entries) > self._size:
-                self._entries.popitem(last=False)
-
-
-_schema_paths_of = _ByIdentity(8)
+_PATHS_CACHE_SIZE = 8
+_paths_cache: OrderedDict[int, tuple[pa.Schema, tuple[FieldInfo, ...], frozenset[str]]] = (
+    OrderedDict()
+)
+_paths_lock = threading.Lock()
 
 
 def _schema_paths(schema: pa.Schema) -> tuple[tuple[FieldInfo, ...], frozenset[str]]:
@@ -143,17 +120,25 @@ def _schema_paths(schema: pa.Schema) -> tuple[tuple[FieldInfo, ...], frozenset[s
     Every state folded after a SetDataSchema holds the very same schema object, so a chain of
     10,000 blocks computes the paths of each schema once, not once per block. The key is the
     object, not its value: two equal-looking schemas can differ in metadata that decides the
-    path convention (an Avro writer schema).
+    path convention (an Avro writer schema). A hit is confirmed with ``is`` (the entry keeps the
+    schema alive, so its id cannot be reused while cached); the cache holds a few schemas only.
     """
-    hit = _schema_paths_of.get(schema)
-    if hit is not None:
-        return hit
+    key = id(schema)
+    with _paths_lock:
+        hit = _paths_cache.get(key)
+        if hit is not None and hit[0] is schema:
+            _paths_cache.move_to_end(key)
+            return hit[1], hit[2]
     from odf_chain.schema.paths import schema_fields
 
     fields = tuple(schema_fields(schema))
-    found = fields, frozenset(f.path for f in fields)
-    _schema_paths_of.put(schema, found)
-    return found
+    paths = frozenset(f.path for f in fields)
+    with _paths_lock:
+        _paths_cache[key] = (schema, fields, paths)
+        _paths_cache.move_to_end(key)
+        while len(_paths_cache) > _PATHS_CACHE_SIZE:
+            _paths_cache.popitem(last=False)
+    return fields, paths
 
 
 def schema_path_set(schema: pa.Schema) -> frozenset[str]:
@@ -273,19 +258,39 @@ def embedded_lineage(event: AddData | ExecuteTransform) -> AddFieldLineage:
 
     assert event.extra is not None
     doc = event.extra[LINEAGE_KEY]
-    hit = _lineage_of_event.get(event)
-    if hit is not None and hit[0] is doc:
-        return hit[1]
+    step = _step
+    if step.event is event and step.doc is doc:
+        return step.lineage  # type: ignore[return-value]
     lineage = lineage_from_json(doc, f"extra attribute {LINEAGE_KEY!r}")
-    _lineage_of_event.put(event, (doc, lineage))
+    if step.event is event:
+        step.doc, step.lineage = doc, lineage
     return lineage
 
 
-_lineage_of_event = _ByIdentity(8)
-"""The lineage each of the last few events carries, decoded once: a fold step asks for it in
-four rules and in the state (decoding one run's lineage takes about 0.1 ms). Keyed by the event
-object and confirmed against its document object, so a block decoded anew (verify, another
-read) or an event given another document decodes again."""
+class _Step(threading.local):
+    """The fold step this thread is in (:func:`decoding_once`): its event, and the lineage it
+    carries once decoded, with the document it was decoded from."""
+
+    event: object = None
+    doc: object = None
+    lineage: AddFieldLineage | None = None
+
+
+_step = _Step()
+
+
+@contextlib.contextmanager
+def decoding_once(event: object) -> Iterator[None]:
+    """Within one fold step over ``event``, its carried lineage is decoded once, for each rule
+    and the state that ask for it (they are four and one; a run's lineage takes about 15 µs to
+    decode). Only within the step: outside it a caller may change the document in place and
+    hand the same event again (a retry), and what a step checks must be what gets written."""
+    outer = (_step.event, _step.doc, _step.lineage)
+    _step.event, _step.doc, _step.lineage = event, None, None
+    try:
+        yield
+    finally:
+        _step.event, _step.doc, _step.lineage = outer
 
 
 def lineage_of(event: object) -> AddFieldLineage | None:
