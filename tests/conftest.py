@@ -120,10 +120,6 @@ def s3_bucket(s3_server) -> str:
     return f"s3://{name}"
 
 
-_SHARED = ("spark", "s3", "azure", "gcs")
-"""Markers of the tests that use Spark or a session-wide server."""
-
-
 # A test taking the fixture that gives Spark or S3, or a fixture that depends on it, gets its
 # marker (pyproject.toml lists them); tests that start Spark another way are marked by hand
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -139,9 +135,3 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for fixture, mark in by_fixture.items():
             if fixture in used:
                 item.add_marker(mark)
-        # under pytest-xdist (tools/test.sh), one worker runs every test that starts Spark or
-        # talks to an object-store server: the session's Spark and each server start once,
-        # and two Spark JVMs (or Spark beside eight writer processes) never share the two
-        # cores; the other tests spread over all workers, beside them
-        if any(item.get_closest_marker(name) for name in _SHARED):
-            item.add_marker(pytest.mark.xdist_group("shared-session"))

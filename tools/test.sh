@@ -14,7 +14,7 @@ if [ "${1:-}" = "--fast" ]; then
   export JAVA_HOME=/nonexistent/the-fast-loop-starts-no-java
   set -- -m "not spark and not s3 and not azure and not gcs and not slow" "$@"
 fi
-# the tests spread over the cores (pytest-xdist); those sharing the session's Spark or an
-# object-store server all run on one worker (tests/conftest.py), so each starts once. The
-# slowest tests are listed at the end: the suite must stay well under 15 minutes
-exec .venv/bin/python -m pytest -n auto --dist loadgroup --durations=12 "$@"
+# the tests spread over the cores (pytest-xdist): each worker starts its own Spark session
+# and object-store servers when a test first needs them. The slowest tests are listed at the
+# end: the suite must stay well under 15 minutes
+exec .venv/bin/python -m pytest -n auto --durations=12 "$@"
