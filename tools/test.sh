@@ -15,7 +15,7 @@ if [ "${1:-}" = "--fast" ]; then
   set -- -m "not spark and not s3 and not azure and not gcs and not slow" "$@"
 fi
 # the tests spread over the cores (pytest-xdist): each worker starts its own Spark session
-# and object-store servers when a test first needs them; an idle worker takes tests queued for
-# the other (worksteal), so a long test late in the order does not leave one core idle. The
-# slowest tests are listed at the end: the suite must stay well under 15 minutes
+# and object-store servers when a test first needs them; a worker that runs out of tests takes
+# some queued for the other (worksteal: with the default, the two kept about one core busy).
+# The slowest tests are listed at the end: the suite must stay well under 15 minutes
 exec .venv/bin/python -m pytest -n auto --dist worksteal --durations=12 "$@"
