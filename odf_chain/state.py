@@ -267,12 +267,16 @@ def embedded_lineage(event: AddData | ExecuteTransform) -> AddFieldLineage:
     return lineage
 
 
+_NOTHING = object()
+"""No document decoded yet (not None: a document can be JSON's null, which must fail)."""
+
+
 class _Step(threading.local):
     """The fold step this thread is in (:func:`decoding_once`): its event, and the lineage it
     carries once decoded, with the document it was decoded from."""
 
     event: object = None
-    doc: object = None
+    doc: object = _NOTHING
     lineage: AddFieldLineage | None = None
 
 
@@ -286,7 +290,7 @@ def decoding_once(event: object) -> Iterator[None]:
     decode). Only within the step: outside it a caller may change the document in place and
     hand the same event again (a retry), and what a step checks must be what gets written."""
     outer = (_step.event, _step.doc, _step.lineage)
-    _step.event, _step.doc, _step.lineage = event, None, None
+    _step.event, _step.doc, _step.lineage = event, _NOTHING, None
     try:
         yield
     finally:

@@ -345,3 +345,37 @@ def test_carried_lineage_is_decoded_once_per_fold_step(tmp_path, monkeypatch) ->
     assert embedded_lineage(event).run.run_id == "r-2"
     with decoding_once(event):
         assert embedded_lineage(event).run.run_id == "r-2"
+
+
+def test_a_null_lineage_document_is_refused_and_named(tmp_path) -> None:
+    """JSON's null where the lineage belongs is malformed lineage: the append refuses it, and
+    verify names it when it was written behind the rules (not an internal error)."""
+    from odf_chain.state import LINEAGE_KEY
+
+    ds = with_schema(tmp_path)
+    ds.write(rows(0))
+    last = ds.state
+    bad = AddData(
+        prev_offset=last.last_offset, new_watermark=last.watermark, extra={LINEAGE_KEY: None}
+    )
+    with pytest.raises(RuleViolation) as refused:
+        ds.append(bad)
+    assert refused.value.rule == "lineage-structure" and "null" in str(refused.value)
+    seq, name = _append_behind_the_rules(ds, bad)
+    errors = verify_path(ds.path).errors
+    assert [(p.rule, p.sequence_number, p.block_hash) for p in errors] == [
+        ("lineage-structure", seq, name)
+    ], [p.line() for p in errors]
+
+
+def test_a_document_swapped_within_a_step_is_read_anew(tmp_path) -> None:
+    from odf_chain.state import LINEAGE_KEY, decoding_once, embedded_lineage, lineage_extra
+
+    ds = with_schema(tmp_path)
+    [carrier] = ds.write(rows(0), lineage=_recorded("r-1"))
+    event = carrier.block.event
+    with decoding_once(event):
+        first = embedded_lineage(event)
+        other = lineage_extra(replace(first, inputs=()))[LINEAGE_KEY]
+        event.extra[LINEAGE_KEY] = other  # another document object, within the step
+        assert embedded_lineage(event).inputs == () and first.inputs != ()
