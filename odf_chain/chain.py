@@ -9,6 +9,7 @@ reported by verify), and the caller gets :class:`ConflictError`.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -41,12 +42,13 @@ class BlockEntry:
 
 def advance(state: DatasetState, block: MetadataBlock, block_hash: Multihash) -> DatasetState:
     """The one fold step shared by append, replay and verify: validate, then apply."""
-    if not carries_lineage(block.event):
+    # the rules and the state each read the lineage a block carries: decoded once for all
+    with decoding_once(block.event) if carries_lineage(block.event) else _NO_LINEAGE:
         (_validate or _rules())(state, block, block_hash)
         return apply(state, block, block_hash)
-    with decoding_once(block.event):  # the rules and the state each read the lineage it carries
-        (_validate or _rules())(state, block, block_hash)
-        return apply(state, block, block_hash)
+
+
+_NO_LINEAGE = contextlib.nullcontext()
 
 
 _validate = None

@@ -285,10 +285,11 @@ _step = _Step()
 
 @contextlib.contextmanager
 def decoding_once(event: object) -> Iterator[None]:
-    """Within one fold step over ``event``, its carried lineage is decoded once, for each rule
-    and the state that ask for it (they are four and one; a run's lineage takes about 15 µs to
-    decode). Only within the step: outside it a caller may change the document in place and
-    hand the same event again (a retry), and what a step checks must be what gets written."""
+    """Within one fold step over ``event``, its carried lineage is decoded once for the rules
+    and the state that ask for it (a write's step decoded it 7 times without this; one run's
+    lineage takes 15-34 µs to decode, one to three operations). Only within the step: outside
+    it a caller may change the document in place and hand the same event again (a retry), and
+    what a step checks must be what gets written."""
     outer = (_step.event, _step.doc, _step.lineage)
     _step.event, _step.doc, _step.lineage = event, _NOTHING, None
     try:
