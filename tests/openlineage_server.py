@@ -11,15 +11,38 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 
-def free_port() -> int:
-    """A port nothing listens on (bound once, then closed): a backend that is down."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+class DownBackend:
+    """A backend that is down: a port bound and not listening, so a connection is refused
+    there. The port stays bound until :meth:`close` or :meth:`up`, so no other test (another
+    xdist worker's server, say) can take it meanwhile, as it could a port bound once and
+    closed. :meth:`up` brings the backend up on that very socket."""
+
+    def __init__(self) -> None:
+        self.socket = socket.socket()
+        self.socket.bind(("127.0.0.1", 0))
+        self.port = self.socket.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def up(self) -> LineageServer:
+        taken, self.socket = self.socket, None
+        if taken is None:
+            raise RuntimeError("the backend is up already")
+        return LineageServer(bound=taken)
+
+    def close(self) -> None:
+        if self.socket is not None:
+            self.socket.close()
+            self.socket = None
+
+    def __enter__(self) -> DownBackend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 class LineageServer:
-    def __init__(self, port: int = 0) -> None:
+    def __init__(self, port: int = 0, *, bound: socket.socket | None = None) -> None:
         self.events: list[dict[str, Any]] = []
         self.paths: list[str] = []
         self.arrived = 0  # requests seen, held ones too
@@ -43,7 +66,14 @@ class LineageServer:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        if bound is None:
+            self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        else:  # a DownBackend's socket, bound all along: now listening
+            self.server = ThreadingHTTPServer(bound.getsockname(), Handler, False)
+            self.server.socket.close()
+            self.server.socket = bound
+            self.server.server_address = bound.getsockname()
+            self.server.server_activate()
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)

@@ -19,7 +19,7 @@ from odf_chain.gc import collect_garbage_path
 from odf_chain.state import lineage_of
 from odf_chain.verify import verify_path
 from tests.cli_run import run_main
-from tests.openlineage_server import LineageServer, free_port
+from tests.openlineage_server import DownBackend, LineageServer
 from tests.test_export_openlineage import rebuild
 from tests.test_fs_storage import BACKENDS
 
@@ -43,6 +43,13 @@ def ol_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[pytest.M
     for key in [k for k in os.environ if k.startswith("OPENLINEAGE")]:
         del os.environ[key]
     os.environ.update(saved)
+
+
+@pytest.fixture
+def down() -> Iterator[DownBackend]:
+    """A backend that is down, its port kept bound (no other worker's server can take it)."""
+    with DownBackend() as backend:
+        yield backend
 
 
 def http_transport(env: pytest.MonkeyPatch, url: str, timeout: float = 2.0) -> None:
@@ -162,11 +169,11 @@ def test_a_slow_backend_costs_the_bound_and_the_event_waits(
 
 
 def test_a_backend_that_is_down_costs_the_bound_with_the_clients_own_retries(
-    ol_env: pytest.MonkeyPatch, tmp_path: Path
+    ol_env: pytest.MonkeyPatch, tmp_path: Path, down: DownBackend
 ) -> None:
     dataset = Dataset.create(tmp_path / "d")
     state = dataset.refresh()
-    ol_env.setenv("OPENLINEAGE_URL", f"http://127.0.0.1:{free_port()}")  # retries with backoff
+    ol_env.setenv("OPENLINEAGE_URL", down.url)  # retries with backoff
     ol_env.setenv(config.TIMEOUT_VARIABLE, "0.5")
     run = live_run(dataset.storage, "job", str(uuid.uuid4()), state.system_time)
     run.start(state)  # returns after the bound: the client's retries go on in the background
@@ -229,12 +236,11 @@ def test_a_write_of_no_rows_completes_at_the_head_it_left(
 
 
 def test_a_backend_that_is_down_gets_the_events_with_the_next_write(
-    spark, ol_env: pytest.MonkeyPatch, tmp_path: Path
+    spark, ol_env: pytest.MonkeyPatch, tmp_path: Path, down: DownBackend
 ) -> None:
     from odf_chain.spark import write
 
-    port = free_port()
-    http_transport(ol_env, f"http://127.0.0.1:{port}")
+    http_transport(ol_env, down.url)
     first = write(spark_rows(spark), tmp_path / "d", create=True)  # succeeds, backend down
     assert Dataset.open(tmp_path / "d").refresh().head == first.head
     run = first.lineage.run.run_id
@@ -247,7 +253,7 @@ def test_a_backend_that_is_down_gets_the_events_with_the_next_write(
     done = run_main(["lineage", tmp_path / "d", "--emit"])  # still down: nothing sent
     assert done.returncode == 1 and "0 OpenLineage event(s) sent, 2 left" in done.stdout
     assert "not sent: ConnectionError" in done.stderr
-    with LineageServer(port) as server:
+    with down.up() as server:
         second = write(spark_rows(spark), tmp_path / "d")
     assert [(e["run"]["runId"], e["eventType"]) for e in server.events] == [
         (run, "START"),
@@ -299,11 +305,11 @@ def test_a_failed_write_sends_start_and_fail(
 
 
 def test_a_failed_first_write_leaves_no_dataset_and_no_outbox(
-    spark, ol_env: pytest.MonkeyPatch, tmp_path: Path
+    spark, ol_env: pytest.MonkeyPatch, tmp_path: Path, down: DownBackend
 ) -> None:
     from odf_chain.spark import write
 
-    http_transport(ol_env, f"http://127.0.0.1:{free_port()}")  # down: START and FAIL queued
+    http_transport(ol_env, down.url)  # down: START and FAIL queued
     rows = spark_rows(spark)
     twice = rows.select("id", "name", rows.id.alias("name"))
     with pytest.raises(OdfChainError, match="name"):
