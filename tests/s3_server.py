@@ -20,20 +20,21 @@ _SERVE = """
 import os
 import sys
 from moto.server import MotoRequestHandler, create_backend_app
-from werkzeug.serving import run_simple
+from werkzeug.serving import make_server
 
 os.environ["MOTO_PORT"] = sys.argv[1]
 # S3's app itself: moto's dispatcher, which finds the service of each request, lists moto's
 # ~170 module folders per request (a third of the server's time); every request here is S3's
 app = create_backend_app("s3")
-run_simple(
+# on the socket the parent bound and passed (sys.argv[2]): no port to pick and lose
+make_server(
     "127.0.0.1",
     int(sys.argv[1]),
     app,
     threaded=False,
-    use_reloader=False,
     request_handler=MotoRequestHandler,
-)
+    fd=int(sys.argv[2]),
+).serve_forever()
 """
 
 ENV = {
@@ -66,22 +67,28 @@ class S3Server:
         return {**ENV, "AWS_ENDPOINT_URL": self.endpoint}
 
     def start(self, timeout: float = 60.0) -> None:
-        for _ in range(5):  # a port taken between picking and binding: pick another
-            self.port = _free_port()
+        """Bind and listen here, and hand the socket to the server process: the port is the
+        server's from the start, so no other process (another xdist worker's server) can take
+        it between picking and binding, and what answers on it is this server."""
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            sock.listen(64)
+            self.port = sock.getsockname()[1]
             self._process = subprocess.Popen(
-                [sys.executable, "-c", _SERVE, str(self.port)],
+                [sys.executable, "-c", _SERVE, str(self.port), str(sock.fileno())],
+                pass_fds=(sock.fileno(),),
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
                 env={**os.environ, **ENV},
             )
-            deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline and self._process.poll() is None:
-                try:
-                    urllib.request.urlopen(self.endpoint, timeout=2).close()
-                    return
-                except OSError:
-                    time.sleep(0.2)
-            self.stop()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self._process.poll() is None:
+            try:
+                urllib.request.urlopen(self.endpoint, timeout=2).close()
+                return
+            except OSError:
+                time.sleep(0.2)
+        self.stop()
         raise RuntimeError("the moto S3 server did not start")
 
     def stop(self) -> None:
