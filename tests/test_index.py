@@ -24,8 +24,12 @@ from odf_chain.errors import NotFoundError
 from odf_chain.events import AddData, SetInfo, SetLicense, SetVocab, SourceState
 from odf_chain.index import read as index_read
 from odf_chain.index.records import (
+    LINEAGE_LIST,
     SNAPSHOT_INTERVAL,
+    Pointer,
+    Pointers,
     Snapshot,
+    encode_list,
 )
 from odf_chain.lineage import LineageRecorder
 from odf_chain.state import EMPTY, DatasetState, lineage_of
@@ -334,6 +338,60 @@ def test_forged_periodic_snapshot_is_not_believed(rich_copy: Path) -> None:
     assert Snapshot.decode(path.read_bytes(), "snap") == genuine
 
 
+def test_every_snapshot_a_read_starts_from_is_checked_against_the_lists(rich_copy: Path) -> None:
+    """A snapshot naming an older (genuine) schema block is refused wherever a read starts
+    from it: a periodic one (state_at) and one a catch-up walks back to, as the head's is."""
+    from dataclasses import replace
+
+    entries, states = fold_states(rich_copy)
+    schemas = [e for e in entries if type(e.block.event).__name__ == "SetDataSchema"]
+
+    def older_schema(snapshot: Snapshot) -> Snapshot:
+        in_force = snapshot.pointers.schema.sequence_number
+        (older, *_) = [e for e in schemas if e.block.sequence_number < in_force]
+        schema = Pointer(older.block.sequence_number, older.hash)
+        return _forge(snapshot, pointers=replace(snapshot.pointers, schema=schema))
+
+    path = rich_copy / INDEX / "snap-000000000512"  # the second schema in force, the first older
+    genuine = Snapshot.decode(path.read_bytes(), "snap")
+    write_snapshot(path, older_schema(genuine))
+    same_state(replay.state_at(open_storage(rich_copy), 520), states[520], 520)
+    write_snapshot(path, genuine)
+
+    # the head snapshot one block behind the head, as a writer's deferred update leaves it
+    assert type(entries[-1].block.event).__name__ != "SetDataSchema"  # the schema stays
+    pointers = Pointers()
+    for entry in entries[:-1]:
+        pointers = pointers.after(entry.block, entry.hash)
+    behind = Snapshot.of_state(states[-2], pointers)
+    write_snapshot(rich_copy / INDEX / "head", behind)
+    assert index_read.open_index(open_storage(rich_copy)).how == "caught up"  # genuine: kept
+    write_snapshot(rich_copy / INDEX / "head", older_schema(behind))
+    index = index_read.open_index(open_storage(rich_copy))
+    assert index.how == "rebuilt"
+    same_state(index.head, states[-1], "head")
+    same_state(Dataset.open(rich_copy).state, states[-1], "Dataset.open")
+
+
+def test_opening_reads_a_record_or_two_of_a_list_however_long(
+    long_chain: Path, tmp_path: Path
+) -> None:
+    """The lists' tails are checked at every open by reading records, not the lists: a chain
+    whose writes carry lineage has a record per write."""
+    root = tmp_path / "ds"
+    shutil.copytree(long_chain, root)
+    entries = replay.load_chain(open_storage(root))
+    head = len(entries) - 1
+    # 200,000 records past the head (a longer branch's, say: never read as this chain's)
+    far = [Pointer(head + 1 + i, entries[i % head].hash) for i in range(200_000)]
+    (root / "info" / LINEAGE_LIST).write_bytes(encode_list(far))
+    storage = CountingStorage(open_storage(root))
+    index = index_read.open_index(storage)
+    assert index.how == "checked"
+    assert storage.derived_bytes <= 64 * 1024, storage.derived_bytes
+    assert index.head.last_lineage_sequence_number is None
+
+
 def test_snapshots_of_another_dataset_are_not_believed(rich_copy: Path, tmp_path: Path) -> None:
     other = tmp_path / "other"
     fast_chain(other, 600)
@@ -478,6 +536,11 @@ class CountingStorage:
         data = self._inner.read_derived(relative, limit)
         self.derived_bytes += len(data or b"")
         return data
+
+    def read_derived_range(self, relative: str, start: int, length: int, limit: int):
+        found = self._inner.read_derived_range(relative, start, length, limit)
+        self.derived_bytes += 0 if found is None else len(found[1])
+        return found
 
     def __getattr__(self, name: str):
         return getattr(self._inner, name)

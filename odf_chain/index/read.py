@@ -26,14 +26,22 @@ time and ``prev`` link, folded with ``advance``. A lookup by hash loads that blo
 the table to name it at its sequence number; by time, a binary search of the table whose answer
 is checked against the block found and the one after it.
 
+Every snapshot a read starts from (the head's, the one a catch-up walks back to, a periodic one)
+must agree with the schema and lineage lists up to its block, which are read a record at a time
+(:meth:`ChainIndex.check_list_tails`), never whole on an open.
+
 What a reader cannot check without a fold: that a block a snapshot names below the head is an
-ancestor of the head (a forged index can name genuine blocks of another branch), and the values
-a snapshot holds as values (record and byte counters, push sources). ``verify`` re-derives all
-of it and fails on an index that contradicts the chain (:mod:`odf_chain.index.check`); data
-reads and transactional writes prove what they take (:func:`odf_chain.replay.slices_at`,
-:func:`odf_chain.replay.proven_transactions`); ``answer(..., verified=True)`` takes nothing from
-the index. Any damage or disagreement found here is never shown: the reader falls back to the
-full fold.
+ancestor of the head (a forged index can name genuine blocks of another branch); that it is the
+last block of its kind (an older genuine SetInfo or watermark block of this chain named
+instead); that a list names every schema or lineage block (one left out); and the values a
+snapshot holds as values (record and byte counters, push sources). An append checks its rules
+against the state as read, so a forged index can make it write a block that breaks one. Whoever
+can forge ``info/`` can write ``blocks/`` and ``refs/`` too; what catches both is ``verify``,
+which re-derives all of it and fails on an index that contradicts the chain
+(:mod:`odf_chain.index.check`). Data reads and transactional writes prove what they take
+(:func:`odf_chain.replay.slices_at`, :func:`odf_chain.replay.proven_transactions`);
+``answer(..., verified=True)`` takes nothing from the index. Any damage or disagreement found
+here is never shown: the reader falls back to the full fold.
 """
 
 from __future__ import annotations
@@ -58,11 +66,13 @@ from odf_chain.index.records import (
     HEAD_SNAPSHOT,
     KINDS,
     LINEAGE_LIST,
+    LIST_RECORD_BYTES,
     MAX_BUCKET_BYTES,
     MAX_LIST_BYTES,
     MAX_SNAPSHOT_BYTES,
     PREFIX_COVERAGE,
     PREFIX_KEY_BYTES,
+    PREFIX_RECORD_BYTES,
     PREFIX_TAIL,
     SCHEMA_LIST,
     SEGMENT_BYTES,
@@ -79,6 +89,7 @@ from odf_chain.index.records import (
     bucket_name,
     bucket_of,
     decode_list,
+    decode_list_record,
     decode_prefixes,
     decode_seq,
     raw_seq,
@@ -261,10 +272,15 @@ class ChainIndex:
             count = coverage.counts[bucket]
             name = bucket_name(bucket)
             data = b""
-            if count:
-                data = _checked(lambda name=name: self.storage.read_derived(name, MAX_BUCKET_BYTES))
-                if data is None:
+            if count:  # its counted records only: what a crash left past them is never read
+                found = _checked(
+                    lambda name=name, count=count: self.storage.read_derived_range(
+                        name, 0, count * PREFIX_RECORD_BYTES, MAX_BUCKET_BYTES
+                    )
+                )
+                if found is None:
                     raise IndexDamage(f"{name} is missing")
+                data = found[1]
             key = digest[: 2 * PREFIX_KEY_BYTES]
             last = -1
             for found, seq in decode_prefixes(data, count, name):
@@ -323,7 +339,8 @@ class ChainIndex:
         snapshot = Snapshot.decode(raw, name)
         if snapshot.sequence_number != seq or snapshot.block_hash != self.entry(seq).block_hash:
             raise IndexDamage(f"{name} does not name block {seq} of the table")
-        state, _ = restore(self, snapshot)
+        state, pointers = restore(self, snapshot)
+        self.check_list_tails(state, pointers)
         self._states[seq] = state
         return state
 
@@ -395,16 +412,57 @@ class ChainIndex:
             self._lists[name] = pointers
         return pointers
 
-    def check_list_tails(self) -> None:
-        """The head snapshot's schema and last lineage event must be the last the lists name:
-        a snapshot pointing at an older (genuine) schema block is caught here."""
-        upto = self.head.sequence_number
-        schemas = [p for p in self._list(SCHEMA_LIST) if p.sequence_number <= upto]
-        if (schemas[-1] if schemas else None) != self.pointers.schema:
-            raise IndexDamage(f"{SCHEMA_LIST} does not end at the head snapshot's schema")
-        lineage = [p.sequence_number for p in self._list(LINEAGE_LIST) if p.sequence_number <= upto]
-        if (lineage[-1] if lineage else None) != self.head.last_lineage_sequence_number:
-            raise IndexDamage(f"{LINEAGE_LIST} does not end at the last lineage event")
+    def check_list_tails(self, state: DatasetState, pointers: Pointers) -> None:
+        """A restored snapshot's schema and last lineage event (``state``, ``pointers``) must be
+        the last the lists name up to its block: a snapshot pointing at an older (genuine)
+        schema block is caught here, whichever snapshot a read starts from (the head's, one a
+        catch-up walked back to, a periodic one)."""
+        upto = state.sequence_number
+        if self._last_listed(SCHEMA_LIST, upto) != pointers.schema:
+            raise IndexDamage(f"{SCHEMA_LIST} does not end at the snapshot's schema at {upto}")
+        lineage = self._last_listed(LINEAGE_LIST, upto)
+        if (None if lineage is None else lineage.sequence_number) != (
+            state.last_lineage_sequence_number
+        ):
+            raise IndexDamage(f"{LINEAGE_LIST} does not end at the last lineage event at {upto}")
+
+    def _last_listed(self, name: str, upto: int) -> Pointer | None:
+        """The last record of list ``name`` at or before block ``upto``, reading a record at a
+        time (the last one, then a binary search when records past ``upto`` follow it), not
+        the list: every open checks the lists' tails, and a chain whose writes carry lineage
+        has a record per write."""
+        known = self._lists.get(name)
+        if known is not None:
+            return next((p for p in reversed(known) if p.sequence_number <= upto), None)
+
+        def record(i: int) -> Pointer:
+            found = _checked(
+                lambda: self.storage.read_derived_range(
+                    name, i * LIST_RECORD_BYTES, LIST_RECORD_BYTES, MAX_LIST_BYTES
+                )
+            )
+            if found is None or len(found[1]) != LIST_RECORD_BYTES:
+                raise IndexDamage(f"{name}: record {i} is missing")
+            return decode_list_record(found[1], i, name)
+
+        found = _checked(lambda: self.storage.read_derived_range(name, 0, 0, MAX_LIST_BYTES))
+        if found is None:
+            return None  # none yet
+        size = found[0]
+        if size % LIST_RECORD_BYTES:
+            raise IndexDamage(f"{name}: {size} bytes, not whole records (torn or cut)")
+        low, high = 0, size // LIST_RECORD_BYTES  # the answer is record low - 1
+        last = record(high - 1) if high else None
+        if last is None or last.sequence_number <= upto:
+            return last
+        high -= 1
+        while low < high:  # records are in block order (decode_list checks it on a full read)
+            middle = (low + high) // 2
+            if record(middle).sequence_number <= upto:
+                low = middle + 1
+            else:
+                high = middle
+        return record(low - 1) if low else None
 
     def listed(self, name: str, upto: int) -> list[BlockEntry]:
         """The blocks list ``name`` (schemas or lineage) names up to block ``upto``, loaded and
@@ -564,7 +622,7 @@ def _from_files(storage: Storage, head: Multihash, *, save: bool = False) -> Cha
     if head_snapshot is not None and head_snapshot.block_hash == head:
         state, pointers = restore(probe, head_snapshot)
         index = replace(probe, head=state, pointers=pointers)
-        index.check_list_tails()
+        index.check_list_tails(state, pointers)
         return index
     # Catch up: walk back to a block a snapshot names, then fold forward.
     walked: list[BlockEntry] = []
@@ -588,6 +646,8 @@ def _from_files(storage: Storage, head: Multihash, *, save: bool = False) -> Cha
     if base is None:
         raise IndexDamage(f"no snapshot within {CATCH_UP} blocks of the head")
     state, pointers = base
+    if state.head is not None:  # a snapshot, not the Seed: checked as the head's is
+        probe.check_list_tails(state, pointers)
     walked.reverse()
     catch_up = _Derived(state, pointers)
     for entry in walked:

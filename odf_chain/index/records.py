@@ -255,13 +255,20 @@ def decode_list(data: bytes, where: str) -> list[Pointer]:
     pointers: list[Pointer] = []
     for i in range(len(data) // LIST_RECORD_BYTES):
         chunk = data[i * LIST_RECORD_BYTES : (i + 1) * LIST_RECORD_BYTES]
-        seq, raw, crc = _LIST.unpack(chunk)
-        if zlib.crc32(chunk[:-4]) != crc:
-            raise IndexDamage(f"{where}: record {i} fails its checksum")
+        pointer = decode_list_record(chunk, i, where)
+        seq = pointer.sequence_number
         if pointers and seq <= pointers[-1].sequence_number:
             raise IndexDamage(f"{where}: record {i} (block {seq}) is out of order")
-        pointers.append(Pointer(seq, _checked_hash(raw, f"{where} record {i}")))
+        pointers.append(pointer)
     return pointers
+
+
+def decode_list_record(chunk: bytes, i: int, where: str) -> Pointer:
+    """Record ``i`` of a list, its checksum checked."""
+    seq, raw, crc = _LIST.unpack(chunk)
+    if zlib.crc32(chunk[:-4]) != crc:
+        raise IndexDamage(f"{where}: record {i} fails its checksum")
+    return Pointer(seq, _checked_hash(raw, f"{where} record {i}"))
 
 
 # -- snapshots ----------------------------------------------------------------------------------

@@ -219,6 +219,14 @@ class DerivedStore(Located, Protocol):
         """The bytes of ``info/<relative>`` (a regular file, at most ``limit`` bytes, no symlink
         followed), or None when it is missing."""
 
+    def read_derived_range(
+        self, relative: str, start: int, length: int, limit: int
+    ) -> tuple[int, bytes] | None:
+        """Part of ``info/<relative>`` (as :meth:`read_derived` finds it): its size, and at most
+        ``length`` of its bytes from ``start`` (from the end when negative, as in a slice), or
+        None when it is missing. A file above ``limit`` bytes is refused by its size, unread:
+        a reader that needs a record or two of a long file does not hold the file."""
+
     def write_derived(self, relative: str, data: bytes, *, durable: bool = False) -> None:
         """Replace ``info/<relative>`` whole (temporary file, then rename; no fsync unless
         ``durable``: then the file is on disk when this returns)."""

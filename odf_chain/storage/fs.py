@@ -376,6 +376,17 @@ class FsStorage(FsHead):
         except OSError as exc:
             raise StorageError(f"cannot read {self._join(path)}: {exc}") from exc
 
+    def read_derived_range(
+        self, relative: str, start: int, length: int, limit: int
+    ) -> tuple[int, bytes] | None:
+        """Read whole and cut (one GET on an object store, where a ranged read would take a
+        HEAD and a GET): bounded by ``limit`` as :meth:`read_derived` is."""
+        data = self.read_derived(relative, limit)
+        if data is None:
+            return None
+        offset = min(start, len(data)) if start >= 0 else max(len(data) + start, 0)
+        return len(data), data[offset : offset + max(length, 0)]
+
     def write_derived(self, relative: str, data: bytes, *, durable: bool = False) -> None:
         """``durable`` changes nothing: an object store's upload is durable once it returns."""
         path = f"{DERIVED_DIR}/{check_derived(relative)}"

@@ -12,7 +12,14 @@ from collections.abc import Iterator
 
 from odf_chain.errors import StorageError
 from odf_chain.storage.base import DERIVED_DIR, check_derived
-from odf_chain.storage.local_files import DatasetDir, lstat_at, os_errors, storage_error, write_all
+from odf_chain.storage.local_files import (
+    DatasetDir,
+    lstat_at,
+    open_regular_at,
+    os_errors,
+    storage_error,
+    write_all,
+)
 from odf_chain.storage.user_files import file_kind
 
 
@@ -39,6 +46,40 @@ class LocalDerived(DatasetDir):
         path = f"{DERIVED_DIR}/{check_derived(relative)}"
         try:
             return self._read_bounded(path, limit, "a derived file")
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise storage_error(exc, "read", self._root / path) from exc
+
+    def read_derived_range(
+        self, relative: str, start: int, length: int, limit: int
+    ) -> tuple[int, bytes] | None:
+        """See :meth:`Storage.read_derived_range`: the file opened as :meth:`read_derived` opens
+        it, then one positioned read."""
+        path = f"{DERIVED_DIR}/{check_derived(relative)}"
+        parent, _, name = path.rpartition("/")
+        try:
+            with self._dir(parent) as dir_fd:
+                fd, opened = open_regular_at(dir_fd, name, f"{self._root}/{path}")
+            try:
+                size = opened.st_size
+                if size > limit:
+                    raise StorageError(
+                        f"{self._root / path} is larger than the {limit:,}-byte limit for a "
+                        f"derived file ({size:,} bytes): not read"
+                    )
+                offset = min(start, size) if start >= 0 else max(size + start, 0)
+                wanted = max(min(length, size - offset), 0)
+                chunks = []
+                while wanted:  # a regular file's pread comes up short only at its end
+                    chunk = os.pread(fd, wanted, offset)
+                    if not chunk:
+                        break
+                    chunks.append(chunk)
+                    offset, wanted = offset + len(chunk), wanted - len(chunk)
+                return size, b"".join(chunks)
+            finally:
+                os.close(fd)
         except FileNotFoundError:
             return None
         except OSError as exc:
