@@ -22,6 +22,7 @@ if TYPE_CHECKING:
         SchemaError,
         SchemaEvolutionError,
         StorageError,
+        UnsyncedCommitError,
     )
     from odf_chain.events import (
         AddData,
@@ -81,6 +82,7 @@ _HOMES = {
     "SetVocab": "odf_chain.events",
     "SourceState": "odf_chain.events",
     "StorageError": "odf_chain.errors",
+    "UnsyncedCommitError": "odf_chain.errors",
     "Vocabulary": "odf_chain.state",
 }
 
@@ -129,6 +131,7 @@ __all__ = [
     "SetVocab",
     "SourceState",
     "StorageError",
+    "UnsyncedCommitError",
     "Vocabulary",
     "__version__",
     "decode_block",

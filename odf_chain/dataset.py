@@ -22,6 +22,7 @@ from odf_chain.errors import (
     SchemaError,
     StaleBaseError,
     StorageError,
+    UnsyncedCommitError,
 )
 from odf_chain.events import (
     DatasetKind,
@@ -108,6 +109,8 @@ class Dataset:
         try:
             dataset = cls(create_storage(location, filesystem, single_writer=single_writer))
             dataset._append(Seed(dataset_id=DatasetId.of_key(key)), algorithm=hash)
+        except UnsyncedCommitError:
+            raise  # the dataset exists, its id that key's: the key stays
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(key_path)

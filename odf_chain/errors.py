@@ -40,6 +40,16 @@ class StorageError(OdfChainError):
     a directory should be); the message names the path."""
 
 
+class UnsyncedCommitError(StorageError):
+    """The head moved, so the write is visible and whoever reads the dataset now sees it, but
+    the sync that makes the move survive a power loss failed. The write is not to be made
+    again (its data is there); ``head`` names the block the head moved to."""
+
+    def __init__(self, message: str, head: str) -> None:
+        super().__init__(message)
+        self.head = head
+
+
 class ConflictError(OdfChainError):
     """Another writer moved the head first. Nothing of this append became visible; re-read the
     head and retry."""

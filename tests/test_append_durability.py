@@ -643,9 +643,10 @@ def test_a_head_move_that_fails_after_its_rename_keeps_its_blocks(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Once the head is renamed it may name the new blocks, acknowledged or not: a failure
-    after that (the sync of ``refs/`` here) is reported, and nothing the head names is
-    removed (the head move reads the head again before it withdraws anything)."""
-    from odf_chain.errors import StorageError
+    after that (the sync of ``refs/`` here) is reported as what it is (the head moved, its
+    durability unsure: not a failed write, not to be made again), and nothing the head names
+    is removed (the head move reads the head again before it withdraws anything)."""
+    from odf_chain.errors import UnsyncedCommitError
 
     ds = _dataset(tmp_path / "ds", 2)
     refs = os.path.realpath(ds.storage.root / "refs")
@@ -658,12 +659,41 @@ def test_a_head_move_that_fails_after_its_rename_keeps_its_blocks(
 
     prepared = chain.prepare(ds.state, _event(2), system_time=chain.now(ds.state.system_time))
     monkeypatch.setattr(os, "fsync", failing)
-    with pytest.raises(StorageError, match="Input/output error"):
+    with pytest.raises(UnsyncedCommitError, match="Input/output error") as raised:
         chain.commit(ds.storage, prepared)
     monkeypatch.setattr(os, "fsync", real_fsync)
+    assert raised.value.head == str(prepared.entry.hash)
+    assert f"the head moved to {prepared.entry.hash}" in str(raised.value)
+    assert "Do not write it again" in str(raised.value)
     assert ds.storage.read_head() == str(prepared.entry.hash)
     assert (ds.storage.root / "blocks" / str(prepared.entry.hash)).read_bytes() == prepared.data
     assert verify_path(ds.storage.root).ok
+
+
+def test_a_dataset_whose_seed_moved_the_head_keeps_its_key_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Dataset.create(key_file=...) removes the key it made when the dataset is not made; when
+    the Seed's head move happened and only its last sync failed, the dataset exists with that
+    key's id, and the key stays."""
+    from odf_chain.errors import UnsyncedCommitError
+
+    real_fsync = os.fsync
+
+    def failing(fd: int) -> None:
+        if os.readlink(f"/proc/self/fd/{fd}").endswith("/new/refs"):
+            raise OSError(5, "Input/output error")
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", failing)
+    key = tmp_path / "keys" / "new.key"
+    key.parent.mkdir()
+    with pytest.raises(UnsyncedCommitError):
+        Dataset.create(tmp_path / "new", key_file=key)
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    assert key.is_file()
+    assert verify_path(tmp_path / "new").ok
+    assert Dataset.open(tmp_path / "new").state.sequence_number == 0
 
 
 def test_a_transaction_refused_at_its_second_block_withdraws_its_first(tmp_path: Path) -> None:

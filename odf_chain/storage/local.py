@@ -122,6 +122,7 @@ class LocalStorage(LocalHead, LocalDerived):
             if root.exists() and not root.is_dir():
                 raise OdfChainError(f"cannot create a dataset in {root}: not a directory")
             made_root = not root.exists()
+            made = [p for p in (root, *root.parents) if not p.exists()]  # its new folders
             root.mkdir(parents=True, exist_ok=True)
             head = root / "refs" / "head"
             if head.exists() or head.is_symlink():
@@ -129,6 +130,8 @@ class LocalStorage(LocalHead, LocalDerived):
             for sub in SUBDIRS:
                 (root / sub).mkdir(exist_ok=True)
             fsync_dir(root)
+            for folder in made:  # a new folder's own name is durable once the one above it is
+                fsync_dir(folder.parent)
         return cls(root, made_root=made_root)
 
     @classmethod

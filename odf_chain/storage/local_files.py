@@ -87,10 +87,13 @@ def open_regular_at(dir_fd: int, name: str, path: Path | str) -> tuple[int, os.s
     if not stat.S_ISREG(before.st_mode):
         raise StorageError(f"{path} is not a regular file ({file_kind(before.st_mode)}): not read")
     fd = os.open(name, READ_FLAGS, dir_fd=dir_fd)
-    opened = os.fstat(fd)
-    if (opened.st_dev, opened.st_ino) != (before.st_dev, before.st_ino):
+    try:
+        opened = os.fstat(fd)
+        if (opened.st_dev, opened.st_ino) != (before.st_dev, before.st_ino):
+            raise StorageError(f"{path} was replaced while being opened: not read")
+    except BaseException:
         os.close(fd)
-        raise StorageError(f"{path} was replaced while being opened: not read")
+        raise
     return fd, opened
 
 
@@ -230,12 +233,17 @@ def create_claimed(directory: Path, prefix: str, suffix: str) -> tuple[int, str]
     one a live writer is filling. A file gc took between the create and the lock is replaced."""
     while True:
         fd, path = create_unique(directory, prefix, suffix)
-        fcntl.flock(fd, fcntl.LOCK_SH)
         try:
+            fcntl.flock(fd, fcntl.LOCK_SH)  # ENOLCK (NFS, say): no claim, no file left
             if os.lstat(path).st_ino == os.fstat(fd).st_ino:
                 return fd, path
         except FileNotFoundError:
             pass
+        except BaseException:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            raise
         os.close(fd)
 
 

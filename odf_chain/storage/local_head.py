@@ -41,6 +41,7 @@ from odf_chain.errors import (
     IntegrityError,
     StaleBaseError,
     StorageError,
+    UnsyncedCommitError,
 )
 from odf_chain.storage.base import (
     HEAD_LOG,
@@ -221,7 +222,11 @@ class LocalHead(DatasetDir):
         flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
         with os_errors("open the head lock", lock_path), self._dir("refs") as refs_fd:
             fd = os.open(".head.lock", flags, 0o644, dir_fd=refs_fd)
-            refs_fd = os.dup(refs_fd)
+            try:
+                refs_fd = os.dup(refs_fd)
+            except BaseException:
+                os.close(fd)
+                raise
         try:
             deadline = time.monotonic() + timeout
             while True:
@@ -365,7 +370,16 @@ class LocalHead(DatasetDir):
                     os.unlink(HEAD_STAGED, dir_fd=staging_fd)
                 raise
             # sync 4: the rename itself, through the lock's descriptor
-            os.fsync(refs_fd)
+            try:
+                os.fsync(refs_fd)
+            except OSError as exc:  # visible now, durable perhaps not: not a failed write
+                raise UnsyncedCommitError(
+                    f"{path}: the head moved to {head.decode()} (the write is visible), but "
+                    f"syncing {path.parent} failed ({exc.strerror or exc}): the move may not "
+                    "survive a power loss. Do not write it again; run chain-verify once the "
+                    "disk is sound",
+                    head=head.decode(),
+                ) from exc
         if once_moved is not None:  # under the head lock still
             with contextlib.suppress(Exception):  # the head has moved: not the move's failure
                 once_moved()
@@ -494,9 +508,14 @@ class LocalHead(DatasetDir):
             except FileNotFoundError:
                 try:
                     fd = os.open("head", _LOG_FLAGS | os.O_CREAT | os.O_EXCL, 0o666, dir_fd=logs_fd)
-                    os.fsync(logs_fd)
                 except FileExistsError:  # made meanwhile
                     fd = self._open_log(logs_fd, path)
+                else:
+                    try:
+                        os.fsync(logs_fd)
+                    except BaseException:
+                        os.close(fd)
+                        raise
             except OSError as exc:
                 if exc.errno != errno.ELOOP:
                     raise
