@@ -807,3 +807,24 @@ def test_the_head_move_places_blocks_without_hard_links_and_names_a_failed_write
     assert ds.storage.read_head() == str(entry.hash)
     assert not (root / "blocks" / str(prepared.entry.hash)).exists()
     assert not [p.name for p in (root / ".staging").iterdir()]
+
+
+def test_a_new_dataset_syncs_the_folders_its_own_names_are_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A folder's name is durable once the folder holding it is synced: creating a dataset at
+    a new path syncs the folder above each folder it made (and the dataset's own, for its
+    layout folders)."""
+    synced: list[int] = []
+    real_fsync = os.fsync
+
+    def recording(fd: int) -> None:
+        synced.append(os.fstat(fd).st_ino)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording)
+    Dataset.create(tmp_path / "new" / "deeper" / "ds")
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    deeper = tmp_path / "new" / "deeper"
+    for folder in (tmp_path, tmp_path / "new", deeper, deeper / "ds"):
+        assert folder.stat().st_ino in synced, folder
