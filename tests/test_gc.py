@@ -194,3 +194,47 @@ def test_cli_gc_refuses_a_minimum_age_that_is_no_age(two_writes_dataset: Path, t
     assert f"not {text!r}" in error and "0 or more" in error
     assert hint == "try: odf-chain gc --help"
     assert snapshot_tree(two_writes_dataset) == before
+
+
+def test_a_tree_is_removed_opening_nothing_but_folders(tmp_path: Path) -> None:
+    """gc removes a staging folder under the head lock: a FIFO swapped in for it (or for a
+    folder in it) is never opened, since opening one waits for a writer, forever; a symlink
+    in it is unlinked, its target left alone."""
+    import threading
+
+    from odf_chain.errors import StorageError
+    from odf_chain.storage.local_files import remove_tree
+
+    area = tmp_path / "area"
+    (area / "sub" / "deeper").mkdir(parents=True)
+    (area / "sub" / "deeper" / "part-0.parquet").write_bytes(b"x")
+    os.mkfifo(area / "sub" / "fifo")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep").write_bytes(b"k")
+    os.symlink(outside, area / "link")
+    os.mkfifo(tmp_path / "swapped")  # the folder gc looked at, a FIFO by the time it opens it
+    outcome: list[object] = []
+
+    def remove() -> None:
+        fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            try:
+                remove_tree(fd, "swapped", tmp_path / "swapped")
+            except StorageError as exc:
+                outcome.append(exc)
+            remove_tree(fd, "area", area)
+            outcome.append("removed")
+        finally:
+            os.close(fd)
+
+    worker = threading.Thread(target=remove, daemon=True)
+    worker.start()
+    worker.join(30)
+    if worker.is_alive():  # blocked in an open of the FIFO: let it go, then fail
+        os.close(os.open(tmp_path / "swapped", os.O_WRONLY | os.O_NONBLOCK))
+        pytest.fail("remove_tree waited on a FIFO")
+    assert "no longer a folder" in str(outcome[0]) and outcome[1] == "removed"
+    assert (tmp_path / "swapped").exists()  # refused, named, left
+    assert not area.exists()
+    assert (outside / "keep").read_bytes() == b"k"

@@ -57,7 +57,6 @@ import contextlib
 import fcntl
 import os
 import secrets
-import shutil
 import stat
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -81,9 +80,9 @@ from odf_chain.storage.local_files import (
     fsync_dir,
     install_new,
     lstat_at,
-    missing_is_fine,
     os_errors,
     read_regular_at,
+    remove_tree,
     storage_error,
     sync_data,
     write_all,
@@ -458,7 +457,7 @@ class LocalStorage(LocalHead, LocalDerived):
             self._dir("/".join([STAGING, *folders])) as dir_fd,
         ):
             if stat.S_ISDIR(lstat_at(name, dir_fd).st_mode):
-                shutil.rmtree(name, dir_fd=dir_fd, onerror=missing_is_fine)
+                remove_tree(dir_fd, name, area)
 
     def remove_empty_layout(self) -> None:
         """Remove the layout's folders, and the root if :meth:`create` made it, when every one

@@ -16,7 +16,6 @@ import fcntl
 import os
 import queue
 import secrets
-import shutil
 import stat
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -362,10 +361,43 @@ def install_new(
     return True
 
 
-def missing_is_fine(function, path, excinfo) -> None:
-    """rmtree's error handler: an entry removed meanwhile (by its writer) is not a failure."""
-    if not isinstance(excinfo[1], FileNotFoundError):
-        raise excinfo[1]
+_TREE_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def remove_tree(dir_fd: int, name: str, path: Path | str) -> None:
+    """Remove the folder ``name`` of ``dir_fd`` (``path``, for errors) and everything in it.
+    Only folders are opened, and only as folders that are not symlinks
+    (``O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK``): an entry swapped meanwhile for a FIFO or a
+    symlink is never followed nor waited on (``shutil.rmtree`` opens first and looks after, and
+    a FIFO there blocks it, and gc with it, under the head lock); everything else in the tree
+    is unlinked. Entries removed meanwhile (by their writer) are fine; ``name`` itself no
+    longer a folder is refused, named."""
+    try:
+        fd = os.open(name, _TREE_FLAGS, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        if exc.errno not in (errno.ENOTDIR, errno.ELOOP):
+            raise
+        raise StorageError(f"{path} is no longer a folder: not removed") from None
+    try:
+        with os.scandir(fd) as entries:
+            children = [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
+        for child, is_dir in children:
+            if is_dir:
+                with contextlib.suppress(StorageError):  # a folder no more: unlinked below
+                    remove_tree(fd, child, f"{path}/{child}")
+                    continue
+            try:
+                os.unlink(child, dir_fd=fd)
+            except FileNotFoundError:
+                pass
+            except IsADirectoryError:  # made a folder meanwhile
+                remove_tree(fd, child, f"{path}/{child}")
+    finally:
+        os.close(fd)
+    with contextlib.suppress(FileNotFoundError):
+        os.rmdir(name, dir_fd=dir_fd)
 
 
 class DatasetDir:
@@ -602,7 +634,7 @@ class DatasetDir:
             except FileNotFoundError:
                 return
             if stat.S_ISDIR(mode):
-                shutil.rmtree(name, dir_fd=dir_fd, onerror=missing_is_fine)
+                remove_tree(dir_fd, name, self._root / directory / name)
             elif stat.S_ISREG(mode):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(name, dir_fd=dir_fd)
