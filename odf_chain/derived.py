@@ -128,7 +128,7 @@ class RunRecord:
                 appended=0 if piece is None else int(piece["appended"]),
                 nondeterministic=tuple(str(r) for r in raw.get("nondeterministic") or ()),
             )
-        except (KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError, OverflowError):  # "rows": Infinity, say
             return None
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from odf_chain import derived, slice_reader
-from odf_chain.errors import IntegrityError, OdfChainError
+from odf_chain.errors import FormatError, IntegrityError, OdfChainError
 from odf_chain.events import DatasetKind
 from odf_chain.state import DatasetState
 from odf_chain.storage import Storage
@@ -36,7 +36,7 @@ def check_changelog(
             return  # a damaged slice: the data checks report it, and nothing after it folds
         try:
             live = derived.fold_onto(live, rows, head.vocab)
-        except IntegrityError as exc:
+        except (IntegrityError, FormatError) as exc:  # rows that break it, an op it has not
             report.add(
                 "error",
                 "data-changelog",

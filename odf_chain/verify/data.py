@@ -58,6 +58,8 @@ def _hash_slice(storage: Storage, data: DataSlice) -> _Hashed:
         return _Hashed(problem=("data-unreadable", str(exc)))
     try:
         size = fh.size() if hasattr(fh, "size") else os.fstat(fh.fileno()).st_size
+        if size != data.size:  # not the file the block names, whatever it hashes to: a
+            return _Hashed(fh, size)  # sparse 16 TiB file would take hours to hash
         digest, hashed = Multihash.digest_stream(data.physical_hash.algorithm, fh)
     except OSError as exc:
         fh.close()
@@ -112,8 +114,13 @@ def check_slice(
     with hashed.fh as fh:
         if hashed.size != data.size:
             report.add(
-                "error", "data-size", f"expected {data.size} bytes, found {hashed.size}", **where
+                "error",
+                "data-size",
+                f"expected {data.size:,} bytes, found {hashed.size:,}: the file was altered "
+                "or replaced",
+                **where,
             )
+            return  # not hashed: the checks below would only restate the damage
         report.bytes_hashed += hashed.hashed
         if hashed.digest != data.physical_hash:
             report.add(
@@ -128,7 +135,7 @@ def check_slice(
             parquet = pq.ParquetFile(fh)
             metadata = parquet.metadata
             file_schema = parquet.schema_arrow
-        except (pa.ArrowException, OSError) as exc:
+        except (pa.ArrowException, OSError, ValueError) as exc:  # a footer not UTF-8, say
             report.add("error", "data-format", f"not a readable Parquet file: {exc}", **where)
             return
         if metadata.num_rows != data.num_records:

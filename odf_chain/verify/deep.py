@@ -150,8 +150,9 @@ def check_rows(
     ]
     names = parquet.schema_arrow.names
     for check in list(checks):
-        if check.name not in names:
-            report.add("error", check.rule, f"the file has no {check.name!r} column", **where)
+        if names.count(check.name) != 1:
+            found = "no" if check.name not in names else "more than one"
+            report.add("error", check.rule, f"the file has {found} {check.name!r} column", **where)
             checks.remove(check)
     row = 0
     try:

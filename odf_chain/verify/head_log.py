@@ -53,7 +53,10 @@ def check_head_log(
     if not lost:
         return
     newest = max(lost, key=lambda n: (lost[n], n))
-    when = datetime.fromtimestamp(lost[newest] / 1000, UTC).isoformat(timespec="milliseconds")
+    try:
+        when = datetime.fromtimestamp(lost[newest] / 1000, UTC).isoformat(timespec="milliseconds")
+    except (ValueError, OverflowError, OSError):  # a time past year 9999: shown as logged
+        when = f"{lost[newest]} ms after 1970"
     try:
         was = f"block {decode_block(storage.read_block(newest)).sequence_number} {newest}"
     except OdfChainError:
