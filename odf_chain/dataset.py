@@ -653,6 +653,13 @@ def _from_pandas(frame: Any) -> pa.Table:
     if isinstance(index, pd.RangeIndex) and names == [None]:
         return pa.Table.from_pandas(frame, preserve_index=False)
     what = "index" if len(names) == 1 else "MultiIndex"
+    named = [str(name) for name in names if name is not None]
+    if len(set(named)) < len(named):  # pyarrow would name all but one __index_level_<n>__
+        raise OdfChainError(
+            f"Dataset.write: levels of the DataFrame's MultiIndex share a name ({names}): "
+            "name each level apart (df.rename_axis([...])), or drop the index "
+            "(df.reset_index(drop=True))"
+        )
     for level, name in enumerate(names):
         where = "" if len(names) == 1 else f"level {level} of "
         if name is None:
@@ -685,7 +692,13 @@ def as_arrow_table(data: Any) -> pa.Table:
             return _from_pandas(data)
         if hasattr(data, "__arrow_c_stream__"):
             return pa.table(data)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
+    except (
+        pa.ArrowInvalid,
+        pa.ArrowTypeError,
+        pa.ArrowNotImplementedError,
+        ValueError,  # pandas: duplicate column names
+        TypeError,  # pandas: a sparse column
+    ) as exc:
         raise SchemaError(f"cannot read the {kind.__qualname__} as Arrow data: {exc}") from None
     raise OdfChainError(
         f"Dataset.write takes a pyarrow Table, RecordBatch or RecordBatchReader, a pandas "

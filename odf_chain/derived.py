@@ -23,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 
 from odf_chain import changelog, row_digest
+from odf_chain.errors import SchemaError, TypeChangeError
 from odf_chain.events import ExecuteTransform, SetTransform
 from odf_chain.format.did import DatasetId
 from odf_chain.slices import OPERATION_TYPE, TIME_TYPE
@@ -189,6 +190,15 @@ def changes(
     event_time = vocab.event_time_column
     columns = answer.column_names
     system = set(vocab.system_columns)
+    if len(set(columns)) != len(columns):
+        twice = sorted({c for c in columns if columns.count(c) > 1})
+        raise SchemaError(f"the answer has more than one column named {', '.join(twice)}")
+    reserved = [c for c in columns if c in system]
+    if reserved:
+        raise SchemaError(
+            f"the answer's column(s) {', '.join(reserved)} are reserved for ODF system columns "
+            "(a SELECT * of a dataset has them): leave them out or rename them"
+        )
     if live is None:
         live_columns: list[str] = []
     else:
@@ -236,9 +246,42 @@ def comparable(table: pa.Table, schema: pa.Schema) -> pa.Table:
     fields = []
     for f in table.schema:
         declared = schema.field(f.name) if f.name in schema.names else None
+        if (
+            declared is not None
+            and not pa.types.is_null(f.type)  # all nulls: of any type
+            and _kind(f.type) != _kind(declared.type)
+        ):
+            raise TypeChangeError(
+                "schema-evolution",
+                f"the answer's column {f.name!r} is {f.type}, the dataset's is "
+                f"{declared.type}: a column's type never changes (a cast would change or refuse "
+                "values); cast it in the query, or give it a new name",
+            )
         fields.append(f if declared is None else f.with_type(declared.type))
     target = pa.schema(fields)
-    return table if target.equals(table.schema) else table.cast(target)
+    if target.equals(table.schema):
+        return table
+    try:
+        return table.cast(target)  # safe: a value the declared type cannot hold is refused
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise SchemaError(f"the answer does not fit the dataset's schema: {exc}") from None
+
+
+def _kind(t: pa.DataType) -> str:
+    """What a type holds, whatever its width or unit: integers, floats, decimals, text, bytes,
+    timestamps, dates... (and, for nested types, the nesting itself)."""
+    for kind, test in (
+        ("integer", pa.types.is_integer),
+        ("float", pa.types.is_floating),
+        ("decimal", pa.types.is_decimal),
+        ("text", lambda t: pa.types.is_string(t) or pa.types.is_large_string(t)),
+        ("bytes", lambda t: pa.types.is_binary(t) or pa.types.is_large_binary(t)),
+        ("timestamp", pa.types.is_timestamp),
+        ("date", pa.types.is_date),
+    ):
+        if test(t):
+            return kind
+    return str(t.id)
 
 
 def consumed(transform: SetTransform | None, event: ExecuteTransform) -> list[dict[str, Any]]:

@@ -15,7 +15,13 @@ import pytest
 
 from odf_chain import Dataset, chain
 from odf_chain.derived import DERIVE_KEY, RunRecord, answer_digest, slice_digest_columns
-from odf_chain.errors import NotFoundError, OdfChainError, RuleViolation
+from odf_chain.errors import (
+    NotFoundError,
+    OdfChainError,
+    RuleViolation,
+    SchemaError,
+    TypeChangeError,
+)
 from odf_chain.events import DatasetKind, ExecuteTransform, Seed, SetDataSchema, SetTransform
 from odf_chain.format.multihash import Multihash
 from odf_chain.slices import parquet_logical_hash
@@ -194,6 +200,24 @@ def test_refusals(spark, inputs, tmp_path):
         derive("SELECT station FROM s", {"s": stations}, tmp_path / "d", create=True, spark=spark)
         Dataset.open(tmp_path / "d").to_pyarrow_dataset()  # ... a derivative's ledger does not
     _ = RuleViolation
+    with pytest.raises(SchemaError, match="reserved for ODF system columns"):
+        derive("SELECT * FROM s", {"s": stations}, tmp_path / "star", create=True, spark=spark)
+    assert not (tmp_path / "star").exists()
+
+
+def test_a_changed_query_that_changes_a_columns_type_is_refused(spark, inputs, tmp_path):
+    """COUNT(*) AS x, then AVG(temp) AS x: the double answer is not cast into the int64 the
+    dataset declares (2.0 would pass as 2, 2.5 fail later as a raw Arrow error): refused, the
+    dataset as it was."""
+    sensors, _ = inputs
+    out = tmp_path / "typed"
+    count = "SELECT station, COUNT(*) AS x FROM r GROUP BY station"
+    derive(count, {"r": sensors}, out, create=True, spark=spark)
+    before = Dataset.open(out).state.head
+    average = "SELECT station, AVG(temp) AS x FROM r GROUP BY station"
+    with pytest.raises(TypeChangeError, match="'x' is double, the dataset's is int64"):
+        derive(average, {"r": sensors}, out, spark=spark)
+    assert Dataset.open(out).state.head == before
 
 
 # -- chain-verify --reproduce ---------------------------------------------------------------

@@ -86,6 +86,10 @@ def test_an_index_that_is_neither_kept_nor_dropped_is_refused(tmp_path: Path) ->
             "level 1 of the DataFrame's MultiIndex has no name",
         ),
         (frame.set_index("k", drop=False), "index is named 'k', as a column is"),
+        (  # pyarrow would store one level as __index_level_1__
+            frame.set_index(["k", "x"], drop=False).rename_axis(["lvl", "lvl"]),
+            "levels of the DataFrame's MultiIndex share a name",
+        ),
     ]
     for given, fragment in refused:
         with pytest.raises(OdfChainError, match=r"^Dataset\.write: ") as info:
@@ -101,3 +105,18 @@ def test_an_index_that_is_neither_kept_nor_dropped_is_refused(tmp_path: Path) ->
         {"k": "c", "x": 3, "label": None},
         {"k": "c", "x": 3, "label": 2},
     ]
+
+
+def test_frames_pyarrow_cannot_take_are_refused_as_schema_errors(tmp_path: Path) -> None:
+    """Two columns of one name, a sparse column: a SchemaError naming what pandas said, not
+    pandas' own ValueError or TypeError; nothing written."""
+    from odf_chain.errors import SchemaError
+
+    ds = Dataset.create(tmp_path / "ds")
+    before = snapshot_tree(ds.path)
+    twice = pd.DataFrame([[1, 2]], columns=["a", "a"])
+    sparse = pd.DataFrame({"s": pd.arrays.SparseArray([0, 0, 1])})
+    for given in (twice, sparse):
+        with pytest.raises(SchemaError, match="cannot read the DataFrame as Arrow data"):
+            ds.write(given)
+    assert snapshot_tree(ds.path) == before

@@ -7,7 +7,7 @@ trusts what ``write`` says it did.
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from pathlib import Path
 
 import pyarrow as pa
@@ -534,6 +534,52 @@ def test_timestamps_finer_than_a_millisecond_are_refused(spark, tmp_path):
     write(fine, tmp_path / "ts", truncate_timestamps=True)  # asked for: truncated
     values = _rows_once(tmp_path / "ts", 2).column("at").to_pylist()
     assert values == [datetime(2024, 1, 2, 3, 4, 5, 123000, tzinfo=UTC)] * 2
+
+
+@pytest.mark.parametrize("writer", ["arrow", "spark"])
+def test_an_event_time_is_stored_as_given_or_refused(spark, tmp_path, writer):
+    """The event time is a timestamp, kept to the millisecond (finer refused, as any column's,
+    unless truncate_timestamps), or a date, kept a date (not a timestamp at the session zone's
+    midnight); text is refused, not cast (a cast without ANSI mode turns what it cannot parse
+    into nulls)."""
+    from odf_chain.errors import SchemaError
+
+    fine = spark.sql("select timestamp'2024-01-02 03:04:05.123456' as ts, 1 as n")
+    with pytest.raises(SchemaError, match="'ts' holds timestamps finer than a millisecond"):
+        write(fine, tmp_path / "fine", create=True, event_time="ts", writer=writer)
+    write(
+        fine,
+        tmp_path / "fine",
+        create=True,
+        event_time="ts",
+        writer=writer,
+        truncate_timestamps=True,
+    )
+    (value,) = _rows_once(tmp_path / "fine", 1).column("ts").to_pylist()
+    assert value == datetime(2024, 1, 2, 3, 4, 5, 123000, tzinfo=UTC)
+
+    text = spark.createDataFrame(
+        [("2024-03-01 10:00:00", 1), ("2024-02-30 10:00:00", 2)], "ts string, n int"
+    )
+    previous = spark.conf.get("spark.sql.ansi.enabled")
+    spark.conf.set("spark.sql.ansi.enabled", "false")
+    try:
+        with pytest.raises(SchemaError, match="'ts' is string, not a timestamp or a date"):
+            write(text, tmp_path / "text", create=True, event_time="ts", writer=writer)
+    finally:
+        spark.conf.set("spark.sql.ansi.enabled", previous)
+    assert not (tmp_path / "text").exists()
+
+    zone = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", "America/New_York")
+    try:
+        day = spark.sql("select date'2024-03-01' as day, 1 as n")
+        write(day, tmp_path / "day", create=True, event_time="day", writer=writer)
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", zone)
+    stored = _rows_once(tmp_path / "day", 1)
+    assert pa.types.is_date(stored.schema.field("day").type)
+    assert stored.column("day").to_pylist() == [date(2024, 3, 1)]
 
 
 def test_read_a_dataset_whose_path_has_glob_characters(spark, tmp_path):

@@ -49,12 +49,10 @@ def _write_in_tasks(
     system = set(vocab.system_columns)
 
     def column(field):
-        # Files hold milliseconds. The event time is truncated to them, as Spark's writer does;
-        # user columns only when asked (the count refused finer ones otherwise)
+        # Files hold milliseconds: timestamps (the event time too) are truncated to them only
+        # when asked (the count refused finer ones otherwise)
         name = field.name
-        if isinstance(field.dataType, TimestampType) and (
-            name == vocab.event_time_column or truncate_timestamps
-        ):
+        if isinstance(field.dataType, TimestampType) and truncate_timestamps:
             return F.date_trunc("millisecond", F.col(_quoted(name))).alias(name)
         return F.col(_quoted(name))
 

@@ -130,10 +130,13 @@ def _with_system_columns(
     """The DataFrame as it will be stored, minus the offsets (added per partition later).
 
     The event time is the column the vocabulary names, under its own name (a write given
-    ``event_time=`` has made it the vocabulary's, see :func:`write`), cast to a timestamp if
-    it is not one; an input without it gets the transaction's system time there."""
+    ``event_time=`` has made it the vocabulary's, see :func:`write`): a timestamp, or a date
+    (kept a date, as ``Dataset.write`` keeps it). Anything else is refused rather than cast:
+    a cast turns text it cannot parse into nulls (without ANSI mode) and reads a timestamp
+    without zone in the session's zone. An input without it gets the transaction's system
+    time there."""
     from pyspark.sql import functions as F
-    from pyspark.sql.types import TimestampType
+    from pyspark.sql.types import DateType, TimestampType
 
     reserved = [c for c in df.columns if c in vocab.system_columns]
     if reserved:
@@ -143,10 +146,14 @@ def _with_system_columns(
     time_literal = F.lit(system_time).cast("timestamp")
     column = vocab.event_time_column
     if column in df.columns:
-        event = F.col(_quoted(column))
-        if not isinstance(df.schema[column].dataType, TimestampType):
-            event = event.cast("timestamp")
-        event = event.alias(column)
+        kind = df.schema[column].dataType
+        if not isinstance(kind, TimestampType | DateType):
+            raise SchemaError(
+                f"the event time column {column!r} is {kind.simpleString()}, not a timestamp "
+                "or a date; convert it first (F.to_timestamp, or F.to_utc_timestamp for a "
+                "timestamp without zone), so that no value is lost to a cast"
+            )
+        event = F.col(_quoted(column)).alias(column)
         rest = [c for c in df.columns if c != column]
     else:
         event = time_literal.alias(column)

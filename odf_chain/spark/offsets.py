@@ -29,10 +29,11 @@ def _count_partitions(
 ) -> dict[int, int]:
     """Rows per partition (partitions without rows are left out), one small row each.
 
-    The same pass checks that user timestamp columns hold whole milliseconds: the files store
-    timestamps in milliseconds (as ODF's system columns), and finer ones would be truncated
-    without a word. Given ``per_file``, it also fills it with rows per input file (Spark's
-    ``input_file_name``, files without rows left out): one more grouping key in the same job.
+    The same pass checks that timestamp columns (the event time too) hold whole milliseconds:
+    the files store timestamps in milliseconds (as ODF's system columns), and finer ones would
+    be truncated without a word. Given ``per_file``, it also fills it with rows per input file
+    (Spark's ``input_file_name``, files without rows left out): one more grouping key in the
+    same job.
     """
     from pyspark.sql import functions as F
     from pyspark.sql.types import TimestampType
@@ -42,7 +43,7 @@ def _count_partitions(
         for f in df.schema.fields
         if check_timestamps
         and isinstance(f.dataType, TimestampType)
-        and f.name not in (*vocab.system_columns, vocab.event_time_column)
+        and f.name not in vocab.system_columns
     ]
     finer = [
         F.max((F.unix_micros(F.col(_quoted(name))) % 1000 != 0).cast("int")).alias(f"_sub{i}")
