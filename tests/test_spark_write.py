@@ -582,6 +582,34 @@ def test_an_event_time_is_stored_as_given_or_refused(spark, tmp_path, writer):
     assert stored.column("day").to_pylist() == [date(2024, 3, 1)]
 
 
+def test_timestamps_inside_structs_lists_and_maps_are_checked_too(spark, tmp_path):
+    """Spark's own writer stores timestamps in milliseconds inside a struct, a list or a map
+    as well: finer ones there are refused with writer='spark' as with the default writer
+    (which checks them in its tasks), unless truncate_timestamps; whole milliseconds pass."""
+    from odf_chain.errors import SchemaError
+
+    at = "timestamp'2024-01-02 03:04:05.123456'"
+    finer = [
+        ("s", f"named_struct('at', {at}, 'n', 1)"),
+        ("l", f"array(timestamp'2024-01-02 03:04:05.123', {at})"),
+        ("m", f"map('k', named_struct('at', {at}))"),
+        ("k", f"map({at}, 1)"),
+    ]
+    for name, value in finer:
+        frame = spark.sql(f"select {value} as {name}, 1 as n")
+        for writer in ("spark", "arrow"):
+            with pytest.raises(SchemaError, match=f"'{name}'|finer than a millisecond"):
+                write(frame, tmp_path / name, create=True, writer=writer)
+            assert not (tmp_path / name).exists(), (name, writer)
+    whole = spark.sql("select named_struct('at', timestamp'2024-01-02 03:04:05.123') as s, 1 n")
+    write(whole, tmp_path / "whole", create=True, writer="spark")
+    nested = spark.sql(f"select named_struct('at', {at}) as s, 1 as n")
+    write(nested, tmp_path / "cut", create=True, writer="spark", truncate_timestamps=True)
+    for path in ("whole", "cut"):
+        (value,) = _rows_once(tmp_path / path, 1).column("s").to_pylist()
+        assert value == {"at": datetime(2024, 1, 2, 3, 4, 5, 123000, tzinfo=UTC)}, path
+
+
 def test_read_a_dataset_whose_path_has_glob_characters(spark, tmp_path):
     path = tmp_path / "br[1]{a,b}?"
     write(spark.range(0, 10, numPartitions=2), path, create=True)

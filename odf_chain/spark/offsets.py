@@ -25,7 +25,12 @@ def _shuffles(df) -> bool:
 
 
 def _count_partitions(
-    df, vocab: Vocabulary, *, check_timestamps: bool = True, per_file: dict[str, int] | None = None
+    df,
+    vocab: Vocabulary,
+    *,
+    check_timestamps: bool = True,
+    per_file: dict[str, int] | None = None,
+    check_nested: bool = False,
 ) -> dict[int, int]:
     """Rows per partition (partitions without rows are left out), one small row each.
 
@@ -33,22 +38,21 @@ def _count_partitions(
     the files store timestamps in milliseconds (as ODF's system columns), and finer ones would
     be truncated without a word. Given ``per_file``, it also fills it with rows per input file
     (Spark's ``input_file_name``, files without rows left out): one more grouping key in the
-    same job.
+    same job. ``check_nested``: timestamps inside a struct, a list or a map too (Spark's own
+    writer stores them in milliseconds as well; the Arrow writer's tasks check them).
     """
     from pyspark.sql import functions as F
     from pyspark.sql.types import TimestampType
 
     stamps = [
-        f.name
+        (f.name, found)
         for f in df.schema.fields
         if check_timestamps
-        and isinstance(f.dataType, TimestampType)
         and f.name not in vocab.system_columns
+        and (isinstance(f.dataType, TimestampType) or check_nested)
+        and (found := _finer_than_ms(F.col(_quoted(f.name)), f.dataType)) is not None
     ]
-    finer = [
-        F.max((F.unix_micros(F.col(_quoted(name))) % 1000 != 0).cast("int")).alias(f"_sub{i}")
-        for i, name in enumerate(stamps)
-    ]
+    finer = [F.max(found.cast("int")).alias(f"_sub{i}") for i, (_, found) in enumerate(stamps)]
     keys = [F.spark_partition_id().alias("pid")]
     if per_file is not None:
         keys.append(F.input_file_name().alias("file"))
@@ -58,7 +62,7 @@ def _count_partitions(
         counts[row["pid"]] = counts.get(row["pid"], 0) + row["n"]
         if per_file is not None:
             per_file[row["file"]] = per_file.get(row["file"], 0) + row["n"]
-        for i, name in enumerate(stamps):
+        for i, (name, _) in enumerate(stamps):
             if row[f"_sub{i}"]:
                 raise SchemaError(
                     f"column {name!r} holds timestamps finer than a millisecond; datasets store "
@@ -67,6 +71,58 @@ def _count_partitions(
                     "pass truncate_timestamps=True (odf-chain ingest --truncate-timestamps)"
                 )
     return counts
+
+
+def _finer_than_ms(column, kind):
+    """A boolean column: does ``column`` (of Spark type ``kind``) hold a timestamp finer than a
+    millisecond, at its top or anywhere inside its structs, lists and maps? None when its type
+    holds no timestamp."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import ArrayType, MapType, StructType, TimestampType
+
+    if not _holds_timestamps(kind):
+        return None
+    if isinstance(kind, TimestampType):
+        return F.unix_micros(column) % 1000 != 0
+    if isinstance(kind, ArrayType):
+        return _any_item(column, kind.elementType)
+    if isinstance(kind, MapType):
+        parts = [
+            _any_item(side(column), t)
+            for side, t in ((F.map_keys, kind.keyType), (F.map_values, kind.valueType))
+            if _holds_timestamps(t)
+        ]
+    else:
+        assert isinstance(kind, StructType)
+        parts = [
+            _finer_than_ms(column.getField(f.name), f.dataType)
+            for f in kind.fields
+            if _holds_timestamps(f.dataType)
+        ]
+    parts = [F.coalesce(p, F.lit(False)) for p in parts]  # a null part: not finer
+    return parts[0] if len(parts) == 1 else F.greatest(*parts)
+
+
+def _any_item(items, kind):
+    """Does any item of the list ``items`` (of Spark type ``kind``) hold a finer timestamp? (A
+    function of one argument: Spark passes a lambda of two the item's index.)"""
+    from pyspark.sql import functions as F
+
+    return F.exists(items, lambda item: _finer_than_ms(item, kind))
+
+
+def _holds_timestamps(kind) -> bool:
+    from pyspark.sql.types import ArrayType, MapType, StructType, TimestampType
+
+    if isinstance(kind, TimestampType):
+        return True
+    if isinstance(kind, StructType):
+        return any(_holds_timestamps(f.dataType) for f in kind.fields)
+    if isinstance(kind, ArrayType):
+        return _holds_timestamps(kind.elementType)
+    if isinstance(kind, MapType):
+        return _holds_timestamps(kind.keyType) or _holds_timestamps(kind.valueType)
+    return False
 
 
 def _assign_offsets(df, counts: Mapping[int, int], vocab: Vocabulary, first_offset: int):

@@ -329,7 +329,12 @@ def write(
                     _phase("counting rows")
                 try:
                     counts = _count_partitions(
-                        shaped, vocab, check_timestamps=not truncate_timestamps, per_file=per_file
+                        shaped,
+                        vocab,
+                        check_timestamps=not truncate_timestamps,
+                        per_file=per_file,
+                        # the Arrow writer checks those inside a struct, list or map itself
+                        check_nested=not in_tasks,
                     )
                 except Exception as exc:  # a task of the input's own plan failed: nothing appended
                     raise _spark_failure("count the input", exc) from exc
