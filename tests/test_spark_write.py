@@ -610,6 +610,27 @@ def test_timestamps_inside_structs_lists_and_maps_are_checked_too(spark, tmp_pat
         assert value == {"at": datetime(2024, 1, 2, 3, 4, 5, 123000, tzinfo=UTC)}, path
 
 
+def test_what_spark_cannot_take_is_named_not_raised_from_spark(spark, tmp_path):
+    """Dataset.write keeps columns whose names differ only in case, and unsigned integers:
+    spark.read names them (a SchemaError saying what to read it with), not Spark's own
+    AnalysisException or PySparkTypeError. A column named like a system column in another
+    case is refused on a Spark write, as Spark would take it for that column."""
+    from odf_chain.errors import SchemaError
+
+    cased = Dataset.create(tmp_path / "cased")
+    cased.write(pa.table({"A": [1], "a": [2]}))
+    with pytest.raises(SchemaError, match="'A' and 'a' differ only in case"):
+        read(spark, tmp_path / "cased")
+    unsigned = Dataset.create(tmp_path / "unsigned")
+    unsigned.write(pa.table({"u": pa.array([1], pa.uint64())}))
+    with pytest.raises(SchemaError, match="Spark cannot take this dataset's schema"):
+        read(spark, tmp_path / "unsigned")
+    upper = spark.sql("select 1 as OFFSET, 2 as n")
+    with pytest.raises(SchemaError, match="OFFSET are reserved"):
+        write(upper, tmp_path / "upper", create=True)
+    assert not (tmp_path / "upper").exists()
+
+
 def test_read_a_dataset_whose_path_has_glob_characters(spark, tmp_path):
     path = tmp_path / "br[1]{a,b}?"
     write(spark.range(0, 10, numPartitions=2), path, create=True)

@@ -138,7 +138,8 @@ def _with_system_columns(
     from pyspark.sql import functions as F
     from pyspark.sql.types import DateType, TimestampType
 
-    reserved = [c for c in df.columns if c in vocab.system_columns]
+    system = {c.lower() for c in vocab.system_columns}  # Spark's names are case-insensitive
+    reserved = [c for c in df.columns if c.lower() in system]
     if reserved:
         raise SchemaError(
             f"column(s) {', '.join(reserved)} are reserved for ODF system columns; rename them"

@@ -7,7 +7,7 @@ from pathlib import Path
 import pyarrow.fs as pafs
 
 from odf_chain.dataset import Dataset
-from odf_chain.errors import NotFoundError
+from odf_chain.errors import NotFoundError, SchemaError
 from odf_chain.events import DatasetKind
 from odf_chain.replay import slices_at
 from odf_chain.spark.arrow_tasks import read_in_tasks
@@ -19,8 +19,6 @@ def read(spark, dataset: str | Path | Dataset, at: str | int = "head"):
     """The dataset's data as of block ``at``: exactly the slices the chain names up to it; a
     derivative dataset's changelog folded (as :meth:`Dataset.to_table` folds it, on the
     driver)."""
-    from pyspark.sql.pandas.types import from_arrow_schema
-
     if not isinstance(dataset, Dataset):
         dataset = Dataset.open(dataset)
     storage = dataset.storage
@@ -33,12 +31,11 @@ def read(spark, dataset: str | Path | Dataset, at: str | int = "head"):
     storage.check_layout()
     for name in names:
         storage.open_data(name).close()
+    if state.schema is None:
+        raise NotFoundError(f"{dataset.location} has no schema at block {state.sequence_number}")
+    spark_schema = _spark_schema(state.schema, dataset.location)
     if not names:
-        if state.schema is None:
-            raise NotFoundError(
-                f"{dataset.location} has no schema at block {state.sequence_number}"
-            )
-        return spark.createDataFrame([], from_arrow_schema(state.schema))
+        return spark.createDataFrame([], spark_schema)
     if not isinstance(storage.filesystem, pafs.LocalFileSystem):
         # Spark's own reader needs the store's Hadoop connector: read through Arrow instead
         use_this_python(spark)
@@ -48,4 +45,27 @@ def read(spark, dataset: str | Path | Dataset, at: str | int = "head"):
     paths = [escape_glob(storage.spark_uri(storage.fs_path(f"data/{name}"))) for name in names]
     # Read with the schema in force at that block: slices from before an evolution lack the
     # newer (nullable) columns, which then read as nulls.
-    return spark.read.schema(from_arrow_schema(state.schema)).parquet(*paths)
+    return spark.read.schema(spark_schema).parquet(*paths)
+
+
+def _spark_schema(schema, location: str):
+    """The dataset's schema as Spark's, or a SchemaError naming what Spark cannot take (a
+    dataset written with Dataset.write can hold it): two columns whose names differ only in
+    case (one name to Spark), a type Spark has no counterpart for (unsigned integers, say)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    seen: dict[str, str] = {}
+    for name in schema.names:
+        twin = seen.setdefault(name.lower(), name)
+        if twin != name:
+            raise SchemaError(
+                f"{location}: columns {twin!r} and {name!r} differ only in case, which Spark "
+                "takes for one name: read this dataset with Dataset.to_table() instead"
+            )
+    try:
+        return from_arrow_schema(schema)
+    except (TypeError, ValueError) as exc:  # PySparkTypeError is a TypeError
+        raise SchemaError(
+            f"{location}: Spark cannot take this dataset's schema ({exc}): read it with "
+            "Dataset.to_table() instead"
+        ) from None
