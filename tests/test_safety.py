@@ -185,6 +185,22 @@ def test_a_symlink_inside_data_is_neither_followed_nor_removed(tmp_path: Path) -
     assert {n: (outside / n).read_bytes() for n in files} == files
 
 
+def test_a_file_in_data_named_like_no_slice_is_reported_and_kept(tmp_path: Path) -> None:
+    """No block can name data/extra.parquet, but Spark or DuckDB reading data/ as a folder
+    would read its rows: verify warns of it (it listed data/ by slice names only), gc keeps
+    it (evidence, not a leftover of ours)."""
+    root = _dataset(tmp_path / "ds", writes=1)
+    (root / "data" / "extra.parquet").write_bytes(b"PAR1 rows nobody wrote PAR1")
+    (root / "data" / ".hidden").write_bytes(b"x")
+    report = verify_path(root)
+    stray = sorted(p.path for p in report.warnings if p.rule == "irregular-entry")
+    assert report.ok and stray == ["data/.hidden", "data/extra.parquet"]
+    assert all("a tool reading data/ as a folder" in p.message for p in report.warnings)
+    result = collect_garbage_path(root, min_age=0)
+    assert result.removed == []
+    assert (root / "data" / "extra.parquet").exists() and (root / "data" / ".hidden").exists()
+
+
 # -- rollback: an error, gc refuses, restoring the head makes it whole ----------------------------
 
 

@@ -202,6 +202,10 @@ class LeftoverStore(Located, Protocol):
     def remove_empty_layout(self) -> None: ...
 
 
+STRAY_FILE = "a regular file named like no slice"
+"""What :meth:`LeftoverStore.irregular_entries` calls a file of ``data/`` no block can name."""
+
+
 class DerivedStore(Located, Protocol):
     """Derived files below ``info/`` (caches such as the index): no fsync, never trusted
     blindly. Nothing here reads or moves the chain, so a cache cannot damage it."""

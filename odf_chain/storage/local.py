@@ -67,6 +67,7 @@ from odf_chain.storage import block_pass
 from odf_chain.storage.base import (
     MAX_BLOCK_BYTES,
     STAGING,
+    STRAY_FILE,
     DataCommit,
     EntryInfo,
     check_staged_size,
@@ -149,14 +150,21 @@ class LocalStorage(LocalHead, LocalDerived):
     ) -> list[tuple[str, str]]:
         """Entries of ``blocks/``, ``data/`` and ``.staging/`` (or those of them named) that are
         neither regular files nor (in ``.staging/``) a writer's folder: symlinks, FIFOs,
-        devices. No read follows them and gc removes none of them; returned as (relative path,
-        what it is)."""
+        devices; and the files of ``data/`` named like no slice (``extra.parquet``), which no
+        block can name but a tool reading ``data/`` as a folder of Parquet files would read.
+        No read of odf_chain follows them and gc removes none of them; returned as (relative
+        path, what it is)."""
         found = []
         for directory in directories:
             try:
                 with self._dir(directory) as dir_fd, os.scandir(dir_fd) as it:
                     # the directory listing's own type first: no stat per regular file
-                    others = [e for e in it if not e.is_file(follow_symlinks=False)]
+                    others = []
+                    for e in it:
+                        if not e.is_file(follow_symlinks=False):
+                            others.append(e)
+                        elif directory == "data" and not is_name(e.name):
+                            found.append((f"data/{e.name}", STRAY_FILE))
                     found += self._irregular(directory, others)
             except (OSError, OdfChainError):  # missing or refused: the listings report it
                 continue

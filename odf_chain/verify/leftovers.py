@@ -15,7 +15,7 @@ from odf_chain.events import AddData, ExecuteTransform
 from odf_chain.format.codec import decode_block
 from odf_chain.format.multihash import Multihash
 from odf_chain.storage import Storage
-from odf_chain.storage.base import STAGING
+from odf_chain.storage.base import STAGING, STRAY_FILE
 from odf_chain.verify.report import VerifyReport
 
 
@@ -146,9 +146,9 @@ def check_leftovers(storage: Storage, walk: Walk, report: VerifyReport) -> None:
         else:
             ours = folder == "data" and walk.chain.names_slices([name])[0]
         if not ours:  # the chain's own are errors already, where they are read
-            report.add(
-                "warning",
-                "irregular-entry",
-                f"not a regular file ({kind}): never read or followed, not removed by gc",
-                path=path,
+            what = (
+                f"{kind}: no block names it, but a tool reading data/ as a folder would read it"
+                if kind == STRAY_FILE
+                else f"not a regular file ({kind}): never read or followed"
             )
+            report.add("warning", "irregular-entry", f"{what}, not removed by gc", path=path)
