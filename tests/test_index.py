@@ -373,23 +373,23 @@ def test_every_snapshot_a_read_starts_from_is_checked_against_the_lists(rich_cop
     same_state(Dataset.open(rich_copy).state, states[-1], "Dataset.open")
 
 
-def test_opening_reads_a_record_or_two_of_a_list_however_long(
-    long_chain: Path, tmp_path: Path
-) -> None:
-    """The lists' tails are checked at every open by reading records, not the lists: a chain
-    whose writes carry lineage has a record per write."""
+def test_a_lists_tail_is_checked_from_its_last_records(long_chain: Path, tmp_path: Path) -> None:
+    """Every open checks the lists' tails: from the list's last records (one read of 64 of
+    them), not the list, which has a record per write where writes carry lineage. Only when
+    records past the block asked for fill that tail is the list read (once, then kept)."""
     root = tmp_path / "ds"
     shutil.copytree(long_chain, root)
     entries = replay.load_chain(open_storage(root))
-    head = len(entries) - 1
-    # 200,000 records past the head (a longer branch's, say: never read as this chain's)
-    far = [Pointer(head + 1 + i, entries[i % head].hash) for i in range(200_000)]
-    (root / "info" / LINEAGE_LIST).write_bytes(encode_list(far))
+    listed = [Pointer(i, entries[i].hash) for i in range(len(entries))]
+    (root / "info" / LINEAGE_LIST).write_bytes(encode_list(listed))
     storage = CountingStorage(open_storage(root))
-    index = index_read.open_index(storage)
-    assert index.how == "checked"
-    assert storage.derived_bytes <= 64 * 1024, storage.derived_bytes
-    assert index.head.last_lineage_sequence_number is None
+    index = index_read.ChainIndex(storage, EMPTY, Pointers())
+    assert index._last_listed(LINEAGE_LIST, len(entries) - 1) == listed[-1]
+    assert index._last_listed(LINEAGE_LIST, len(entries) - 30) == listed[-30]
+    assert storage.derived_bytes <= 2 * 64 * 46, storage.derived_bytes  # 230,000 bytes whole
+    assert index._last_listed(LINEAGE_LIST, 100) == listed[100]  # past the tail: read whole
+    assert index._last_listed(LINEAGE_LIST, 99) == listed[99]  # ... once
+    assert storage.derived_bytes == 3 * 64 * 46 + 46 * len(listed), storage.derived_bytes
 
 
 def test_snapshots_of_another_dataset_are_not_believed(rich_copy: Path, tmp_path: Path) -> None:

@@ -89,7 +89,6 @@ from odf_chain.index.records import (
     bucket_name,
     bucket_of,
     decode_list,
-    decode_list_record,
     decode_prefixes,
     decode_seq,
     raw_seq,
@@ -105,6 +104,8 @@ if TYPE_CHECKING:
     from odf_chain.walked import WalkedChain
 
 CATCH_UP = 2 * SNAPSHOT_INTERVAL
+_LIST_TAIL = 64
+"""Records of a list read from its end to check its tail (a record is 46 bytes)."""
 """Blocks a reader walks back from the head to meet a stale index before rebuilding it."""
 
 _HEADERS = tuple(str(Multihash(a, bytes(32)))[: -2 * 32] for a in (BLAKE3, SHA3_256))
@@ -427,42 +428,32 @@ class ChainIndex:
             raise IndexDamage(f"{LINEAGE_LIST} does not end at the last lineage event at {upto}")
 
     def _last_listed(self, name: str, upto: int) -> Pointer | None:
-        """The last record of list ``name`` at or before block ``upto``, reading a record at a
-        time (the last one, then a binary search when records past ``upto`` follow it), not
-        the list: every open checks the lists' tails, and a chain whose writes carry lineage
-        has a record per write."""
+        """The last record of list ``name`` at or before block ``upto``, from the list's last
+        :data:`_LIST_TAIL` records (one positioned read locally; object stores read the file
+        once either way), not the whole list: every open checks the lists' tails, and a chain
+        whose writes carry lineage has a record per write. Only when records past ``upto``
+        fill that tail is the list read whole (once, kept)."""
         known = self._lists.get(name)
-        if known is not None:
-            return next((p for p in reversed(known) if p.sequence_number <= upto), None)
-
-        def record(i: int) -> Pointer:
+        if known is None:
             found = _checked(
                 lambda: self.storage.read_derived_range(
-                    name, i * LIST_RECORD_BYTES, LIST_RECORD_BYTES, MAX_LIST_BYTES
+                    name,
+                    -_LIST_TAIL * LIST_RECORD_BYTES,
+                    _LIST_TAIL * LIST_RECORD_BYTES,
+                    MAX_LIST_BYTES,
                 )
             )
-            if found is None or len(found[1]) != LIST_RECORD_BYTES:
-                raise IndexDamage(f"{name}: record {i} is missing")
-            return decode_list_record(found[1], i, name)
-
-        found = _checked(lambda: self.storage.read_derived_range(name, 0, 0, MAX_LIST_BYTES))
-        if found is None:
-            return None  # none yet
-        size = found[0]
-        if size % LIST_RECORD_BYTES:
-            raise IndexDamage(f"{name}: {size} bytes, not whole records (torn or cut)")
-        low, high = 0, size // LIST_RECORD_BYTES  # the answer is record low - 1
-        last = record(high - 1) if high else None
-        if last is None or last.sequence_number <= upto:
-            return last
-        high -= 1
-        while low < high:  # records are in block order (decode_list checks it on a full read)
-            middle = (low + high) // 2
-            if record(middle).sequence_number <= upto:
-                low = middle + 1
-            else:
-                high = middle
-        return record(low - 1) if low else None
+            if found is None:
+                return None  # none yet
+            size, tail = found
+            if size % LIST_RECORD_BYTES:
+                raise IndexDamage(f"{name}: {size} bytes, not whole records (torn or cut)")
+            first = (size - len(tail)) // LIST_RECORD_BYTES
+            records = decode_list(tail, name, first)
+            if first == 0 or (records and records[0].sequence_number <= upto):
+                return next((p for p in reversed(records) if p.sequence_number <= upto), None)
+            known = self._list(name)
+        return next((p for p in reversed(known) if p.sequence_number <= upto), None)
 
     def listed(self, name: str, upto: int) -> list[BlockEntry]:
         """The blocks list ``name`` (schemas or lineage) names up to block ``upto``, loaded and

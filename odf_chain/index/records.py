@@ -249,16 +249,18 @@ def encode_list(pointers: list[Pointer]) -> bytes:
     return bytes(out)
 
 
-def decode_list(data: bytes, where: str) -> list[Pointer]:
+def decode_list(data: bytes, where: str, first: int = 0) -> list[Pointer]:
+    """The records of a list (or of its part from record ``first`` on), checked: whole,
+    each against its checksum, in block order."""
     if len(data) % LIST_RECORD_BYTES:
         raise IndexDamage(f"{where}: {len(data)} bytes, not whole records (torn or cut)")
     pointers: list[Pointer] = []
     for i in range(len(data) // LIST_RECORD_BYTES):
         chunk = data[i * LIST_RECORD_BYTES : (i + 1) * LIST_RECORD_BYTES]
-        pointer = decode_list_record(chunk, i, where)
+        pointer = decode_list_record(chunk, first + i, where)
         seq = pointer.sequence_number
         if pointers and seq <= pointers[-1].sequence_number:
-            raise IndexDamage(f"{where}: record {i} (block {seq}) is out of order")
+            raise IndexDamage(f"{where}: record {first + i} (block {seq}) is out of order")
         pointers.append(pointer)
     return pointers
 

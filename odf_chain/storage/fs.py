@@ -380,7 +380,8 @@ class FsStorage(FsHead):
         self, relative: str, start: int, length: int, limit: int
     ) -> tuple[int, bytes] | None:
         """Read whole and cut (one GET on an object store, where a ranged read would take a
-        HEAD and a GET): bounded by ``limit`` as :meth:`read_derived` is."""
+        HEAD and a GET): bounded by ``limit`` as :meth:`read_derived` is. For a caller that
+        reads a file's end once, not one that reads many parts of it."""
         data = self.read_derived(relative, limit)
         if data is None:
             return None
