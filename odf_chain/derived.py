@@ -193,7 +193,7 @@ def changes(
     if len(set(columns)) != len(columns):
         twice = sorted({c for c in columns if columns.count(c) > 1})
         raise SchemaError(f"the answer has more than one column named {', '.join(twice)}")
-    reserved = [c for c in columns if c in system]
+    reserved = [c for c in columns if c.lower() in {s.lower() for s in system}]  # as Spark
     if reserved:
         raise SchemaError(
             f"the answer's column(s) {', '.join(reserved)} are reserved for ODF system columns "
@@ -269,7 +269,14 @@ def comparable(table: pa.Table, schema: pa.Schema) -> pa.Table:
 
 def _kind(t: pa.DataType) -> str:
     """What a type holds, whatever its width or unit: integers, floats, decimals, text, bytes,
-    timestamps, dates... (and, for nested types, the nesting itself)."""
+    timestamps, dates; for nested types, the kinds of what they hold (a list of floats is not
+    a list of integers)."""
+    if pa.types.is_struct(t):
+        return "struct<" + ",".join(f"{f.name}:{_kind(f.type)}" for f in t) + ">"
+    if pa.types.is_map(t):
+        return f"map<{_kind(t.key_type)},{_kind(t.item_type)}>"
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return f"list<{_kind(t.value_type)}>"
     for kind, test in (
         ("integer", pa.types.is_integer),
         ("float", pa.types.is_floating),
@@ -281,7 +288,7 @@ def _kind(t: pa.DataType) -> str:
     ):
         if test(t):
             return kind
-    return str(t.id)
+    return str(t)
 
 
 def consumed(transform: SetTransform | None, event: ExecuteTransform) -> list[dict[str, Any]]:

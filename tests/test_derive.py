@@ -609,3 +609,34 @@ def test_a_forged_index_does_not_decide_where_a_run_starts(spark, inputs, tmp_pa
     )
     report = Dataset.open(daily.path).verify()
     assert not [p for p in report.errors if p.rule != "index-mismatch"], report.errors
+
+
+def test_an_answer_is_compared_in_the_stored_types_or_refused():
+    """derived.comparable casts an answer into the types the dataset stores where only width
+    or unit differ (int32 into int64, inside a struct too), and refuses a change of kind at
+    any depth (a double inside a struct or a list is not cast into an int64: 2.0 would pass
+    as 2); derived.changes refuses system columns' names in any case, as Spark takes them."""
+    from odf_chain.derived import changes, comparable
+    from odf_chain.state import Vocabulary
+
+    def struct(kind):
+        return pa.struct([("v", kind)])
+
+    widened = comparable(
+        pa.table({"s": pa.array([{"v": 2}], struct(pa.int32())), "n": pa.array([1], pa.int32())}),
+        pa.schema([("s", struct(pa.int64())), ("n", pa.int64())]),
+    )
+    assert widened.schema == pa.schema([("s", struct(pa.int64())), ("n", pa.int64())])
+    changed = [
+        (pa.array([{"v": 2.0}], struct(pa.float64())), struct(pa.int64())),
+        (pa.array([[2.0]], pa.list_(pa.float64())), pa.list_(pa.int64())),
+        (pa.array([2.0]), pa.int64()),
+        (pa.array(["2"]), pa.int64()),
+    ]
+    for given, stored in changed:
+        with pytest.raises(TypeChangeError, match="a column's type never changes"):
+            comparable(pa.table({"x": given}), pa.schema([("x", stored)]))
+    for name in ("op", "OFFSET", "System_Time"):
+        answer = pa.table({name: [1], "v": [2]})
+        with pytest.raises(SchemaError, match="reserved for ODF system columns"):
+            changes(None, answer, Vocabulary(), datetime(2026, 1, 1, tzinfo=UTC))

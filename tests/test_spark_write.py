@@ -7,7 +7,7 @@ trusts what ``write`` says it did.
 from __future__ import annotations
 
 import re
-from datetime import UTC, date, datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow as pa
@@ -539,10 +539,10 @@ def test_timestamps_finer_than_a_millisecond_are_refused(spark, tmp_path):
 @pytest.mark.parametrize("writer", ["arrow", "spark"])
 def test_an_event_time_is_stored_as_given_or_refused(spark, tmp_path, writer):
     """The event time is a timestamp, kept to the millisecond (finer refused, as any column's,
-    unless truncate_timestamps), or a date, kept a date (not a timestamp at the session zone's
-    midnight); text is refused, not cast (a cast without ANSI mode turns what it cannot parse
-    into nulls)."""
-    from odf_chain.errors import SchemaError
+    unless truncate_timestamps); text is cast, and text the cast cannot read refused, not
+    stored as null (what the cast gives without ANSI mode); a date is its day's midnight in
+    UTC, not the session zone's."""
+    from odf_chain.errors import OdfChainError, SchemaError
 
     fine = spark.sql("select timestamp'2024-01-02 03:04:05.123456' as ts, 1 as n")
     with pytest.raises(SchemaError, match="'ts' holds timestamps finer than a millisecond"):
@@ -558,17 +558,19 @@ def test_an_event_time_is_stored_as_given_or_refused(spark, tmp_path, writer):
     (value,) = _rows_once(tmp_path / "fine", 1).column("ts").to_pylist()
     assert value == datetime(2024, 1, 2, 3, 4, 5, 123000, tzinfo=UTC)
 
-    text = spark.createDataFrame(
-        [("2024-03-01 10:00:00", 1), ("2024-02-30 10:00:00", 2)], "ts string, n int"
-    )
+    rows = [("2024-03-01 10:00:00", 1), ("2024-02-30 10:00:00", 2), (None, 3)]
+    text = spark.createDataFrame(rows, "ts string, n int")
     previous = spark.conf.get("spark.sql.ansi.enabled")
     spark.conf.set("spark.sql.ansi.enabled", "false")
     try:
-        with pytest.raises(SchemaError, match="'ts' is string, not a timestamp or a date"):
+        with pytest.raises(OdfChainError, match="2024-02-30 10:00:00 is not a time Spark reads"):
             write(text, tmp_path / "text", create=True, event_time="ts", writer=writer)
+        assert not (tmp_path / "text").exists()
+        write(text.where("n != 2"), tmp_path / "text", create=True, event_time="ts", writer=writer)
     finally:
         spark.conf.set("spark.sql.ansi.enabled", previous)
-    assert not (tmp_path / "text").exists()
+    stored = _rows_once(tmp_path / "text", 2).column("ts").to_pylist()
+    assert datetime(2024, 3, 1, 10, tzinfo=UTC) in stored  # the session zone is UTC here
 
     zone = spark.conf.get("spark.sql.session.timeZone")
     spark.conf.set("spark.sql.session.timeZone", "America/New_York")
@@ -577,9 +579,8 @@ def test_an_event_time_is_stored_as_given_or_refused(spark, tmp_path, writer):
         write(day, tmp_path / "day", create=True, event_time="day", writer=writer)
     finally:
         spark.conf.set("spark.sql.session.timeZone", zone)
-    stored = _rows_once(tmp_path / "day", 1)
-    assert pa.types.is_date(stored.schema.field("day").type)
-    assert stored.column("day").to_pylist() == [date(2024, 3, 1)]
+    stored = _rows_once(tmp_path / "day", 1).column("day").to_pylist()
+    assert stored == [datetime(2024, 3, 1, tzinfo=UTC)]
 
 
 def test_timestamps_inside_structs_lists_and_maps_are_checked_too(spark, tmp_path):

@@ -130,13 +130,14 @@ def _with_system_columns(
     """The DataFrame as it will be stored, minus the offsets (added per partition later).
 
     The event time is the column the vocabulary names, under its own name (a write given
-    ``event_time=`` has made it the vocabulary's, see :func:`write`): a timestamp, or a date
-    (kept a date, as ``Dataset.write`` keeps it). Anything else is refused rather than cast:
-    a cast turns text it cannot parse into nulls (without ANSI mode) and reads a timestamp
-    without zone in the session's zone. An input without it gets the transaction's system
-    time there."""
+    ``event_time=`` has made it the vocabulary's, see :func:`write`), a timestamp. A date is
+    its day's midnight in UTC (Spark's cast takes the session zone's: another instant), or
+    stays a date where the dataset declares one; text is cast, and text the cast cannot read
+    fails the write, naming it (without ANSI mode the cast makes it null); other types are
+    cast as Spark casts them. An input without it gets the transaction's system time there.
+    """
     from pyspark.sql import functions as F
-    from pyspark.sql.types import DateType, TimestampType
+    from pyspark.sql.types import DateType, StringType, TimestampType
 
     system = {c.lower() for c in vocab.system_columns}  # Spark's names are case-insensitive
     reserved = [c for c in df.columns if c.lower() in system]
@@ -148,13 +149,20 @@ def _with_system_columns(
     column = vocab.event_time_column
     if column in df.columns:
         kind = df.schema[column].dataType
-        if not isinstance(kind, TimestampType | DateType):
-            raise SchemaError(
-                f"the event time column {column!r} is {kind.simpleString()}, not a timestamp "
-                "or a date; convert it first (F.to_timestamp, or F.to_utc_timestamp for a "
-                "timestamp without zone), so that no value is lost to a cast"
+        event = F.col(_quoted(column))
+        declared = None if in_force is None or column not in in_force.names else in_force
+        if isinstance(kind, DateType):
+            if declared is None or not pa.types.is_date(declared.field(column).type):
+                event = F.timestamp_seconds(F.unix_date(event) * 86400)
+        elif isinstance(kind, StringType):
+            cast = event.cast("timestamp")
+            unread = F.concat(
+                F.lit(f"event time column {column!r}: "), event, F.lit(" is not a time Spark reads")
             )
-        event = F.col(_quoted(column)).alias(column)
+            event = F.when(event.isNotNull() & cast.isNull(), F.raise_error(unread)).otherwise(cast)
+        elif not isinstance(kind, TimestampType):
+            event = event.cast("timestamp")
+        event = event.alias(column)
         rest = [c for c in df.columns if c != column]
     else:
         event = time_literal.alias(column)

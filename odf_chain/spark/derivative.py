@@ -25,7 +25,7 @@ from odf_chain import chain, derived, slice_writer
 from odf_chain.chain import BlockEntry, PreparedBlock
 from odf_chain.dataset import Dataset
 from odf_chain.emit.live_run import LiveRun, live_run
-from odf_chain.errors import NotFoundError, OdfChainError, StorageError
+from odf_chain.errors import NotFoundError, OdfChainError, StorageError, UnsyncedCommitError
 from odf_chain.events import (
     AddFieldLineage,
     DatasetKind,
@@ -156,6 +156,8 @@ def derive(
     emitting = live_run(out.storage, job_name, str(uuid.uuid4()), chain.now())
     try:
         return _derive(spark, sql, opened, out, seed, emitting, progress or _quiet)
+    except UnsyncedCommitError:
+        raise  # committed and visible, its durability unsure: no FAIL, the outbox kept
     except BaseException as exc:
         emitting.failed(exc, discard=seed is not None)  # a run that began ends with FAIL
         if seed is not None:

@@ -159,7 +159,11 @@ def _reproduce_run(
     df = transform_run.run_queries(session, pinned, derived.transform_queries(transform))
     answer = transform_run.answer_table(df)
     if schema is not None:
-        answer = derived.comparable(answer, schema)
+        try:
+            answer = derived.comparable(answer, schema)
+        except OdfChainError as exc:  # the query's answer is not of the stored types
+            _mismatch(report, dataset, entry, f"the answer does not fit the dataset: {exc}", where)
+            return
     held = folded.ledger
     columns = list(answer.column_names)
     if held is None:

@@ -78,7 +78,7 @@ from odf_chain import chain, rules
 from odf_chain.chain import BlockEntry
 from odf_chain.dataset import Dataset
 from odf_chain.emit.live_run import live_run
-from odf_chain.errors import NotFoundError, OdfChainError, SchemaError
+from odf_chain.errors import NotFoundError, OdfChainError, SchemaError, UnsyncedCommitError
 from odf_chain.events import AddFieldLineage, LineageRun, OffsetInterval
 from odf_chain.format.multihash import BLAKE3, Multihash
 from odf_chain.lineage.recorder import LineageRecorder
@@ -477,6 +477,8 @@ def write(
             if persist:
                 shaped.unpersist()
             storage.discard_area(staging)
+    except UnsyncedCommitError:
+        raise  # committed and visible, its durability unsure: no FAIL, the outbox kept
     except BaseException as exc:
         # a run that began ends with FAIL (one that committed has sent its COMPLETE)
         live.failed(exc, discard=seed is not None)
