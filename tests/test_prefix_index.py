@@ -21,7 +21,7 @@ from odf_chain.index import prefixes, read as index_read, update
 from odf_chain.index.records import PREFIX_BATCH
 from odf_chain.storage import open_storage
 from tests.helpers import multihash_name
-from tests.test_index import append_plain, fast_chain
+from tests.test_index import CountingStorage, append_plain, fast_chain
 
 INDEX = Path("info") / "odf-chain-index"
 BUCKETS = INDEX / "prefix"
@@ -30,35 +30,16 @@ RECORD = 20  # 8 digest bytes, sequence number, CRC-32
 COVERAGE_HEAD = 8 + 34
 
 
-class Counting:
-    """The real storage, counting listings of blocks/ and block reads."""
+class Counting(CountingStorage):
+    """The real storage, counting listings of blocks/ too."""
 
     def __init__(self, inner) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self.listings = 0
-        self.blocks = 0
-        self.derived_bytes = 0
 
     def block_names_starting(self, prefix: str, limit: int) -> list[str]:
         self.listings += 1
         return self._inner.block_names_starting(prefix, limit)
-
-    def read_block(self, name: str) -> bytes:
-        self.blocks += 1
-        return self._inner.read_block(name)
-
-    def read_derived(self, relative: str, limit: int) -> bytes | None:
-        data = self._inner.read_derived(relative, limit)
-        self.derived_bytes += len(data or b"")
-        return data
-
-    def read_derived_range(self, relative: str, start: int, length: int, limit: int):
-        found = self._inner.read_derived_range(relative, start, length, limit)
-        self.derived_bytes += 0 if found is None else len(found[1])
-        return found
-
-    def __getattr__(self, name: str):
-        return getattr(self._inner, name)
 
 
 @pytest.fixture(autouse=True)
