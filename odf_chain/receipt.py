@@ -183,6 +183,8 @@ class Receipt:
             raise bad(str(exc)) from None
         if dataset_id.to_did() != doc["dataset_id"]:
             raise bad(f"dataset_id must be lowercase base16: {doc['dataset_id']!r}")
+        if str(block_hash) != doc["block_hash"]:  # another spelling of it (a padded varint)
+            raise bad(f"block_hash must be written as {block_hash}, found {doc['block_hash']!r}")
         sequence_number = doc["sequence_number"]
         if not 0 <= sequence_number <= _MAX_SEQUENCE:
             raise bad(f"sequence_number {sequence_number} is out of range")

@@ -651,6 +651,10 @@ BAD_RECEIPTS = [
         lambda d: d | {"dataset_id": d["dataset_id"].upper().replace("DID:ODF:F", "did:odf:f")},
         "dataset_id must be lowercase",
     ),
+    (  # the same hash, its code a padded varint (0x9e 0x00 for 0x1e): one spelling only
+        lambda d: d | {"block_hash": d["block_hash"].replace("f1e20", "f9e0020", 1)},
+        "block_hash must be written as f1e20",
+    ),
     (lambda d: d | {"system_time": "2026-03-01 12:00:00"}, "is not RFC 3339 UTC"),
     (lambda d: d | {"system_time": "2026-02-30T12:00:00.000Z"}, "is not RFC 3339 UTC"),
     (lambda d: d | {"system_time": "2026-03-01T12:00:00.12Z"}, "is not RFC 3339 UTC"),
