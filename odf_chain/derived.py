@@ -193,7 +193,7 @@ def changes(
     if len(set(columns)) != len(columns):
         twice = sorted({c for c in columns if columns.count(c) > 1})
         raise SchemaError(f"the answer has more than one column named {', '.join(twice)}")
-    reserved = [c for c in columns if c.lower() in {s.lower() for s in system}]  # as Spark
+    reserved = vocab.spark_clashes(columns)  # the answer comes from Spark
     if reserved:
         raise SchemaError(
             f"the answer's column(s) {', '.join(reserved)} are reserved for ODF system columns "

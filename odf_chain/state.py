@@ -104,6 +104,12 @@ class Vocabulary:
     def system_columns(self) -> tuple[str, str, str]:
         return (self.offset_column, self.operation_type_column, self.system_time_column)
 
+    def spark_clashes(self, names: list[str]) -> list[str]:
+        """Of ``names``, those Spark takes for a system column: its names are compared in any
+        case (``OFFSET`` is ``offset`` to Spark)."""
+        system = {c.lower() for c in self.system_columns}
+        return [n for n in names if n.lower() in system]
+
 
 # -- field paths, computed once per schema object ---------------------------------------------
 

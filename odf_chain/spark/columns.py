@@ -139,8 +139,7 @@ def _with_system_columns(
     from pyspark.sql import functions as F
     from pyspark.sql.types import DateType, StringType, TimestampType
 
-    system = {c.lower() for c in vocab.system_columns}  # Spark's names are case-insensitive
-    reserved = [c for c in df.columns if c.lower() in system]
+    reserved = vocab.spark_clashes(df.columns)
     if reserved:
         raise SchemaError(
             f"column(s) {', '.join(reserved)} are reserved for ODF system columns; rename them"
