@@ -23,7 +23,7 @@ import pytest
 from odf_chain import Dataset, chain
 from odf_chain.errors import RuleViolation
 from odf_chain.events import AddData, SourceState
-from odf_chain.storage import LocalStorage
+from odf_chain.storage import LocalStorage, local_head
 from odf_chain.storage.local_head import HELD_FILES
 from odf_chain.transaction import Transaction
 from odf_chain.verify import verify_path
@@ -50,13 +50,15 @@ def _dataset(root: Path, appends: int) -> Dataset:
 
 
 def _where(root: Path, path: str) -> str:
-    """A path as the dataset sees it: ``blocks/``, ``refs/head``, ``.staging/<head tmp>``..."""
+    """A path as the dataset sees it: ``blocks/``, ``refs/head``, ``refs/head next``..."""
     relative = os.path.relpath(path, root)
     parent, _, name = relative.rpartition("/")
     if parent == ".staging":
         if name.startswith("data."):
             return ".staging/slice tmp"
-        return ".staging/head tmp" if name.startswith(".head.") else ".staging/block tmp"
+        return ".staging/block tmp"
+    if relative == "refs/.head.next":
+        return "refs/head next"
     if parent == "blocks":
         return "blocks/<block>"
     if parent == "data":
@@ -82,7 +84,7 @@ def syscalls(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Path], list[
 
         return call
 
-    def by_path(name: str) -> Callable[..., None]:
+    def by_path(name: str, shown: str | None = None) -> Callable[..., None]:
         real = getattr(os, name)
 
         def at(path, dir_fd: int | None) -> str:  # a name in a directory descriptor's folder
@@ -93,14 +95,25 @@ def syscalls(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Path], list[
         def call(src, dst, *args, **kwargs) -> None:
             real(src, dst, *args, **kwargs)
             where = (at(src, kwargs.get("src_dir_fd")), at(dst, kwargs.get("dst_dir_fd")))
-            calls.append((name, *where))
+            calls.append((shown or name, *where))
 
         return call
 
     for name in ("fsync", "fdatasync"):
         monkeypatch.setattr(os, name, by_descriptor(name))
-    for name in ("link", "rename"):
-        monkeypatch.setattr(os, name, by_path(name))
+    monkeypatch.setattr(os, "link", by_path("link"))
+    # a head move renames or, where the filesystem can, exchanges: either is "move"
+    monkeypatch.setattr(os, "rename", by_path("rename", "move"))
+    real_exchange = local_head.exchange_at
+
+    def exchange(dir_fd: int, a: str, b: str) -> bool:
+        done = real_exchange(dir_fd, a, b)
+        if done:
+            folder = os.readlink(f"/proc/self/fd/{dir_fd}")
+            calls.append(("move", os.path.join(folder, a), os.path.join(folder, b)))
+        return done
+
+    monkeypatch.setattr(local_head, "exchange_at", exchange)
 
     def named(root: Path) -> list[tuple]:
         root = Path(os.path.realpath(root))
@@ -125,9 +138,9 @@ def syscalls(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Path], list[
 SYNCS_BEFORE_RENAME = {
     ("fdatasync", "blocks/<block>"),  # 1: the block's bytes
     ("fsync", "blocks/"),  # 2: its name
-    ("fdatasync", ".staging/head tmp"),  # 3: the new head's bytes
+    ("fdatasync", "refs/head next"),  # 3: the new head's bytes
 }
-RENAME = ("rename", ".staging/head tmp", "refs/head")
+RENAME = ("move", "refs/head next", "refs/head")
 
 
 def _syncs(calls: list[tuple]) -> list[tuple]:
@@ -163,7 +176,7 @@ def test_a_transaction_of_three_blocks_syncs_six_times(tmp_path: Path, syscalls)
     assert calls[:3] == [("link", ".staging/block tmp", "blocks/<block>")] * 3
     assert sorted(calls[3:rename]) == sorted(
         [("fdatasync", "blocks/<block>")] * 3
-        + [("fsync", "blocks/"), ("fdatasync", ".staging/head tmp")]
+        + [("fsync", "blocks/"), ("fdatasync", "refs/head next")]
     )
     assert calls[rename:] == [RENAME, ("fsync", "refs/")]
     assert len(_syncs(calls)) == 6
@@ -187,7 +200,7 @@ def test_a_long_transaction_syncs_every_block_before_the_rename(tmp_path: Path, 
     assert links == [("link", ".staging/block tmp", "blocks/<block>")] * k
     assert sorted(c for c in calls[:rename] if c[0] != "link") == sorted(
         [("fdatasync", "blocks/<block>")] * k
-        + [("fsync", "blocks/"), ("fdatasync", ".staging/head tmp")]
+        + [("fsync", "blocks/"), ("fdatasync", "refs/head next")]
     )
     assert calls[rename:] == [RENAME, ("fsync", "refs/")]
     assert Dataset.open(ds.storage.root).state.head == after.head
@@ -224,7 +237,7 @@ def test_a_write_of_several_slices_syncs_each_folder_once(tmp_path: Path, syscal
     together = calls[max(block_links + slice_links) + 1 : rename]
     assert sorted(together) == sorted(
         [("fdatasync", "blocks/<block>")] * s
-        + [("fsync", "blocks/"), ("fsync", "data/"), ("fdatasync", ".staging/head tmp")]
+        + [("fsync", "blocks/"), ("fsync", "data/"), ("fdatasync", "refs/head next")]
     )
     assert len(_syncs(calls)) == 2 * s + 4
     assert verify_path(ds.storage.root).ok
@@ -364,8 +377,16 @@ def test_the_index_is_written_once_the_move_is_durable_under_the_head_lock(
             os.close(fd)
         return real_record(*args, repair=repair)
 
+    def exchange(dir_fd: int, a: str, b: str) -> bool:
+        done = real_exchange(dir_fd, a, b)
+        if done and b == "head":
+            order.append("head renamed")
+        return done
+
+    real_exchange = local_head.exchange_at
     monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr(os, "rename", rename)
+    monkeypatch.setattr(local_head, "exchange_at", exchange)
     monkeypatch.setattr(update, "record_commit", record)
     entry = ds.append(_event(2))
     assert order == ["head renamed", "refs synced", "index, the lock held"]
@@ -714,33 +735,137 @@ def test_a_transaction_refused_at_its_second_block_withdraws_its_first(tmp_path:
     assert ds.storage.read_head() == str(ds.state.head)
 
 
-def test_a_leftover_head_staging_file_is_replaced_and_a_folder_there_is_refused(
+def test_the_head_staging_file_is_reused_unless_unsafe_and_a_folder_there_is_refused(
     tmp_path: Path,
 ) -> None:
-    """The head is staged as ``.staging/.head.tmp`` under the head lock. A file of that name
-    (a writer that died holding the lock) is replaced, a symlink there is removed without being
-    followed; a folder in its place is refused, named, with nothing committed or left."""
+    """The head is staged as ``refs/.head.next`` under the head lock. A regular file of one
+    link there (the previous head, or a half-written one a writer that died left) is overwritten
+    in place; a symlink is removed without being followed; a file another name also links (a
+    hard-link backup) is left as it is and a new one made; a folder is refused, named, with
+    nothing committed or left."""
     from odf_chain.errors import StorageError
 
     ds = _dataset(tmp_path / "ds", 2)
-    staged = ds.storage.root / ".staging" / ".head.tmp"
+    staged = ds.storage.root / "refs" / ".head.next"
+    staged.unlink(missing_ok=True)
     outside = tmp_path / "outside"
     outside.write_text("keep me")
     staged.symlink_to(outside)
     ds.append(_event(2))
     assert outside.read_text() == "keep me"
-    staged.write_text("half a head")
+    staged.unlink(missing_ok=True)
+    staged.write_text("half a head, and more bytes than a head has: " + "x" * 100)
     entry = ds.append(_event(3))
     assert ds.storage.read_head() == str(entry.hash)
-    assert not staged.exists()
 
+    staged.unlink(missing_ok=True)
+    staged.write_text("a backup's")
+    backup = tmp_path / "backup-of-next"
+    os.link(staged, backup)
+    entry = ds.append(_event(4))
+    assert ds.storage.read_head() == str(entry.hash)
+    assert backup.read_text() == "a backup's"
+
+    staged.unlink(missing_ok=True)
     staged.mkdir()
     blocks = sorted(os.listdir(ds.storage.root / "blocks"))
-    with pytest.raises(StorageError, match=r"\.staging/\.head\.tmp is in the way"):
-        ds.append(_event(4))
+    with pytest.raises(StorageError, match=r"refs/\.head\.next is in the way"):
+        ds.append(_event(5))
     assert ds.storage.read_head() == str(entry.hash)
     assert sorted(os.listdir(ds.storage.root / "blocks")) == blocks  # the new block withdrawn
     staged.rmdir()
+    assert verify_path(ds.storage.root).ok
+
+
+def _can_exchange(folder: Path) -> bool:
+    from odf_chain.storage.local_files import exchange_at
+
+    (folder / "a").write_text("a")
+    (folder / "b").write_text("b")
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        return exchange_at(fd, "a", "b")
+    finally:
+        os.close(fd)
+        (folder / "a").unlink()
+        (folder / "b").unlink()
+
+
+def test_a_head_move_frees_no_file_where_names_can_be_exchanged(tmp_path: Path) -> None:
+    """Where the filesystem can exchange two names at once (Linux ``RENAME_EXCHANGE``) the
+    new head takes the name ``refs/head`` and the old head's file becomes the next move's
+    staging file, overwritten then: after two moves ``refs/head`` is the same file again. A
+    filesystem without a journal skips every file freed in the last minute when it makes one,
+    so a head move that freed one made every later write slower."""
+    if not _can_exchange(tmp_path):
+        pytest.skip("this filesystem cannot exchange names")
+    ds = _dataset(tmp_path / "ds", 2)
+    refs = ds.storage.root / "refs"
+    first = os.stat(refs / "head").st_ino
+    previous = (refs / "head").read_text()
+    entry = ds.append(_event(2))
+    assert os.stat(refs / ".head.next").st_ino == first
+    assert (refs / ".head.next").read_text() == previous
+    assert os.stat(refs / "head").st_ino != first
+    entry = ds.append(_event(3))
+    assert os.stat(refs / "head").st_ino == first
+    assert (refs / "head").read_text() == str(entry.hash)
+    report = verify_path(ds.storage.root)
+    assert report.ok and not report.warnings
+
+
+def test_a_head_staging_file_that_is_the_head_is_refused(tmp_path: Path) -> None:
+    """``refs/.head.next`` naming the head's own file (what a crash on a filesystem without a
+    journal can leave) is never written through: the move is refused, naming it."""
+    from odf_chain.errors import StorageError
+
+    ds = _dataset(tmp_path / "ds", 2)
+    refs = ds.storage.root / "refs"
+    (refs / ".head.next").unlink(missing_ok=True)
+    os.link(refs / "head", refs / ".head.next")
+    head = (refs / "head").read_text()
+    with pytest.raises(StorageError, match=r"refs/\.head\.next is the same file"):
+        ds.append(_event(2))
+    assert (refs / "head").read_text() == head
+    assert ds.storage.read_head() == head
+
+
+def test_a_head_read_that_straddles_two_moves_reads_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reader opens ``refs/head``; before it reads, a move swaps that file out and a second
+    move, which then fails, writes a head into it that the chain never moved to. The reader
+    must not answer with that head: it finds the file no longer named ``refs/head`` and reads
+    again."""
+    from odf_chain.errors import StorageError
+    from odf_chain.storage import local_files
+
+    ds = _dataset(tmp_path / "ds", 2)
+    if not _can_exchange(tmp_path):
+        pytest.skip("this filesystem cannot exchange names")
+    reader = LocalStorage(ds.storage.root)
+    real_read, real_sync = local_files.read_at_most, os.fdatasync
+    moved: list[str] = []
+    started: list[bool] = []
+
+    def failing(fd: int) -> None:
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(".head.next"):
+            raise OSError(5, "Input/output error")
+        real_sync(fd)
+
+    def read_between_moves(fd: int, *args):
+        if not started:  # the reader's read (the moves read files too)
+            started.append(True)
+            moved.append(str(ds.append(_event(2)).hash))  # swaps the reader's file out
+            monkeypatch.setattr(os, "fdatasync", failing)
+            with pytest.raises(StorageError, match="Input/output error"):
+                ds.append(_event(3))  # writes its head into the reader's file, then fails
+            monkeypatch.setattr(os, "fdatasync", real_sync)
+        return real_read(fd, *args)
+
+    monkeypatch.setattr(local_files, "read_at_most", read_between_moves)
+    assert reader.read_head() == moved[0]
+    monkeypatch.setattr(local_files, "read_at_most", real_read)
     assert verify_path(ds.storage.root).ok
 
 
@@ -769,6 +894,7 @@ def test_a_head_move_whose_sync_fails_leaves_no_staging_file_and_no_block(
     assert ds.storage.read_head() == head
     assert sorted(os.listdir(root / "blocks")) == blocks
     assert not [p.name for p in (root / ".staging").iterdir()]
+    assert not (root / "refs" / ".head.next").exists()
     assert verify_path(root).ok
 
 

@@ -15,8 +15,8 @@ bytes, ``data/`` once, beside 2), each needed for one of those two promises:
    loss left empty;
 2. ``blocks/`` once (fsync): else the head could name a block whose directory entry a power
    loss dropped (``data/`` likewise, once, when the new blocks name slices);
-3. the new head's bytes (fdatasync of its staging file): else ``refs/head`` could be left
-   empty, a dataset with no readable head;
+3. the new head's bytes (fdatasync of its staging file, ``refs/.head.next``): else
+   ``refs/head`` could be left empty, a dataset with no readable head;
 4. ``refs/`` (fsync, after the rename, before returning): else the acknowledged commit could
    be undone by a power loss (the old head comes back).
 
@@ -29,6 +29,20 @@ lock once the head is checked (a move refused writes none), and links each into 
 before its bytes are synced, so a power loss before the rename can leave a block name on an
 empty or torn file; no head names it (the old head is still the durable one), no reader opens
 it, and verify reports it as an unreferenced block (gc removes it with the uncommitted files).
+**The head's file is exchanged, not replaced**, where the OS can swap two names at once (Linux
+``renameat2`` with ``RENAME_EXCHANGE``; elsewhere it is a rename, as before): the old head's
+file becomes ``refs/.head.next``, which the next move overwrites in place (same size: its sync
+writes bytes, no allocation). So an append makes one file (its block's) and frees none. A
+rename over ``refs/head`` freed one per append, and ext4 without a journal passes over every
+inode freed in the last minute (five, while its table block is unwritten) each time it makes a
+file: a steady writer slowed down its own next appends, and the rest of the filesystem's
+(measured: ``docs/performance.md#head-exchange``). The staging file sits in ``refs/``, so the
+exchange touches one directory and sync 4 covers both names. It is reused only while it is a
+regular file of one link (a hard-link backup's copy is never written through) and not the
+head's own file; readers take ``refs/head``'s bytes only if the name still names the file they
+read once they have read it (:func:`~.local_files.read_swapped_at`): a reader whose read
+straddles two moves could otherwise see a head not (yet) moved to.
+
 A slice's bytes are still synced before its name
 (:meth:`LocalStorage.commit_data`: a slice is large, its sync is its write, and it is made
 before the lock is taken).

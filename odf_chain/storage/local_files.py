@@ -13,16 +13,18 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import functools
 import os
 import queue
 import secrets
 import stat
+import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 
-from odf_chain.errors import NotFoundError, StorageError
+from odf_chain.errors import ConflictError, NotFoundError, StorageError
 from odf_chain.storage.base import DERIVED_DIR, STAGING
 from odf_chain.storage.layout import LAYOUT, is_name
 from odf_chain.storage.user_files import file_kind, read_at_most
@@ -99,6 +101,12 @@ def open_regular_at(dir_fd: int, name: str, path: Path | str) -> tuple[int, os.s
 def read_regular_at(dir_fd: int, name: str, path: Path | str, limit: int, what: str) -> bytes:
     """The bytes of the regular file ``name`` in ``dir_fd``, at most ``limit`` of them: a larger
     file is refused before reading, one that grows while read at ``limit + 1`` bytes."""
+    return _read_regular_at(dir_fd, name, path, limit, what)[0]
+
+
+def _read_regular_at(
+    dir_fd: int, name: str, path: Path | str, limit: int, what: str
+) -> tuple[bytes, os.stat_result]:
     fd, opened = open_regular_at(dir_fd, name, path)
     try:
         too_large = f"{path} is larger than the {limit:,}-byte limit for {what}: not read"
@@ -107,9 +115,25 @@ def read_regular_at(dir_fd: int, name: str, path: Path | str, limit: int, what: 
         data = read_at_most(fd, limit, opened.st_size)
         if len(data) > limit:
             raise StorageError(f"{too_large} (it grew while being read)")
-        return data
+        return data, opened
     finally:
         os.close(fd)
+
+
+SWAPPED_READS = 8
+
+
+def read_swapped_at(dir_fd: int, name: str, path: Path | str, limit: int, what: str) -> bytes:
+    """:func:`read_regular_at` for a file that a writer swaps out of its name and then rewrites
+    (``refs/head``: :func:`exchange_at`): what was read counts only if ``name`` still names the
+    file read once the read is over, so a reader whose file was swapped out (and may since hold
+    a head not yet moved to) reads again, at most :data:`SWAPPED_READS` times."""
+    for _ in range(SWAPPED_READS):
+        data, opened = _read_regular_at(dir_fd, name, path, limit, what)
+        now = lstat_at(name, dir_fd)
+        if (now.st_dev, now.st_ino) == (opened.st_dev, opened.st_ino):
+            return data
+    raise ConflictError(f"{path} was replaced {SWAPPED_READS} times while being read: not read")
 
 
 def write_all(fd: int, data: bytes) -> None:
@@ -303,6 +327,81 @@ def stage_locked(staging_fd: int, tmp: str, data: bytes, staging: Path) -> int:
             os.unlink(tmp, dir_fd=staging_fd)
         raise
     return fd
+
+
+def restage_locked(
+    dir_fd: int, tmp: str, data: bytes, folder: Path, *, not_of: os.stat_result | None
+) -> int:
+    """:func:`stage_locked`, reusing the file ``tmp`` already there: a regular file of one link
+    (no other name, such as a hard-link backup's, sees it change) that is not ``not_of``'s file
+    is overwritten in place to hold exactly ``data``, so no inode is made or freed; anything
+    else there is made anew as :func:`stage_locked` does. For the head's staging file, which
+    :func:`exchange_at` leaves holding the previous head (a filesystem without a journal skips
+    every inode freed in the last minute when it makes a file: ext4 ``recently_deleted``)."""
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError:  # none, a symlink, a FIFO, a folder: stage_locked removes it or refuses
+        return stage_locked(dir_fd, tmp, data, folder)
+    try:
+        found = os.fstat(fd)
+        if not_of is not None and (found.st_dev, found.st_ino) == (not_of.st_dev, not_of.st_ino):
+            raise StorageError(
+                f"{folder / tmp} is the same file as the one it replaces (linked twice, as a "
+                "crash on a filesystem without a journal can leave it): check the filesystem "
+                "(fsck), then remove it; nothing was written"
+            )
+        reuse = stat.S_ISREG(found.st_mode) and found.st_nlink == 1
+        if reuse:
+            view, at = memoryview(data), 0
+            while at < len(view):
+                at += os.pwrite(fd, view[at:], at)
+            if found.st_size != len(data):
+                os.ftruncate(fd, len(data))
+    except BaseException:
+        os.close(fd)
+        raise
+    if reuse:
+        return fd
+    os.close(fd)
+    return stage_locked(dir_fd, tmp, data, folder)
+
+
+_RENAME_EXCHANGE = 2  # linux/fs.h
+# renameat2 refusals that mean "not here" (an old kernel, a filesystem without the flag)
+_NO_EXCHANGE = {errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP}
+
+
+@functools.cache
+def _renameat2() -> tuple[Callable[..., int], Callable[[], int]] | None:
+    """libc's ``renameat2`` and the errno getter of its calls, or None where there is none."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes  # here: only a head move needs it
+
+    try:
+        call = ctypes.CDLL(None, use_errno=True).renameat2  # glibc 2.28, musl 1.2.4
+    except (OSError, AttributeError):
+        return None
+    call.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    call.restype = ctypes.c_int
+    return call, ctypes.get_errno
+
+
+def exchange_at(dir_fd: int, a: str, b: str) -> bool:
+    """Swap the files the names ``a`` and ``b`` of ``dir_fd`` name, at once (Linux
+    ``RENAME_EXCHANGE``): a rename of ``a`` over ``b`` that keeps ``b``'s old file as ``a``
+    instead of freeing it. False, with nothing done, where the OS or the filesystem cannot or
+    ``b`` is missing: the caller renames then."""
+    found = _renameat2()
+    if found is None:
+        return False
+    call, get_errno = found
+    if call(dir_fd, os.fsencode(a), dir_fd, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    code = get_errno()
+    if code in _NO_EXCHANGE or code == errno.ENOENT:  # ``a`` was just written: ``b`` is missing
+        return False
+    raise OSError(code, os.strerror(code), a)
 
 
 def place_new(staging_fd: int, dir_fd: int, name: str, data: bytes, staging: Path) -> int | None:

@@ -2,8 +2,10 @@
 that dies with its holder, and ``logs/head`` (git's reflog), to which every move is appended,
 so a head that moved back is known.
 
-A head move makes an append's syncs (the count and its reasons: :mod:`odf_chain.storage.local`):
-at once, before the rename, the new head's staging file, each new block file and ``blocks/``
+A head move makes an append's syncs (the count and its reasons: :mod:`odf_chain.storage.local`,
+which also says why the head's file is exchanged with its staging file, ``refs/.head.next``,
+rather than replaced): at once, before the rename, the new head's staging file, each new block
+file and ``blocks/``
 (so every block the new head needs has durable bytes and a durable name before the head does;
 and ``data/`` for the slices, when it names any); then ``refs/`` after the rename (so the move
 survives a power loss once it returns). Why they may run at once: :meth:`LocalHead._move_head`.
@@ -61,11 +63,13 @@ from odf_chain.storage.layout import check_name, is_name
 from odf_chain.storage.local_files import (
     READ_FLAGS,
     DatasetDir,
+    exchange_at,
     lstat_at,
     os_errors,
     place_new,
     read_regular_at,
-    stage_locked,
+    read_swapped_at,
+    restage_locked,
     start_writeback,
     storage_error,
     sync_data,
@@ -82,7 +86,10 @@ _LOG_FLAGS = os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOE
 _LOG_TAIL = 4096  # a head log line is ~160 bytes: the last one is in this many
 LOCK_TIMEOUT = 30.0
 _LOCK_POLL = 0.005
-HEAD_STAGED = ".head.tmp"  # the new head, in .staging/ (under the head lock: one at a time)
+HEAD_NEXT = ".head.next"
+"""The new head's staging file, in ``refs/`` beside ``refs/head`` (written under the head lock:
+one at a time). Exchanged with ``refs/head`` where the OS can, it then holds the previous head
+and is overwritten by the next move (:meth:`LocalHead._move_head`)."""
 
 
 def _now_ms() -> int:
@@ -146,17 +153,19 @@ class LocalHead(DatasetDir):
     def read_head(self) -> str | None:
         """The head block hash, or None for a dataset with no blocks yet."""
         try:
-            data = self._read_bounded("refs/head", MAX_HEAD_BYTES, "a head")
+            with self._dir("refs") as refs_fd:
+                return self._read_head_at(refs_fd)
         except FileNotFoundError:
             return None
-        except OSError as exc:  # an unreadable file
+        except OSError as exc:  # an unreadable folder
             raise storage_error(exc, "read", self._head_path) from exc
-        return self._parsed_head(data)
 
     def _read_head_at(self, refs_fd: int) -> str | None:
-        """:meth:`read_head` through a descriptor of ``refs/`` the caller holds."""
+        """:meth:`read_head` through a descriptor of ``refs/`` the caller holds. Read as a file
+        a head move may swap out and rewrite (:func:`read_swapped_at`): a reader whose read
+        straddles two moves would otherwise find a head not (yet) moved to."""
         try:
-            data = read_regular_at(refs_fd, "head", self._head_path, MAX_HEAD_BYTES, "a head")
+            data = read_swapped_at(refs_fd, "head", self._head_path, MAX_HEAD_BYTES, "a head")
         except FileNotFoundError:
             return None
         except OSError as exc:  # an unreadable file
@@ -321,9 +330,10 @@ class LocalHead(DatasetDir):
         syncs: list[Sync],
         once_moved: Callable[[], object] | None = None,
     ) -> None:
-        """Write the new head to a staging file, make it and everything in ``syncs`` durable
-        at once, rename it to ``refs/head``, then sync ``refs/`` (the syncs of an append:
-        :mod:`odf_chain.storage.local`).
+        """Write the new head to its staging file (:data:`HEAD_NEXT`), make it and everything
+        in ``syncs`` durable at once, rename it to ``refs/head`` (an exchange of the two names
+        where the OS can: the old head's file is the next move's staging file), then sync
+        ``refs/`` (the syncs of an append: :mod:`odf_chain.storage.local`).
 
         Why syncs 1-3 may run at once and why the rename waits for all of them, crash by crash:
 
@@ -336,7 +346,8 @@ class LocalHead(DatasetDir):
           its bytes (3), on disk;
         - a reader sees the new head only after the rename, when the block is already in
           ``blocks/`` (linked before its sync, :meth:`_place_blocks`): it never sees a head
-          naming a missing block, crash or no crash;
+          naming a missing block, crash or no crash; nor, through a file the exchange swapped
+          out and this move rewrote, one not moved to (:meth:`_read_head_at`);
         - sync 4 (``refs/``) after the rename, before returning: the acknowledged move survives
           a power loss; it cannot join the others (it is what makes the rename durable).
 
@@ -357,17 +368,22 @@ class LocalHead(DatasetDir):
             # ext4 about one journal commit instead of three
             sync_together(together)
 
-        with os_errors("write", path), self._dir(STAGING, create=True) as staging_fd:
-            fd = stage_locked(staging_fd, HEAD_STAGED, head, self._staging)
+        with os_errors("write", path):
+            try:
+                replaced = lstat_at("head", refs_fd)
+            except FileNotFoundError:  # the first move
+                replaced = None
+            fd = restage_locked(refs_fd, HEAD_NEXT, head, path.parent, not_of=replaced)
             try:
                 try:
                     with_the_others(fd)
                 finally:
                     os.close(fd)  # before the rename: a failed close then fails no moved head
-                os.rename(HEAD_STAGED, "head", src_dir_fd=staging_fd, dst_dir_fd=refs_fd)
+                if not exchange_at(refs_fd, HEAD_NEXT, "head"):
+                    os.rename(HEAD_NEXT, "head", src_dir_fd=refs_fd, dst_dir_fd=refs_fd)
             except BaseException:
                 with contextlib.suppress(FileNotFoundError):
-                    os.unlink(HEAD_STAGED, dir_fd=staging_fd)
+                    os.unlink(HEAD_NEXT, dir_fd=refs_fd)
                 raise
             # sync 4: the rename itself, through the lock's descriptor
             try:
