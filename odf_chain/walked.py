@@ -30,6 +30,7 @@ from odf_chain.format.codec import decode_block
 from odf_chain.format.columns import HASH_SIZE, BlockColumns, decode_columns
 from odf_chain.format.multihash import BLAKE3, SHA3_256, Multihash
 from odf_chain.memory import release_free_memory
+from odf_chain.storage.base import STRAY_BLOCK_FILE
 from odf_chain.storage.block_pass import Hashes, Pass
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -78,7 +79,10 @@ class BlockFiles:
                 release_free_memory()  # the chunks' freed buffers, kept by the allocator
             if progress is not None:
                 progress(rows)
-        self.irregular = found.irregular  # what else the listing found (symlinks, FIFOs...)
+        # what else the listing found: symlinks, FIFOs..., files named like no block
+        self.irregular = found.irregular
+        if self.irregular is not None:
+            self.irregular += [(f"blocks/{name}", STRAY_BLOCK_FILE) for name in found.stray]
         joined = _concat(parts)
         self.name_hashes: np.ndarray = joined.pop("name_hashes")
         self.hash_ok: np.ndarray = joined.pop("hash_ok")

@@ -201,6 +201,27 @@ def test_a_file_in_data_named_like_no_slice_is_reported_and_kept(tmp_path: Path)
     assert (root / "data" / "extra.parquet").exists() and (root / "data" / ".hidden").exists()
 
 
+def test_a_file_in_blocks_named_like_no_block_is_reported_and_kept(tmp_path: Path) -> None:
+    """No head can name blocks/notes.txt, but a tool listing blocks/ would take it for a
+    block: verify warns of such files (its one pass over blocks/ had dropped them unsaid), as
+    the storage's own listing does, and gc keeps them. (A name of a block's shape that no
+    block has is an orphan-block warning already.)"""
+    root = _dataset(tmp_path / "ds", writes=1)
+    block = next(p.name for p in (root / "blocks").iterdir())
+    strays = ["notes.txt", ".hidden", block + ".tmp", "a-b"]
+    for name in strays:
+        (root / "blocks" / name).write_bytes(b"not a block")
+    report = verify_path(root)
+    found = sorted(p.path for p in report.warnings if p.rule == "irregular-entry")
+    assert report.ok and found == sorted(f"blocks/{n}" for n in strays)
+    assert all("a tool listing blocks/ would take it" in p.message for p in report.warnings)
+    listed = LocalStorage(root).irregular_entries(("blocks",))
+    assert sorted(path for path, _ in listed) == found
+    result = collect_garbage_path(root, min_age=0)
+    assert result.removed == []
+    assert all((root / "blocks" / n).exists() for n in strays)
+
+
 # -- rollback: an error, gc refuses, restoring the head makes it whole ----------------------------
 
 

@@ -204,6 +204,8 @@ class LeftoverStore(Located, Protocol):
 
 STRAY_FILE = "a regular file named like no slice"
 """What :meth:`LeftoverStore.irregular_entries` calls a file of ``data/`` no block can name."""
+STRAY_BLOCK_FILE = "a regular file named like no block"
+"""What :meth:`LeftoverStore.irregular_entries` calls a file of ``blocks/`` no head can name."""
 
 
 class DerivedStore(Located, Protocol):

@@ -309,6 +309,7 @@ class Pass:
         self._limit, self._hashes = limit, hashes
         self._block_name, self._irregular_of = block_name, irregular_of
         self.irregular: list[tuple[str, str]] | None = None
+        self.stray: list[str] = []  # regular files named like no block, once the pass is over
         self._used = False
 
     def _listing(self) -> Iterator[list[str]]:
@@ -363,7 +364,10 @@ class Pass:
         passes (the usual case), else one name at a time."""
         if self._block_name("".join(names)):  # the test is one on each character
             return names
-        return [name for name in names if self._block_name(name)]
+        kept = []
+        for name in names:
+            (kept if self._block_name(name) else self.stray).append(name)
+        return kept
 
     def shares(self, worker: Worker = SHARES) -> Iterator[Any]:
         """What ``worker`` makes of every chunk of block files (by default the chunk itself,

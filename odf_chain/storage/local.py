@@ -81,6 +81,7 @@ from odf_chain.storage import block_pass
 from odf_chain.storage.base import (
     MAX_BLOCK_BYTES,
     STAGING,
+    STRAY_BLOCK_FILE,
     STRAY_FILE,
     DataCommit,
     EntryInfo,
@@ -111,6 +112,9 @@ if TYPE_CHECKING:  # pyarrow.fs loads when a filesystem is asked for
 # names callers and tests import from here, from before the split by job
 _is_name = is_name
 __all__ = ["LAYOUT", "LOCK_TIMEOUT", "LocalStorage", "check_name", "fsync_dir", "write_atomic"]
+
+
+_STRAY = {"data": STRAY_FILE, "blocks": STRAY_BLOCK_FILE}  # regular files named like none
 
 
 class LocalStorage(LocalHead, LocalDerived):
@@ -164,8 +168,9 @@ class LocalStorage(LocalHead, LocalDerived):
     ) -> list[tuple[str, str]]:
         """Entries of ``blocks/``, ``data/`` and ``.staging/`` (or those of them named) that are
         neither regular files nor (in ``.staging/``) a writer's folder: symlinks, FIFOs,
-        devices; and the files of ``data/`` named like no slice (``extra.parquet``), which no
-        block can name but a tool reading ``data/`` as a folder of Parquet files would read.
+        devices; and the files of ``data/`` and ``blocks/`` named like no slice or block
+        (``extra.parquet``, ``notes.txt``), which no block or head can name but a tool reading
+        the folder as a whole would read.
         No read of odf_chain follows them and gc removes none of them; returned as (relative
         path, what it is)."""
         found = []
@@ -177,8 +182,8 @@ class LocalStorage(LocalHead, LocalDerived):
                     for e in it:
                         if not e.is_file(follow_symlinks=False):
                             others.append(e)
-                        elif directory == "data" and not is_name(e.name):
-                            found.append((f"data/{e.name}", STRAY_FILE))
+                        elif directory in _STRAY and not is_name(e.name):
+                            found.append((f"{directory}/{e.name}", _STRAY[directory]))
                     found += self._irregular(directory, others)
             except (OSError, OdfChainError):  # missing or refused: the listings report it
                 continue

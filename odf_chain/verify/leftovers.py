@@ -15,7 +15,7 @@ from odf_chain.events import AddData, ExecuteTransform
 from odf_chain.format.codec import decode_block
 from odf_chain.format.multihash import Multihash
 from odf_chain.storage import Storage
-from odf_chain.storage.base import STAGING, STRAY_FILE
+from odf_chain.storage.base import STAGING, STRAY_BLOCK_FILE, STRAY_FILE
 from odf_chain.verify.report import VerifyReport
 
 
@@ -141,14 +141,19 @@ def check_leftovers(storage: Storage, walk: Walk, report: VerifyReport) -> None:
         irregular = sorted(walk.irregular + storage.irregular_entries(("data", STAGING)))
     for path, kind in irregular:
         folder, _, name = path.partition("/")
-        if folder == "blocks":
+        if kind in (STRAY_FILE, STRAY_BLOCK_FILE):
+            ours = False
+        elif folder == "blocks":
             ours = name in walk.visited
         else:
             ours = folder == "data" and walk.chain.names_slices([name])[0]
         if not ours:  # the chain's own are errors already, where they are read
-            what = (
-                f"{kind}: no block names it, but a tool reading data/ as a folder would read it"
-                if kind == STRAY_FILE
-                else f"not a regular file ({kind}): never read or followed"
-            )
+            if kind == STRAY_FILE:
+                what = f"{kind}: no block names it, but a tool reading data/ as a folder would"
+                what += " read it"
+            elif kind == STRAY_BLOCK_FILE:
+                what = f"{kind}: no head can name it, but a tool listing blocks/ would take it"
+                what += " for a block"
+            else:
+                what = f"not a regular file ({kind}): never read or followed"
             report.add("warning", "irregular-entry", f"{what}, not removed by gc", path=path)
