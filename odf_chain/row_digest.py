@@ -177,11 +177,11 @@ def canonical_type(t: pa.DataType) -> str:
     raise SchemaError(f"type {t} has no canonical row encoding (Parquet does not store it)")
 
 
-def _schema_block(table: pa.Table, columns: Sequence[str]) -> bytes:
+def _schema_block(schema: pa.Schema, columns: Sequence[str]) -> bytes:
     out = bytearray(_u64(len(columns)))
     for name in columns:
         try:
-            ctype = canonical_type(table.schema.field(name).type)
+            ctype = canonical_type(schema.field(name).type)
         except SchemaError as exc:
             raise SchemaError(f"column {name!r}: {exc}") from None
         for text in (name, ctype):
@@ -374,7 +374,7 @@ def row_keys(table: pa.Table | pa.RecordBatch, columns: Sequence[str]) -> np.nda
     names and canonical types.
     """
     table = _as_table(table)
-    key = blake3.blake3(_schema_block(table, columns), derive_key_context=_KEY_CONTEXT)
+    key = blake3.blake3(_schema_block(table.schema, columns), derive_key_context=_KEY_CONTEXT)
     rows = _encoded_rows(table, columns)
     n = len(rows)
     if n == 0:
@@ -397,11 +397,33 @@ def multiset_digest(table: pa.Table | pa.RecordBatch, columns: Sequence[str]) ->
     any order and chunking of the rows, different when a value, a row's multiplicity, a column's
     name or type differs."""
     table = _as_table(table)
-    hasher = blake3.blake3(_FORMAT)
-    hasher.update(_schema_block(table, columns))
-    hasher.update(_u64(table.num_rows))
-    hasher.update(_sorted_keys(row_keys(table, columns)).tobytes())
-    return hasher.digest()
+    digest = MultisetDigest(table.schema, columns)
+    digest.update(table)
+    return digest.digest()
+
+
+class MultisetDigest:
+    """:func:`multiset_digest` of rows given a batch at a time (a Parquet file read in bounded
+    memory): a row's key depends on that row alone, so only the keys are kept, 32 bytes a row,
+    not the rows."""
+
+    def __init__(self, schema: pa.Schema, columns: Sequence[str]) -> None:
+        self._columns = list(columns)
+        self._schema_block = _schema_block(schema, self._columns)
+        self._keys: list[np.ndarray] = []
+        self._rows = 0
+
+    def update(self, rows: pa.Table | pa.RecordBatch) -> None:
+        self._keys.append(row_keys(rows, self._columns))
+        self._rows += rows.num_rows
+
+    def digest(self) -> bytes:
+        keys = np.concatenate(self._keys) if self._keys else np.zeros((0, 32), np.uint8)
+        hasher = blake3.blake3(_FORMAT)
+        hasher.update(self._schema_block)
+        hasher.update(_u64(self._rows))
+        hasher.update(_sorted_keys(keys).tobytes())
+        return hasher.digest()
 
 
 def digest_text(digest: bytes) -> str:

@@ -15,8 +15,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from odf_chain.chain import BlockEntry
-from odf_chain.derived import RunRecord, answer_digest, slice_digest_columns
+from odf_chain.derived import RunRecord, slice_digest_columns
+from odf_chain.errors import SchemaError
 from odf_chain.events import DataSlice, ExecuteTransform
+from odf_chain.row_digest import MultisetDigest, digest_text
 from odf_chain.slices import LogicalHasher, read_batches
 from odf_chain.state import DatasetState
 from odf_chain.verify.report import VerifyReport
@@ -155,10 +157,13 @@ def check_rows(
             report.add("error", check.rule, f"the file has {found} {check.name!r} column", **where)
             checks.remove(check)
     row = 0
+    run_digest = _run_digest(parquet.schema_arrow, event, vocab, report, where)
     try:
         hasher = LogicalHasher(parquet.schema_arrow, data.logical_hash.algorithm)
         for batch in read_batches(parquet):
             hasher.update(batch)
+            if run_digest is not None:
+                run_digest[0].update(batch)
             for check in list(checks):
                 problem = check.check(batch.column(check.name), row)
                 if problem is not None:
@@ -177,25 +182,29 @@ def check_rows(
             f"the rows hash to {actual}, the block records {data.logical_hash}",
             **where,
         )
-    _check_run_digest(parquet, event, vocab, report, where)
+    if run_digest is not None:
+        digest, recorded = run_digest
+        found = digest_text(digest.digest())
+        if found != recorded:
+            report.add(
+                "error",
+                "data-digest",
+                f"the rows digest to {found}, the run recorded {recorded}",
+                **where,
+            )
 
 
-def _check_run_digest(parquet: pq.ParquetFile, event, vocab, report: VerifyReport, where) -> None:
-    """A derive run's slice against the order-independent digest its block records
-    (:mod:`odf_chain.derived`): the rows as a multiset, whatever order they were written in."""
+def _run_digest(
+    schema: pa.Schema, event, vocab, report: VerifyReport, where
+) -> tuple[MultisetDigest, str] | None:
+    """For a derive run's slice, the order-independent digest its block records
+    (:mod:`odf_chain.derived`: the rows as a multiset, whatever order they were written in),
+    to be fed the rows as :func:`check_rows` reads them, and what the run recorded."""
     record = RunRecord.of(event) if isinstance(event, ExecuteTransform) else None
     if record is None or record.slice_digest is None:
-        return
+        return None
     try:
-        table = parquet.read()
-    except (pa.ArrowException, OSError) as exc:
-        report.add("error", "data-format", f"cannot read the rows: {exc}", **where)
-        return
-    found = answer_digest(table, slice_digest_columns(table.schema, vocab))
-    if found != record.slice_digest:
-        report.add(
-            "error",
-            "data-digest",
-            f"the rows digest to {found}, the run recorded {record.slice_digest}",
-            **where,
-        )
+        return MultisetDigest(schema, slice_digest_columns(schema, vocab)), record.slice_digest
+    except SchemaError as exc:
+        report.add("error", "data-digest", f"the rows cannot be digested: {exc}", **where)
+        return None
