@@ -24,6 +24,8 @@ builder of ``tools/bench_scale.py``; from 100k blocks up ``tools/quick_chain.py`
 encoding patched per block, files written without fsync and the head set once, so a million
 blocks take about ten minutes, not hours) and grow by the appends measured. ``/1k`` is the
 median over rounds of a probe's append p50 over the same tree's at 1k in the same round.
+Before timing, each chain's ``blocks/`` is listed once, so that its directory is in memory
+as a busy writer's is (:func:`warm_listing` says why, and the time it took is printed).
 
 **Before and after.** ``--baseline DIR`` names another checkout of ``odf_chain`` (say
 ``git archive <commit> odf_chain | tar -x -C DIR``), measured in the same run: every
@@ -256,14 +258,33 @@ def _outgrown(path: Path, n: int) -> bool:
 
 
 def build(work: Path, n: int) -> Path:
+    """The chain of ``n`` blocks under ``work``, rebuilt when earlier runs grew it past
+    ``GROWTH`` times ``n``. An outgrown chain is moved aside, not deleted, and removed once the
+    run is over (:func:`remove_outgrown`): on ext4 without a journal every file made in the
+    next minute or more would otherwise walk past the thousands of inodes its deletion freed
+    (``docs/performance.md#head-exchange``), the floor's and the appends' alike."""
     sys.path.insert(0, str(ROOT / "tools"))
     import bench_scale
 
     path = work / f"chain-{n}"
+    outgrown = _outgrown(path, n)
+    if outgrown and path.is_dir():
+        aside = work / f"{OUTGROWN}{n}-{os.getpid()}"
+        path.rename(aside)
+        print(f"chain of {bench_scale.label(n)} blocks outgrown: moved to {aside}", file=sys.stderr)
     big = n >= QUICK_FROM  # tools/quick_chain.py: a million blocks in about ten minutes
-    info = bench_scale.build_chain(path, n, _outgrown(path, n), quick=big, patched=big)
+    info = bench_scale.build_chain(path, n, outgrown, quick=big, patched=big)
     print(f"chain of {bench_scale.label(n)} blocks: {path} ({info})", file=sys.stderr)
     return path
+
+
+OUTGROWN = "outgrown-chain-"
+
+
+def remove_outgrown(work: Path) -> None:
+    """Delete the chains :func:`build` moved aside, once nothing is timed any more."""
+    for aside in work.glob(f"{OUTGROWN}*"):
+        shutil.rmtree(aside, ignore_errors=True)
 
 
 def run_probe(tree: Path, dataset: Path, appends: int, floor_dir: Path) -> dict:
@@ -346,6 +367,8 @@ def main() -> int:
 
     sizes = [parse_size(s) for s in args.sizes.split(",")]
     chains = {n: build(args.work, n) for n in sizes}
+    for n, chain in chains.items():
+        warm_listing(chain, n)
     trees = {"this tree": ROOT}
     if args.baseline is not None:
         trees = {"baseline": args.baseline.resolve(), **trees}
@@ -374,6 +397,7 @@ def main() -> int:
                     flush=True,
                 )
     report(trees, sizes, results, probes, syncs, args)
+    remove_outgrown(args.work)
     if commits:
         print("ext4 journal commits (all writers to that filesystem: alone on it, these are ours)")
         for (name, n), got in commits.items():
@@ -381,6 +405,20 @@ def main() -> int:
             f = statistics.mean(c["floor"] for c in got)
             print(f"  {name} at {label(n)}: {a:.2f} per append, {f:.2f} per floor write")
     return 0
+
+
+def warm_listing(chain: Path, n: int) -> None:
+    """List ``blocks/`` once before timing. An append links a new name into it, and the
+    filesystem first looks that name up in the directory block its hash falls in: at 1M
+    blocks (a directory of about 80 MB) a block not in memory is a read from disk each time
+    (a link took 163 µs with the directory evicted, 12 µs with it in memory, measured on
+    this machine's root disk). A chain a writer appends to often has its directory in memory;
+    one evicted between runs would make the run measure the disk's reads, not the append."""
+    start = time.perf_counter()
+    with os.scandir(chain / "blocks") as entries:
+        count = sum(1 for _ in entries)
+    took = time.perf_counter() - start
+    print(f"  {label(n)}: blocks/ listed ({count:,} names) in {took:.2f} s", file=sys.stderr)
 
 
 def report(trees, sizes, results, probes, syncs, args) -> None:
