@@ -830,6 +830,30 @@ def test_a_head_staging_file_that_is_the_head_is_refused(tmp_path: Path) -> None
     assert ds.storage.read_head() == head
 
 
+def test_a_head_read_whose_open_meets_a_move_reads_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reader checks ``refs/head``, a writer moves the head, the reader opens the new file:
+    not the file it checked, so it reads again and answers with the new head; a reader is never
+    refused because a writer appended meanwhile."""
+    from odf_chain.storage import local_files
+
+    ds = _dataset(tmp_path / "ds", 2)
+    reader = LocalStorage(ds.storage.root)
+    real_lstat = local_files.lstat_at
+    moved: list[str] = []
+
+    def move_after_the_check(name: str, dir_fd: int):
+        found = real_lstat(name, dir_fd)
+        if name == "head" and not moved:
+            moved.append("")  # before the append: it checks the head too
+            moved[0] = str(ds.append(_event(2)).hash)
+        return found
+
+    monkeypatch.setattr(local_files, "lstat_at", move_after_the_check)
+    assert reader.read_head() == moved[0]
+
+
 def test_a_head_read_that_straddles_two_moves_reads_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

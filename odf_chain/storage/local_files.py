@@ -80,6 +80,10 @@ def lstat_at(name: str, dir_fd: int) -> os.stat_result:
     return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
 
 
+class ReplacedError(StorageError):
+    """A file replaced by another between its check and its open (a writer's rename)."""
+
+
 def open_regular_at(dir_fd: int, name: str, path: Path | str) -> tuple[int, os.stat_result]:
     """A read descriptor of the regular file ``name`` in the directory ``dir_fd`` (``path``
     names it in errors), and its status: never a symlink, FIFO or device (checked before
@@ -91,7 +95,7 @@ def open_regular_at(dir_fd: int, name: str, path: Path | str) -> tuple[int, os.s
     try:
         opened = os.fstat(fd)
         if (opened.st_dev, opened.st_ino) != (before.st_dev, before.st_ino):
-            raise StorageError(f"{path} was replaced while being opened: not read")
+            raise ReplacedError(f"{path} was replaced while being opened: not read")
     except BaseException:
         os.close(fd)
         raise
@@ -127,9 +131,13 @@ def read_swapped_at(dir_fd: int, name: str, path: Path | str, limit: int, what: 
     """:func:`read_regular_at` for a file that a writer swaps out of its name and then rewrites
     (``refs/head``: :func:`exchange_at`): what was read counts only if ``name`` still names the
     file read once the read is over, so a reader whose file was swapped out (and may since hold
-    a head not yet moved to) reads again, at most :data:`SWAPPED_READS` times."""
+    a head not yet moved to) reads again, as does one whose open met a move; at most
+    :data:`SWAPPED_READS` times, so a reader is never refused for a writer's move alone."""
     for _ in range(SWAPPED_READS):
-        data, opened = _read_regular_at(dir_fd, name, path, limit, what)
+        try:
+            data, opened = _read_regular_at(dir_fd, name, path, limit, what)
+        except ReplacedError:  # a move between the check and the open: read the new one
+            continue
         now = lstat_at(name, dir_fd)
         if (now.st_dev, now.st_ino) == (opened.st_dev, opened.st_ino):
             return data
