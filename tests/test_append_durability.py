@@ -830,6 +830,44 @@ def test_a_head_staging_file_that_is_the_head_is_refused(tmp_path: Path) -> None
     assert ds.storage.read_head() == head
 
 
+@pytest.mark.parametrize("how", ["sync 4 failed", "log line lost"])
+def test_a_move_after_an_unsettled_one_syncs_refs_before_rewriting_the_old_head(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, syscalls, how: str
+) -> None:
+    """The exchange leaves the old head's file as ``refs/.head.next``, which the next move
+    rewrites in place. If the move that made it never synced ``refs/`` (its sync 4 failed, or
+    its writer was killed before it: its head log line is then missing, as it is when a power
+    loss took the line), the disk may still hold that very file as ``refs/head``: the next
+    move syncs ``refs/`` before writing a head into it. A move after a settled one does not."""
+    from odf_chain.errors import UnsyncedCommitError
+
+    ds = _dataset(tmp_path / "ds", 3)
+    root = ds.storage.root
+    if how == "sync 4 failed":
+        real = os.fsync
+
+        def failing(fd: int) -> None:
+            if os.readlink(f"/proc/self/fd/{fd}").endswith("/refs"):
+                raise OSError(5, "Input/output error")
+            real(fd)
+
+        monkeypatch.setattr(os, "fsync", failing)
+        with pytest.raises(UnsyncedCommitError):
+            ds.append(_event(3))
+        monkeypatch.setattr(os, "fsync", real)
+    else:
+        log = root / "logs" / "head"
+        log.write_bytes(b"".join(log.read_bytes().splitlines(keepends=True)[:-1]))
+    syscalls(root)
+    Dataset.open(root).append(_event(4))
+    syncs = _syncs(syscalls(root))
+    assert syncs.count(("fsync", "refs/")) == 2
+    assert syncs.index(("fsync", "refs/")) < syncs.index(("fdatasync", "refs/head next"))
+    Dataset.open(root).append(_event(5))  # settled now: refs/ once, after the move
+    assert _syncs(syscalls(root)).count(("fsync", "refs/")) == 1
+    assert verify_path(root).ok
+
+
 def test_a_head_read_whose_open_meets_a_move_reads_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -39,9 +39,14 @@ file: a steady writer slowed down its own next appends, and the rest of the file
 (measured: ``docs/performance.md#head-exchange``). The staging file sits in ``refs/``, so the
 exchange touches one directory and sync 4 covers both names. It is reused only while it is a
 regular file of one link (a hard-link backup's copy is never written through) and not the
-head's own file; readers take ``refs/head``'s bytes only if the name still names the file they
-read once they have read it (:func:`~.local_files.read_swapped_at`): a reader whose read
-straddles two moves could otherwise see a head not (yet) moved to.
+head's own file, and only once ``refs/`` is known synced since the exchange that put it there:
+the head log names the current head (its line follows sync 4), else the move syncs ``refs/``
+first (a writer killed between its exchange and sync 4 leaves the disk holding that file as
+``refs/head``: a head written into it before its block is durable could survive a power loss
+alone). Readers take ``refs/head``'s bytes only if the name still names the file they read
+once they have read it (:func:`~.local_files.read_swapped_at`): a reader whose read straddles
+two moves could otherwise see a head not (yet) moved to. Another tool reading ``refs/head``
+without that check could, in that case, see the head a move is about to set.
 
 A slice's bytes are still synced before its name
 (:meth:`LocalStorage.commit_data`: a slice is large, its sync is its write, and it is made

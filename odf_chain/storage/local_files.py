@@ -20,6 +20,7 @@ import secrets
 import stat
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -124,24 +125,33 @@ def _read_regular_at(
         os.close(fd)
 
 
-SWAPPED_READS = 8
+SWAPPED_READ_SECONDS = 5.0
 
 
 def read_swapped_at(dir_fd: int, name: str, path: Path | str, limit: int, what: str) -> bytes:
     """:func:`read_regular_at` for a file that a writer swaps out of its name and then rewrites
     (``refs/head``: :func:`exchange_at`): what was read counts only if ``name`` still names the
     file read once the read is over, so a reader whose file was swapped out (and may since hold
-    a head not yet moved to) reads again, as does one whose open met a move; at most
-    :data:`SWAPPED_READS` times, so a reader is never refused for a writer's move alone."""
-    for _ in range(SWAPPED_READS):
+    a head not yet moved to) reads again, as does one whose open met a move. Bounded by time
+    (:data:`SWAPPED_READ_SECONDS`), not by tries: on a loaded machine beside busy writers one
+    read can take as long as a head move, several times running, and a reader is not refused
+    for writers' moves alone."""
+    deadline = None
+    while True:
         try:
             data, opened = _read_regular_at(dir_fd, name, path, limit, what)
         except ReplacedError:  # a move between the check and the open: read the new one
-            continue
-        now = lstat_at(name, dir_fd)
-        if (now.st_dev, now.st_ino) == (opened.st_dev, opened.st_ino):
-            return data
-    raise ConflictError(f"{path} was replaced {SWAPPED_READS} times while being read: not read")
+            pass
+        else:
+            now = lstat_at(name, dir_fd)
+            if (now.st_dev, now.st_ino) == (opened.st_dev, opened.st_ino):
+                return data
+        if deadline is None:
+            deadline = time.monotonic() + SWAPPED_READ_SECONDS
+        elif time.monotonic() > deadline:
+            raise ConflictError(
+                f"{path} was replaced at every read for {SWAPPED_READ_SECONDS:g} s: not read"
+            )
 
 
 def write_all(fd: int, data: bytes) -> None:
@@ -343,35 +353,44 @@ def restage_locked(
     """:func:`stage_locked`, reusing the file ``tmp`` already there: a regular file of one link
     (no other name, such as a hard-link backup's, sees it change) that is not ``not_of``'s file
     is overwritten in place to hold exactly ``data``, so no inode is made or freed; anything
-    else there is made anew as :func:`stage_locked` does. For the head's staging file, which
-    :func:`exchange_at` leaves holding the previous head (a filesystem without a journal skips
-    every inode freed in the last minute when it makes a file: ext4 ``recently_deleted``)."""
+    else there is made anew as :func:`stage_locked` does (never opened first: a device's open
+    can act). For the head's staging file, which :func:`exchange_at` leaves holding the
+    previous head (a filesystem without a journal skips every inode freed in the last minute
+    when it makes a file: ext4 ``recently_deleted``)."""
+    try:
+        before = lstat_at(tmp, dir_fd)
+    except FileNotFoundError:
+        return stage_locked(dir_fd, tmp, data, folder)
+    if not_of is not None and (before.st_dev, before.st_ino) == (not_of.st_dev, not_of.st_ino):
+        raise StorageError(
+            f"{folder / tmp} is the same file as the one it replaces (linked twice, as a "
+            "crash on a filesystem without a journal can leave it): check the filesystem "
+            "(fsck), then remove it; nothing was written"
+        )
+    if not (stat.S_ISREG(before.st_mode) and before.st_nlink == 1):
+        return stage_locked(dir_fd, tmp, data, folder)  # removes it (or refuses a folder)
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
-    except OSError:  # none, a symlink, a FIFO, a folder: stage_locked removes it or refuses
+    except OSError:  # gone or replaced meanwhile: made anew
         return stage_locked(dir_fd, tmp, data, folder)
     try:
         found = os.fstat(fd)
-        if not_of is not None and (found.st_dev, found.st_ino) == (not_of.st_dev, not_of.st_ino):
-            raise StorageError(
-                f"{folder / tmp} is the same file as the one it replaces (linked twice, as a "
-                "crash on a filesystem without a journal can leave it): check the filesystem "
-                "(fsck), then remove it; nothing was written"
-            )
-        reuse = stat.S_ISREG(found.st_mode) and found.st_nlink == 1
-        if reuse:
-            view, at = memoryview(data), 0
-            while at < len(view):
-                at += os.pwrite(fd, view[at:], at)
-            if found.st_size != len(data):
-                os.ftruncate(fd, len(data))
     except BaseException:
         os.close(fd)
         raise
-    if reuse:
-        return fd
-    os.close(fd)
-    return stage_locked(dir_fd, tmp, data, folder)
+    if (found.st_dev, found.st_ino, found.st_nlink) != (before.st_dev, before.st_ino, 1):
+        os.close(fd)
+        return stage_locked(dir_fd, tmp, data, folder)
+    try:
+        view, at = memoryview(data), 0
+        while at < len(view):
+            at += os.pwrite(fd, view[at:], at)
+        if found.st_size != len(data):
+            os.ftruncate(fd, len(data))
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 _RENAME_EXCHANGE = 2  # linux/fs.h

@@ -310,7 +310,9 @@ class LocalHead(DatasetDir):
                 syncs += self._named(held, "blocks", [*there, *blocks], sync_files=True)
                 if data:  # the slices' bytes were synced by commit_data: their names are not
                     syncs += self._named(held, "data", data, sync_files=False)
-                self._move_head(refs_fd, new.encode("ascii"), syncs, once_moved)
+                # the log names the head only once that move's sync 4 returned
+                settled = not repair
+                self._move_head(refs_fd, new.encode("ascii"), syncs, once_moved, settled)
             except BaseException:
                 if created:
                     self._withdraw_placed(refs_fd, new, created)
@@ -329,18 +331,28 @@ class LocalHead(DatasetDir):
         head: bytes,
         syncs: list[Sync],
         once_moved: Callable[[], object] | None = None,
+        settled: bool = False,
     ) -> None:
         """Write the new head to its staging file (:data:`HEAD_NEXT`), make it and everything
         in ``syncs`` durable at once, rename it to ``refs/head`` (an exchange of the two names
         where the OS can: the old head's file is the next move's staging file), then sync
         ``refs/`` (the syncs of an append: :mod:`odf_chain.storage.local`).
 
+        ``settled``: the head log names the current head, so the move that set it synced
+        ``refs/`` (its line is written only after sync 4 returned) and the staging file there
+        is not the file the disk holds as ``refs/head``. Otherwise (a writer killed between its
+        exchange and sync 4, a failed sync 4, a log line a power loss took) ``refs/`` is synced
+        first: the staging file about to be overwritten in place may be the head's on disk,
+        and writing a new head into it before its block is durable would leave, after a power
+        loss, a head naming a block never written.
+
         Why syncs 1-3 may run at once and why the rename waits for all of them, crash by crash:
 
-        - before the rename, ``refs/head`` is the old head (durable since the move that set
-          it): whatever of the new block, its name or the staging file a power loss keeps or
-          takes is named by no head; a block file it left torn is a leftover (verify's
-          ``orphan-block``) no reader opens;
+        - before the rename, ``refs/head`` is the old head, durable since the move that set
+          it synced ``refs/`` (or since this one did, when it is not ``settled``), and the
+          staging file is not its file: whatever of the new block, its name or the staging file
+          a power loss keeps or takes is named by no head; a block file it left torn is a
+          leftover (verify's ``orphan-block``) no reader opens;
         - the rename is made only once all of syncs 1-3 have returned: should it survive a
           power loss, the block it names has its bytes (1) and its name (2), and the head file
           its bytes (3), on disk;
@@ -373,6 +385,8 @@ class LocalHead(DatasetDir):
                 replaced = lstat_at("head", refs_fd)
             except FileNotFoundError:  # the first move
                 replaced = None
+            if replaced is not None and not settled:
+                os.fsync(refs_fd)  # the last exchange on disk before its old head is rewritten
             fd = restage_locked(refs_fd, HEAD_NEXT, head, path.parent, not_of=replaced)
             try:
                 try:
