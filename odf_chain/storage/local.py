@@ -31,22 +31,24 @@ empty or torn file; no head names it (the old head is still the durable one), no
 it, and verify reports it as an unreferenced block (gc removes it with the uncommitted files).
 **The head's file is exchanged, not replaced**, where the OS can swap two names at once (Linux
 ``renameat2`` with ``RENAME_EXCHANGE``; elsewhere it is a rename, as before): the old head's
-file becomes ``refs/.head.next``, which the next move overwrites in place (same size: its sync
-writes bytes, no allocation). So an append makes one file (its block's) and frees none. A
-rename over ``refs/head`` freed one per append, and ext4 without a journal passes over every
-inode freed in the last minute (five, while its table block is unwritten) each time it makes a
-file: a steady writer slowed down its own next appends, and the rest of the filesystem's
-(measured: ``docs/performance.md#head-exchange``). The staging file sits in ``refs/``, so the
-exchange touches one directory and sync 4 covers both names. It is reused only while it is a
-regular file of one link (a hard-link backup's copy is never written through) and not the
-head's own file, and only once ``refs/`` is known synced since the exchange that put it there:
-the head log names the current head (its line follows sync 4), else the move syncs ``refs/``
-first (a writer killed between its exchange and sync 4 leaves the disk holding that file as
-``refs/head``: a head written into it before its block is durable could survive a power loss
-alone). Readers take ``refs/head``'s bytes only if the name still names the file they read
-once they have read it (:func:`~.local_files.read_swapped_at`): a reader whose read straddles
-two moves could otherwise see a head not (yet) moved to. Another tool reading ``refs/head``
-without that check could, in that case, see the head a move is about to set.
+file becomes ``refs/.head.next``, renamed ``refs/.head.spare`` once ``refs/`` is synced, and the
+next move overwrites the spare in place (same size: its sync writes bytes, no allocation). So an
+append makes one file (its block's) and frees none. A rename over ``refs/head`` freed one per
+append, and ext4 without a journal passes over every inode freed in the last minute (five,
+while its table block is unwritten) each time it makes a file: a steady writer slowed down its
+own next appends, and the rest of the filesystem's (measured:
+``docs/performance.md#head-exchange``). The staging file sits in ``refs/``, so the exchange
+touches one directory and sync 4 covers both names. Only a spare is overwritten without more
+ado: its name is given after the sync, so the disk no longer holds it as ``refs/head``. A
+``.head.next`` found instead is an unfinished move's (a writer killed between its exchange and
+sync 4, a failed sync 4), which the disk may still hold as ``refs/head``: ``refs/`` is synced
+before it is written, since a head written into it before its block is durable could survive a
+power loss alone. Either is reused only as a regular file of one link (a hard-link backup's
+copy is never written through) that is not the head's own file. Readers take ``refs/head``'s
+bytes only if, once read, the name still names that file and it is still linked and unchanged
+(:func:`~.local_files.read_swapped_at`): a reader whose read straddles two moves could
+otherwise see a head not (yet) moved to. Another tool reading ``refs/head`` without that check
+could, in that case, see the head a move is about to set.
 
 A slice's bytes are still synced before its name
 (:meth:`LocalStorage.commit_data`: a slice is large, its sync is its write, and it is made

@@ -106,45 +106,64 @@ def open_regular_at(dir_fd: int, name: str, path: Path | str) -> tuple[int, os.s
 def read_regular_at(dir_fd: int, name: str, path: Path | str, limit: int, what: str) -> bytes:
     """The bytes of the regular file ``name`` in ``dir_fd``, at most ``limit`` of them: a larger
     file is refused before reading, one that grows while read at ``limit + 1`` bytes."""
-    return _read_regular_at(dir_fd, name, path, limit, what)[0]
-
-
-def _read_regular_at(
-    dir_fd: int, name: str, path: Path | str, limit: int, what: str
-) -> tuple[bytes, os.stat_result]:
     fd, opened = open_regular_at(dir_fd, name, path)
     try:
-        too_large = f"{path} is larger than the {limit:,}-byte limit for {what}: not read"
-        if opened.st_size > limit:
-            raise StorageError(f"{too_large} ({opened.st_size:,} bytes)")
-        data = read_at_most(fd, limit, opened.st_size)
-        if len(data) > limit:
-            raise StorageError(f"{too_large} (it grew while being read)")
-        return data, opened
+        return _read_open(fd, opened, path, limit, what)
     finally:
         os.close(fd)
+
+
+def _read_open(fd: int, opened: os.stat_result, path: Path | str, limit: int, what: str) -> bytes:
+    too_large = f"{path} is larger than the {limit:,}-byte limit for {what}: not read"
+    if opened.st_size > limit:
+        raise StorageError(f"{too_large} ({opened.st_size:,} bytes)")
+    data = read_at_most(fd, limit, opened.st_size)
+    if len(data) > limit:
+        raise StorageError(f"{too_large} (it grew while being read)")
+    return data
 
 
 SWAPPED_READ_SECONDS = 5.0
 
 
+def _same(a: os.stat_result, b: os.stat_result) -> bool:
+    """The same file, not changed in between (to the filesystem clock's tick)."""
+    return (a.st_dev, a.st_ino, a.st_ctime_ns, a.st_mtime_ns) == (
+        b.st_dev,
+        b.st_ino,
+        b.st_ctime_ns,
+        b.st_mtime_ns,
+    )
+
+
 def read_swapped_at(dir_fd: int, name: str, path: Path | str, limit: int, what: str) -> bytes:
     """:func:`read_regular_at` for a file that a writer swaps out of its name and then rewrites
     (``refs/head``: :func:`exchange_at`): what was read counts only if ``name`` still names the
-    file read once the read is over, so a reader whose file was swapped out (and may since hold
-    a head not yet moved to) reads again, as does one whose open met a move. Bounded by time
-    (:data:`SWAPPED_READ_SECONDS`), not by tries: on a loaded machine beside busy writers one
-    read can take as long as a head move, several times running, and a reader is not refused
-    for writers' moves alone."""
+    file read once the read is over, and that file is still linked and unchanged since it was
+    opened (its inode number alone could be a new file's, reusing a freed one's: a failed
+    move's staging file, holding a head never moved to), so a reader whose file was swapped out
+    (and may since hold a head not yet moved to) reads again, as does one whose open met a
+    move. Bounded by time (:data:`SWAPPED_READ_SECONDS`), not by tries: on a loaded machine
+    beside busy writers one read can take as long as a head move, several times running; only
+    a reader that met a move at every read for that long is refused.
+
+    What is left: a file swapped out, rewritten and swapped back within one tick of the
+    filesystem's clock while one read was paused (its times then look unchanged) could give a
+    reader the rewrite's bytes; they name the head that move set, or, torn, no block."""
     deadline = None
     while True:
         try:
-            data, opened = _read_regular_at(dir_fd, name, path, limit, what)
+            fd, opened = open_regular_at(dir_fd, name, path)
         except ReplacedError:  # a move between the check and the open: read the new one
             pass
         else:
-            now = lstat_at(name, dir_fd)
-            if (now.st_dev, now.st_ino) == (opened.st_dev, opened.st_ino):
+            try:
+                data = _read_open(fd, opened, path, limit, what)
+                after = os.fstat(fd)  # the file read: still linked, not changed since opened
+                named = lstat_at(name, dir_fd)  # and still the one the name names
+            finally:
+                os.close(fd)
+            if after.st_nlink and _same(after, opened) and _same(named, opened):
                 return data
         if deadline is None:
             deadline = time.monotonic() + SWAPPED_READ_SECONDS

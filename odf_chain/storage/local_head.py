@@ -89,7 +89,12 @@ _LOCK_POLL = 0.005
 HEAD_NEXT = ".head.next"
 """The new head's staging file, in ``refs/`` beside ``refs/head`` (written under the head lock:
 one at a time). Exchanged with ``refs/head`` where the OS can, it then holds the previous head
-and is overwritten by the next move (:meth:`LocalHead._move_head`)."""
+(:meth:`LocalHead._move_head`)."""
+HEAD_SPARE = ".head.spare"
+"""The previous head's file once ``refs/`` was synced after the exchange that swapped it out:
+the name says the disk no longer holds it as ``refs/head``, so the next move may overwrite it in
+place (renamed back to :data:`HEAD_NEXT` first). Only a move that synced ``refs/`` names it so;
+a :data:`HEAD_NEXT` found instead is a move's that did not finish."""
 
 
 def _now_ms() -> int:
@@ -131,6 +136,21 @@ def _holding(held: contextlib.ExitStack, files: list[Sync]) -> Iterator[None]:
         raise
     for _, fd in files:
         held.callback(os.close, fd)
+
+
+def _take_spare(refs_fd: int) -> None:
+    """Under the head lock, before a move that replaces a head: name :data:`HEAD_NEXT` the file
+    it may overwrite in place. A :data:`HEAD_NEXT` already there is an unfinished move's, which
+    the disk may still hold as ``refs/head``: ``refs/`` is synced, settling it (rare: a writer
+    killed mid-move, a failed sync). Otherwise the spare, if any, is renamed to it (never over
+    anything: the lock keeps every other move out)."""
+    try:
+        lstat_at(HEAD_NEXT, refs_fd)
+    except FileNotFoundError:
+        with contextlib.suppress(FileNotFoundError):
+            os.rename(HEAD_SPARE, HEAD_NEXT, src_dir_fd=refs_fd, dst_dir_fd=refs_fd)
+    else:
+        os.fsync(refs_fd)
 
 
 def _sync_files(files: list[Sync]) -> None:
@@ -310,9 +330,7 @@ class LocalHead(DatasetDir):
                 syncs += self._named(held, "blocks", [*there, *blocks], sync_files=True)
                 if data:  # the slices' bytes were synced by commit_data: their names are not
                     syncs += self._named(held, "data", data, sync_files=False)
-                # the log names the head only once that move's sync 4 returned
-                settled = not repair
-                self._move_head(refs_fd, new.encode("ascii"), syncs, once_moved, settled)
+                self._move_head(refs_fd, new.encode("ascii"), syncs, once_moved)
             except BaseException:
                 if created:
                     self._withdraw_placed(refs_fd, new, created)
@@ -331,25 +349,25 @@ class LocalHead(DatasetDir):
         head: bytes,
         syncs: list[Sync],
         once_moved: Callable[[], object] | None = None,
-        settled: bool = False,
     ) -> None:
         """Write the new head to its staging file (:data:`HEAD_NEXT`), make it and everything
         in ``syncs`` durable at once, rename it to ``refs/head`` (an exchange of the two names
         where the OS can: the old head's file is the next move's staging file), then sync
         ``refs/`` (the syncs of an append: :mod:`odf_chain.storage.local`).
 
-        ``settled``: the head log names the current head, so the move that set it synced
-        ``refs/`` (its line is written only after sync 4 returned) and the staging file there
-        is not the file the disk holds as ``refs/head``. Otherwise (a writer killed between its
-        exchange and sync 4, a failed sync 4, a log line a power loss took) ``refs/`` is synced
-        first: the staging file about to be overwritten in place may be the head's on disk,
-        and writing a new head into it before its block is durable would leave, after a power
-        loss, a head naming a block never written.
+        The file written is the previous move's :data:`HEAD_SPARE` when there is one (that
+        move synced ``refs/`` after its exchange, so the disk no longer holds it as
+        ``refs/head``). A :data:`HEAD_NEXT` found instead is an unfinished move's (a writer
+        killed between its exchange and sync 4, a failed sync 4): the disk may still hold it as
+        ``refs/head``, and a new head written into it before its block is durable could
+        survive a power loss alone, naming a block never written; ``refs/`` is synced first.
+        Other writers (an older odf_chain, a filesystem backend on the same folder) make
+        neither name: nothing here trusts what they wrote.
 
         Why syncs 1-3 may run at once and why the rename waits for all of them, crash by crash:
 
         - before the rename, ``refs/head`` is the old head, durable since the move that set
-          it synced ``refs/`` (or since this one did, when it is not ``settled``), and the
+          it synced ``refs/`` (or since this one did, finding that move unfinished), and the
           staging file is not its file: whatever of the new block, its name or the staging file
           a power loss keeps or takes is named by no head; a block file it left torn is a
           leftover (verify's ``orphan-block``) no reader opens;
@@ -385,19 +403,23 @@ class LocalHead(DatasetDir):
                 replaced = lstat_at("head", refs_fd)
             except FileNotFoundError:  # the first move
                 replaced = None
-            if replaced is not None and not settled:
-                os.fsync(refs_fd)  # the last exchange on disk before its old head is rewritten
-            fd = restage_locked(refs_fd, HEAD_NEXT, head, path.parent, not_of=replaced)
+            else:
+                _take_spare(refs_fd)
+            exchanged = staged = False
             try:
+                fd = restage_locked(refs_fd, HEAD_NEXT, head, path.parent, not_of=replaced)
+                staged = True
                 try:
                     with_the_others(fd)
                 finally:
                     os.close(fd)  # before the rename: a failed close then fails no moved head
-                if not exchange_at(refs_fd, HEAD_NEXT, "head"):
+                exchanged = exchange_at(refs_fd, HEAD_NEXT, "head")
+                if not exchanged:
                     os.rename(HEAD_NEXT, "head", src_dir_fd=refs_fd, dst_dir_fd=refs_fd)
             except BaseException:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(HEAD_NEXT, dir_fd=refs_fd)
+                if staged and not exchanged:  # else: nothing of ours, or the old head's file
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(HEAD_NEXT, dir_fd=refs_fd)
                 raise
             # sync 4: the rename itself, through the lock's descriptor
             try:
@@ -410,6 +432,9 @@ class LocalHead(DatasetDir):
                     "disk is sound",
                     head=head.decode(),
                 ) from exc
+            if exchanged:  # refs/ synced since the exchange: the old head's file is a spare
+                with contextlib.suppress(OSError):  # else the next move syncs refs/ first
+                    os.rename(HEAD_NEXT, HEAD_SPARE, src_dir_fd=refs_fd, dst_dir_fd=refs_fd)
         if once_moved is not None:  # under the head lock still
             with contextlib.suppress(Exception):  # the head has moved: not the move's failure
                 once_moved()
