@@ -142,6 +142,18 @@ def syscalls(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Path], list[
     yield named
 
 
+def _fail_fsync_of(monkeypatch: pytest.MonkeyPatch, suffix: str) -> None:
+    """Make ``os.fsync`` of a folder whose path ends with ``suffix`` fail with EIO."""
+    real = os.fsync
+
+    def failing(fd: int) -> None:
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(suffix):
+            raise OSError(5, "Input/output error")
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", failing)
+
+
 SYNCS_BEFORE_RENAME = {
     ("fdatasync", "blocks/<block>"),  # 1: the block's bytes
     ("fsync", "blocks/"),  # 2: its name
@@ -706,19 +718,12 @@ def test_a_dataset_whose_seed_moved_the_head_keeps_its_key_file(
     key's id, and the key stays."""
     from odf_chain.errors import UnsyncedCommitError
 
-    real_fsync = os.fsync
-
-    def failing(fd: int) -> None:
-        if os.readlink(f"/proc/self/fd/{fd}").endswith("/new/refs"):
-            raise OSError(5, "Input/output error")
-        real_fsync(fd)
-
-    monkeypatch.setattr(os, "fsync", failing)
     key = tmp_path / "keys" / "new.key"
     key.parent.mkdir()
-    with pytest.raises(UnsyncedCommitError):
-        Dataset.create(tmp_path / "new", key_file=key)
-    monkeypatch.setattr(os, "fsync", real_fsync)
+    with monkeypatch.context() as patched:
+        _fail_fsync_of(patched, "/new/refs")
+        with pytest.raises(UnsyncedCommitError):
+            Dataset.create(tmp_path / "new", key_file=key)
     assert key.is_file()
     assert verify_path(tmp_path / "new").ok
     assert Dataset.open(tmp_path / "new").state.sequence_number == 0
@@ -855,17 +860,10 @@ def test_only_a_move_after_an_unfinished_one_syncs_refs_before_rewriting_the_old
     if not (refs / ".head.spare").exists():
         pytest.skip("this filesystem cannot exchange names")
     if how == "sync 4 failed":
-        real = os.fsync
-
-        def failing(fd: int) -> None:
-            if os.readlink(f"/proc/self/fd/{fd}").endswith("/refs"):
-                raise OSError(5, "Input/output error")
-            real(fd)
-
-        monkeypatch.setattr(os, "fsync", failing)
-        with pytest.raises(UnsyncedCommitError):
-            ds.append(_event(3))
-        monkeypatch.setattr(os, "fsync", real)
+        with monkeypatch.context() as patched:
+            _fail_fsync_of(patched, "/refs")
+            with pytest.raises(UnsyncedCommitError):
+                ds.append(_event(3))
         assert (refs / ".head.next").exists() and not (refs / ".head.spare").exists()
     elif how == "killed before sync 4":  # what its exchange leaves: the old head's file
         (refs / ".head.spare").rename(refs / ".head.next")
