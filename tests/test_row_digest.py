@@ -552,6 +552,15 @@ def test_run_end_encoding_and_extension_types_are_their_values() -> None:
     )
 
 
+def test_a_column_named_twice_or_missing_is_refused_by_name() -> None:
+    """A slice file can repeat a column name; the digest says so instead of a KeyError."""
+    twice = pa.Table.from_arrays([pa.array([1]), pa.array([2])], names=["a", "a"])
+    with pytest.raises(SchemaError, match=r"column 'a': 2 columns so named"):
+        multiset_digest(twice, ["a"])
+    with pytest.raises(SchemaError, match=r"column 'b': no columns so named"):
+        multiset_digest(pa.table({"a": [1]}), ["b"])
+
+
 def test_a_type_without_an_encoding_is_refused() -> None:
     union = pa.UnionArray.from_sparse(pa.array([0], pa.int8()), [pa.array([1])])
     with pytest.raises(SchemaError, match=r"column 'u': .*union"):
