@@ -126,14 +126,10 @@ def _read_open(fd: int, opened: os.stat_result, path: Path | str, limit: int, wh
 SWAPPED_READ_SECONDS = 5.0
 
 
-def _same(a: os.stat_result, b: os.stat_result) -> bool:
-    """The same file, not changed in between (to the filesystem clock's tick)."""
-    return (a.st_dev, a.st_ino, a.st_ctime_ns, a.st_mtime_ns) == (
-        b.st_dev,
-        b.st_ino,
-        b.st_ctime_ns,
-        b.st_mtime_ns,
-    )
+def _version(st: os.stat_result) -> tuple[int, int, int, int]:
+    """A file and its last change (to the filesystem clock's tick): equal for two looks at
+    one file not renamed, written or relinked in between."""
+    return st.st_dev, st.st_ino, st.st_ctime_ns, st.st_mtime_ns
 
 
 def read_swapped_at(dir_fd: int, name: str, path: Path | str, limit: int, what: str) -> bytes:
@@ -163,7 +159,7 @@ def read_swapped_at(dir_fd: int, name: str, path: Path | str, limit: int, what: 
                 named = lstat_at(name, dir_fd)  # and still the one the name names
             finally:
                 os.close(fd)
-            if after.st_nlink and _same(after, opened) and _same(named, opened):
+            if after.st_nlink and _version(after) == _version(opened) == _version(named):
                 return data
         if deadline is None:
             deadline = time.monotonic() + SWAPPED_READ_SECONDS
