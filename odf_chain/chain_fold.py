@@ -51,7 +51,7 @@ def refold(
                 state = apply_plain_run(
                     state, run.rows(at - n, until - n), hashes[at - n : until - n]
                 )
-                with_data.append((range(at, until), state))
+                with_data += [(r, state) for r in chain.sliced_ranges(at, until)]
                 if (until - 1) % every == 0:
                     periodic[until - 1] = state
                 at = until

@@ -466,7 +466,8 @@ def _bulk_slices(storage: Storage, head: Multihash, state: DatasetState) -> list
                     found.append(ListedSlice(seq, Multihash.from_bytes(names[k]), event.new_data))
                 elif isinstance(event, SetDataSchema):
                     schema_at, schema_block = seq, event
-            rows = np.flatnonzero(plain[: max(0, min(n, upto + 1 - first))]).tolist()
+            sliced = plain & columns.has_data
+            rows = np.flatnonzero(sliced[: max(0, min(n, upto + 1 - first))]).tolist()
             if rows:
                 starts = columns.start.tolist()
                 ends = columns.end.tolist()

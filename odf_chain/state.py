@@ -525,22 +525,27 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 def apply_plain_run(state: DatasetState, run: BlockColumns, hashes: np.ndarray) -> DatasetState:
     """The state after a run of plain AddData blocks (:func:`rules.plain_run_passes` vouched for
-    every one): what :func:`apply` block by block gives, in one step. Plain blocks carry a
-    slice and no checkpoint or transaction (a source state, if any, the state does not keep),
-    and no lineage is pending, so only the head, the counters, the last offset and the
-    watermark move."""
+    every one): what :func:`apply` block by block gives, in one step. Plain blocks carry no
+    checkpoint or transaction (a source state, if any, the state does not keep), and no lineage
+    is pending, so only the head, the counters, the last offset and the watermark move."""
+    import numpy as np
+
     last = len(run) - 1
     changes: dict = {
         "head": Multihash.from_bytes(hashes[last].tobytes()),
         "sequence_number": int(run.sequence_number[last]),
         "system_time": _EPOCH + timedelta(microseconds=int(run.system_time_us[last])),
-        "last_offset": int(run.end[last]),
-        "num_records": state.num_records + sum((run.end - run.start).tolist()) + len(run),
-        "data_size": state.data_size + sum(run.size.tolist()),  # Python ints: no wrap
-        "num_slices": state.num_slices + len(run),
     }
-    import numpy as np
-
+    sliced = np.flatnonzero(run.has_data)
+    if sliced.size:  # the columns are 0 where a block has no slice: sums over all rows hold
+        changes |= {
+            "last_offset": int(run.end[sliced[-1]]),
+            "num_records": state.num_records
+            + sum((run.end - run.start).tolist())
+            + int(sliced.size),
+            "data_size": state.data_size + sum(run.size.tolist()),  # Python ints: no wrap
+            "num_slices": state.num_slices + int(sliced.size),
+        }
     marked = np.flatnonzero(run.has_watermark)
     if marked.size:
         micros = int(run.watermark_us[marked[-1]])

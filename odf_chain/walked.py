@@ -252,6 +252,7 @@ class WalkedChain(Sequence[BlockEntry]):
         self._count = 0
         self._rows = np.zeros(0, np.int64)  # by position once finished; -1: a decoded entry
         self._plain = np.zeros(0, bool)
+        self._sliced = np.zeros(0, bool)  # by position: a plain block that adds a slice
         self._entries: dict[int, BlockEntry] = {}
         self._decoded: list[tuple[int, BlockEntry]] = []
 
@@ -281,6 +282,9 @@ class WalkedChain(Sequence[BlockEntry]):
         self._parts = []
         self._rows = rows
         self._plain = rows >= 0
+        self._sliced = self._plain.copy()
+        if self._files is not None and self._plain.any():
+            self._sliced[self._plain] = self._files.columns.has_data[rows[self._plain]]
         self._decoded = sorted(self._entries.items(), key=lambda item: item[0])
 
     # -- Sequence[BlockEntry] ---------------------------------------------------------------
@@ -392,12 +396,21 @@ class WalkedChain(Sequence[BlockEntry]):
         return self._decoded
 
     def plain_masks(self) -> tuple[np.ndarray, np.ndarray]:
-        """By position: is the block plain, and is it a plain one that sets a watermark?"""
+        """By position: is the block a plain one that adds a slice, and one that sets a
+        watermark?"""
         if self._files is None or not self._plain.any():
-            return self._plain, self._plain
+            return self._sliced, self._plain
         marked = self._plain.copy()
         marked[self._plain] = self._files.columns.has_watermark[self._rows[self._plain]]
-        return self._plain, marked
+        return self._sliced, marked
+
+    def sliced_ranges(self, start: int, stop: int) -> list[range]:
+        """The positions ``start..stop-1`` of plain blocks that add a slice, as ranges."""
+        segment = self._sliced[start:stop]
+        if segment.all():
+            return [range(start, stop)] if stop > start else []
+        edges = np.flatnonzero(np.diff(np.concatenate(([False], segment, [False])).astype(np.int8)))
+        return [range(start + a, start + b) for a, b in edges.reshape(-1, 2).tolist()]
 
     def plain_run_end(self, start: int, stop: int) -> int:
         """The end (exclusive, at most ``stop``) of the run of plain blocks from ``start``."""
@@ -416,24 +429,24 @@ class WalkedChain(Sequence[BlockEntry]):
     def with_slices(self) -> Iterator[int]:
         """Positions of the blocks that add a data slice, in order."""
         decoded = [i for i, e in self._decoded if _slice_of(e) is not None]
-        positions = np.union1d(np.flatnonzero(self._plain), np.array(decoded, np.int64))
+        positions = np.union1d(np.flatnonzero(self._sliced), np.array(decoded, np.int64))
         yield from positions.tolist()
 
     def has_slices(self) -> bool:
         """Does some block of the chain add a data slice?"""
-        return bool(self._plain.any()) or any(_slice_of(e) for _, e in self._decoded)
+        return bool(self._sliced.any()) or any(_slice_of(e) for _, e in self._decoded)
 
     def _plain_slice_hashes(self) -> np.ndarray:
         if self._files is None:
             return np.zeros((0, HASH_SIZE), np.uint8)
-        return self._files.columns.physical_hash[self._rows[self._plain]]
+        return self._files.columns.physical_hash[self._rows[self._sliced]]
 
     def names_slices(self, names: list[str]) -> list[bool]:
         """For each of ``names`` (of data files), does a block of the chain name it? Looked up
         in the plain blocks' hash column; the set of :meth:`slice_names` is built only when
         some name is not found there."""
         found = np.zeros(len(names), bool)
-        if self._plain.any() and len(names):
+        if self._sliced.any() and len(names):
             column = self._plain_slice_hashes()
             index = _HashIndex(column, None)
             found = index.rows(*name_hashes(names)) >= 0
@@ -443,7 +456,7 @@ class WalkedChain(Sequence[BlockEntry]):
         return [f or name in named for f, name in zip(found.tolist(), names, strict=True)]
 
     def slice_names(self) -> set[str]:
-        """The data files the chain names (every plain block names one)."""
+        """The data files the chain names."""
         names = {str(data.physical_hash) for _, e in self._decoded if (data := _slice_of(e))}
         text = self._plain_slice_hashes().tobytes().hex()
         width = 2 * HASH_SIZE

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import struct
 import sys
 import time
@@ -30,8 +31,9 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from odf_chain import block_parts, chain, helper_process, walked
+from odf_chain import block_parts, chain, helper_process, replay, walked
 from odf_chain.block_parts import Part
+from odf_chain.chain_walk import walk_chain
 from odf_chain.dataset import Dataset
 from odf_chain.errors import FormatError
 from odf_chain.events import (
@@ -49,6 +51,7 @@ from odf_chain.format.codec import decode_block, encode_block
 from odf_chain.format.columns import decode_columns
 from odf_chain.format.did import DatasetId
 from odf_chain.format.multihash import BLAKE3, SHA3_256, Multihash
+from odf_chain.index.read import open_index, rebuild
 from odf_chain.index.records import SNAPSHOT_INTERVAL
 from odf_chain.rules import plain_run_passes
 from odf_chain.state import EMPTY, TRANSACTION_KEY, apply, apply_plain_run
@@ -72,7 +75,7 @@ def _micros(moment: datetime) -> int:
 
 def _decoded_values(block: MetadataBlock) -> tuple:
     event = block.event
-    assert isinstance(event, AddData) and event.new_data is not None
+    assert isinstance(event, AddData)
     data = event.new_data
     extra = event.extra
     return (
@@ -80,11 +83,11 @@ def _decoded_values(block: MetadataBlock) -> tuple:
         _micros(block.system_time),
         None if block.prev_block_hash is None else bytes(block.prev_block_hash),
         event.prev_offset,
-        data.offset_interval.start,
-        data.offset_interval.end,
-        data.size,
-        bytes(data.logical_hash),
-        bytes(data.physical_hash),
+        None if data is None else data.offset_interval.start,
+        None if data is None else data.offset_interval.end,
+        None if data is None else data.size,
+        None if data is None else bytes(data.logical_hash),
+        None if data is None else bytes(data.physical_hash),
         None if event.new_watermark is None else _micros(event.new_watermark),
         extra is not None and TRANSACTION_KEY in extra,
     )
@@ -99,17 +102,20 @@ def _column_values(blocks: list[bytes]) -> list[tuple | None]:
         if not c.plain[i]:
             out.append(None)
             continue
+        sliced = bool(c.has_data[i])
+        if not sliced:  # the columns of a missing slice are zeros, which the rules rely on
+            assert c.start[i] == c.end[i] == c.size[i] == 0
         out.append(
             (
                 int(c.sequence_number[i]),
                 int(c.system_time_us[i]),
                 c.prev_hash[i].tobytes() if c.has_prev[i] else None,
                 int(c.prev_offset[i]) if c.has_prev_offset[i] else None,
-                int(c.start[i]),
-                int(c.end[i]),
-                int(c.size[i]),
-                c.logical_hash[i].tobytes(),
-                c.physical_hash[i].tobytes(),
+                int(c.start[i]) if sliced else None,
+                int(c.end[i]) if sliced else None,
+                int(c.size[i]) if sliced else None,
+                c.logical_hash[i].tobytes() if sliced else None,
+                c.physical_hash[i].tobytes() if sliced else None,
                 int(c.watermark_us[i]) if c.has_watermark[i] else None,
                 bool(c.has_transaction[i]),
             )
@@ -139,7 +145,6 @@ def _is_plain_shape(block: MetadataBlock) -> bool:
     event = block.event
     return (
         isinstance(event, AddData)
-        and event.new_data is not None
         and event.prev_checkpoint is None
         and event.new_checkpoint is None
     )
@@ -208,9 +213,10 @@ def test_columns_vouch_for_the_plain_shape_and_for_nothing_else() -> None:
         replace(_plain_block(), event=replace(_plain_block().event, extra=None)),
         _plain_block(new_source_state=SourceState("poll", "odf/etag", "\u00e9\u2603")),
         _plain_block(new_source_state=SourceState(value="v")),
+        _plain_block(new_data=None),  # a poll that found nothing: its watermark, its state
+        _plain_block(new_data=None, new_watermark=None, prev_offset=None, extra={}),
     ]
     other = [
-        _plain_block(new_data=None),
         _plain_block(prev_checkpoint=Multihash.digest(BLAKE3, b"c")),
         _plain_block(new_checkpoint=Checkpoint(Multihash.digest(BLAKE3, b"c"), 1)),
         replace(_plain_block(), event=SetInfo(description="x")),
@@ -291,23 +297,32 @@ BASE_TIME = datetime(2030, 1, 1, tzinfo=UTC)
 ROWS = 10
 
 
-def _run_events(count: int, algorithm: str = BLAKE3) -> list[AddData]:
-    """``count`` AddData events as an hourly ingest writes them, offsets from 0."""
+def _run_events(
+    count: int, algorithm: str = BLAKE3, quiet: frozenset[int] | set[int] = frozenset()
+) -> list[AddData]:
+    """``count`` AddData events as an hourly ingest writes them, offsets from 0; those at the
+    positions ``quiet`` found nothing new (no slice: the watermark and a source state)."""
     events = []
+    following = 0  # the next offset
     for i in range(count):
+        data = None
+        if i not in quiet:
+            data = DataSlice(
+                Multihash.digest(algorithm, b"logical %d" % i),
+                Multihash.digest(algorithm, b"physical %d" % i),
+                OffsetInterval(following, following + ROWS - 1),
+                1000 + i,
+            )
         events.append(
             AddData(
-                prev_offset=None if i == 0 else i * ROWS - 1,
-                new_data=DataSlice(
-                    Multihash.digest(algorithm, b"logical %d" % i),
-                    Multihash.digest(algorithm, b"physical %d" % i),
-                    OffsetInterval(i * ROWS, i * ROWS + ROWS - 1),
-                    1000 + i,
-                ),
+                prev_offset=None if following == 0 else following - 1,
+                new_data=data,
                 new_watermark=BASE_TIME + timedelta(hours=i),
+                new_source_state=SourceState("poll", "odf/etag", f"v{i}") if data is None else None,
                 extra={"odf-chain.dev/source": {"inputs": [{"uri": f"s3://in/{i}.csv"}]}},
             )
         )
+        following += 0 if data is None else ROWS
     return events
 
 
@@ -396,13 +411,13 @@ def _mutations(n: int) -> dict[str, Callable[[list, int], tuple[list, dict, dict
         "prev_offset missing": event_change(prev_offset=None),
         "prev_offset off": event_change(prev_offset=12345),
         "start gap": lambda events, k: data_change(
-            offset_interval=OffsetInterval(k * ROWS + 1, k * ROWS + ROWS - 1)
+            offset_interval=OffsetInterval(_next(events[k]) + 1, _next(events[k]) + ROWS - 1)
         )(events, k),
         "end before start": lambda events, k: data_change(
-            offset_interval=OffsetInterval(k * ROWS + 1, k * ROWS)
+            offset_interval=OffsetInterval(_next(events[k]) + 1, _next(events[k]))
         )(events, k),
         "huge offsets": lambda events, k: data_change(
-            offset_interval=OffsetInterval(k * ROWS, 2**64 - 1)
+            offset_interval=OffsetInterval(_next(events[k]), 2**64 - 1)
         )(events, k),
         "watermark dropped": event_change(new_watermark=None),
         "watermark back": lambda events, k: event_change(
@@ -416,28 +431,68 @@ def _mutations(n: int) -> dict[str, Callable[[list, int], tuple[list, dict, dict
         "checkpoint": event_change(new_checkpoint=Checkpoint(Multihash.digest(BLAKE3, b"c"), 9)),
         "source state": event_change(new_source_state=SourceState("src", "etag", "v1")),
         "no data": event_change(new_data=None),
+        "new data": lambda events, k: event_change(
+            new_data=DataSlice(
+                Multihash.digest(BLAKE3, b"l"),
+                Multihash.digest(BLAKE3, b"p"),
+                OffsetInterval(_next(events[k]), _next(events[k]) + ROWS - 1),
+                10,
+            )
+        )(events, k),
         "info between": insert(SetInfo(description="between")),
         "second seed": insert(Seed(DatasetId(bytes(32)))),
     }
 
 
+def _next(event: AddData) -> int:
+    """The offset the event's slice starts at (or would)."""
+    return 0 if event.prev_offset is None else event.prev_offset + 1
+
+
 N = 24
+_DATA_MUTATIONS = {
+    "start gap",
+    "end before start",
+    "huge offsets",
+    "logical hash sha3",
+    "physical hash sha3",
+    "no data",
+}
 
 
-@pytest.mark.parametrize("mutation", list(_mutations(N)))
+@pytest.mark.parametrize(
+    ("around", "mutation"),
+    [
+        (around, mutation)
+        for around in ("slices", "slice-less neighbours", "slice-less")
+        for mutation in _mutations(N)
+        if around != "slice-less" or mutation not in _DATA_MUTATIONS  # it has no slice to change
+    ],
+)
 @pytest.mark.parametrize("k", [0, 1, N // 2, N - 1])
 def test_bulk_verify_reports_what_block_by_block_verify_reports(
-    tmp_path: Path, mutation: str, k: int
+    tmp_path: Path, mutation: str, k: int, around: str
 ) -> None:
-    events, times, numbers = _mutations(N)[mutation](_run_events(N), k)
+    """Each mutation of block ``k`` in a run of AddData that all add a slice, or with blocks
+    without one (a third of them, and k's neighbours), or of such a block."""
+    quiet = set() if around == "slices" else {i for i in range(N) if i % 3 == 2}
+    if around == "slice-less neighbours":
+        quiet = (quiet | {k - 1, k + 1}) - {k}
+    elif around == "slice-less":
+        quiet.add(k)
+    events, times, numbers = _mutations(N)[mutation](_run_events(N, quiet=quiet), k)
     _write_chain(tmp_path / "ds", events, times, numbers)
     rules = _compare(tmp_path / "ds")
     # changes that break no rule: the rest break one, in both
     valid = {"nothing", "info between", "system time same", "transaction", "source state"}
-    if k == 0:  # no watermark is set before the first AddData, which has no prev_offset
-        valid |= {"watermark dropped", "watermark back", "prev_offset missing"}
+    if k == 0:  # no watermark is set before the first AddData
+        valid |= {"watermark dropped", "watermark back"}
+    if all(i in quiet for i in range(k)):  # no slice before it: it has no prev_offset
+        valid.add("prev_offset missing")
     if k == N - 1:  # nothing after the last block to hold it to what it promised
-        valid |= {"huge offsets", "transaction repeated", "checkpoint", "no data"}
+        valid |= {"huge offsets", "transaction repeated", "checkpoint", "no data", "new data"}
+    if around != "slice-less":  # a slice in its place, from where the old one started
+        valid.add("new data")
     assert bool(rules) == (mutation not in valid), (mutation, rules)
 
 
@@ -547,9 +602,19 @@ def test_bulk_verify_when_extra_attributes_are_refused(
         assert "block-format" in _compare(tmp_path / "ds")
 
 
-def test_apply_plain_run_is_the_fold_of_apply(tmp_path: Path) -> None:
+QUIET_RUNS = {
+    "every block adds a slice": set(),
+    "some blocks add none": {0, 1, 7, 8, 9, 20, 49},
+    "none before the first slice": set(range(30)),
+    "none after the last slice": set(range(3, 50)),
+    "no block adds a slice": set(range(50)),
+}
+
+
+@pytest.mark.parametrize("quiet", list(QUIET_RUNS))
+def test_apply_plain_run_is_the_fold_of_apply(tmp_path: Path, quiet: str) -> None:
     root = tmp_path / "ds"
-    _write_chain(root, _run_events(50))
+    _write_chain(root, _run_events(50, quiet=QUIET_RUNS[quiet]))
     entries = list(
         reversed(list(chain.walk_back(LocalStorage(root), chain.read_head(LocalStorage(root)))))
     )
@@ -566,6 +631,42 @@ def test_apply_plain_run_is_the_fold_of_apply(tmp_path: Path) -> None:
         folded = apply(folded, entry.block, entry.hash)
     assert apply_plain_run(state, columns, hashes) == folded
     assert plain_run_passes(EMPTY, columns, hashes) == 0  # no Seed before: the rules decide
+    for k in (0, 25, 49):  # one run split in two: the second from the first's state
+        first = apply_plain_run(state, columns.rows(0, k + 1), hashes[: k + 1])
+        assert plain_run_passes(first, columns.rows(k + 1, 50), hashes[k + 1 :]) == 49 - k
+        if k < 49:
+            assert apply_plain_run(first, columns.rows(k + 1, 50), hashes[k + 1 :]) == folded
+
+
+def test_blocks_without_a_slice_are_verified_in_bulk(tmp_path: Path) -> None:
+    """A polling ingest that finds nothing new writes AddData without a slice, again and again:
+    the walk keeps them as columns (not one decoded block each), and what the index, the data
+    checks and the listing of data files take as "blocks with a slice" leaves them out."""
+    root = tmp_path / "ds"
+    quiet = {i for i in range(200) if i % 4}
+    _write_chain(root, _run_events(200, quiet=quiet))
+    storage = LocalStorage(root)
+    walk = walk_chain(storage, verify(storage, check_data=False))
+    assert walk.complete and len(walk.chain) == 202
+    assert [i for i, _ in walk.chain.decoded()] == [0, 1]  # the Seed and the schema only
+    assert list(walk.chain.with_slices()) == [2 + i for i in range(200) if i not in quiet]
+    assert len(walk.chain.slice_names()) == 50
+    assert _compare(root) == []
+    report = verify(storage, check_data=False)
+    assert report.ok and report.blocks_checked == 202
+    shutil.rmtree(root / "info", ignore_errors=True)
+    rebuild(storage, save=True)  # in bulk: from the walk, by its fold
+    state = Dataset.open(root).state
+    assert (state.num_slices, state.num_records, state.last_offset) == (50, 500, 499)
+    assert state.data_size == sum(1000 + i for i in range(200) if i not in quiet)
+    index = open_index(storage, chain.read_head(storage))  # the one the rebuild wrote
+    assert index.how == "checked" and index.head == state
+    last_slice = 2 + max(i for i in range(200) if i not in quiet)
+    assert index.pointers.data.sequence_number == last_slice
+    assert index.pointers.watermark.sequence_number == 201
+    listed = replay._bulk_slices(storage, chain.read_head(storage), state)  # no fallback
+    assert [s.sequence_number for s in listed] == list(walk.chain.with_slices())
+    assert [s.data.offset_interval.start for s in listed] == list(range(0, 500, ROWS))
 
 
 # -- the helper processes ----------------------------------------------------------------------
@@ -993,3 +1094,31 @@ def test_the_pass_reads_in_inode_order(tmp_path: Path, monkeypatch: pytest.Monke
     assert sorted(listed[: len(names)]) == names
     assert inodes[: len(names)] == sorted(inodes[: len(names)])
     assert sorted(listed[len(names) :]) == sorted(["f" + names[3][1:].upper(), "f123"])
+
+
+def test_data_checks_of_a_chain_with_blocks_without_a_slice(tmp_path: Path) -> None:
+    """Written by the library: slices, and between them AddData without one (a poll that found
+    nothing). Verify checks every slice, deep too, and only the slices; a slice file altered is
+    still named."""
+    root = tmp_path / "ds"
+    dataset = Dataset.create(root)
+    for i in range(12):
+        if i % 3:
+            state = dataset.state
+            dataset.append(
+                AddData(
+                    prev_offset=state.last_offset,
+                    new_watermark=BASE_TIME + timedelta(hours=i),
+                    new_source_state=SourceState("poll", "odf/etag", f"v{i}"),
+                )
+            )
+        else:
+            dataset.write(pa.table({"v": pa.array([i, i + 1], pa.int64())}))
+    report = verify(LocalStorage(root), deep=True)
+    assert report.ok, [p.line() for p in report.problems]
+    assert report.blocks_checked == 14
+    victim = sorted((root / "data").iterdir())[1]
+    victim.chmod(0o644)
+    victim.write_bytes(victim.read_bytes()[:-1] + b"!")
+    report = verify(LocalStorage(root))
+    assert [p.path for p in report.errors] == [f"data/{victim.name}"]

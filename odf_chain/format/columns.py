@@ -7,9 +7,11 @@ over one buffer of all their bytes, and builds no object per block.
 
 It decodes only what it can vouch for. A block is ``plain`` when it is an AddData whose layout
 is in bounds everywhere this reader looks (stricter than :func:`codec.decode_block`, never
-looser), with a data slice whose hashes are two-byte-prefix multihashes, no checkpoint, a
-source state (if any) of UTF-8 strings, and ExtraAttributes that are a JSON object (judged by
-:mod:`extra_json` as the block decoder parses them). For a plain block,
+looser), with no checkpoint, a data slice (if any) whose hashes are two-byte-prefix
+multihashes, a source state (if any) of UTF-8 strings, and ExtraAttributes that are a JSON
+object (judged by :mod:`extra_json` as the block decoder parses them). AddData without a slice
+(a poll that found nothing new records its watermark and source state so) are plain too: a
+chain can be mostly such blocks. For a plain block,
 :func:`codec.decode_block` would return exactly the values in the columns (tests hold the two to
 that on valid, varied and damaged blocks).
 Every other block (another event, a checkpoint, an odd or damaged layout) is left to
@@ -45,6 +47,7 @@ class BlockColumns:
     prev_hash: np.ndarray  # (n, 34) uint8
     prev_offset: np.ndarray  # uint64
     has_prev_offset: np.ndarray  # bool
+    has_data: np.ndarray  # bool: it adds a data slice (the five columns below: 0 where not)
     start: np.ndarray  # uint64: the slice's offset interval
     end: np.ndarray  # uint64
     size: np.ndarray  # uint64
@@ -303,30 +306,33 @@ def decode_columns(blocks: list[bytes]) -> BlockColumns:
     ok &= po_ok
     watermark, has_watermark, wm_ok = _timestamps(inner, event, 4)
     ok &= wm_ok
-    data, present = inner.child(event, 2)
-    ok &= present & data.ok
+    data, has_data = inner.child(event, 2)  # the slice, when there is one: all of it
+    has_data &= ok
+    whole = data.ok
     logical_start, logical_len, present, l_ok = inner.vector(data, 0)
-    ok &= l_ok & present & (logical_len == HASH_SIZE)
+    whole &= l_ok & present & (logical_len == HASH_SIZE)
     physical_start, physical_len, present, p_ok = inner.vector(data, 1)
-    ok &= p_ok & present & (physical_len == HASH_SIZE)
+    whole &= p_ok & present & (physical_len == HASH_SIZE)
     size, _, size_ok = inner.scalar(data, 3, 8)
-    ok &= size_ok
+    whole &= size_ok
     interval, present = inner.child(data, 2)
-    ok &= present & interval.ok
+    whole &= present & interval.ok
     first, _, first_ok = inner.scalar(interval, 0, 8)
     last, _, last_ok = inner.scalar(interval, 1, 8)
-    ok &= first_ok & last_ok
+    whole &= first_ok & last_ok
+    ok &= ~has_data | whole
     extra_table, has_extra = inner.child(event, 6)
     ok &= ~has_extra | extra_table.ok
     text_start, text_len, has_text, text_ok = inner.vector(extra_table, 0)
     ok &= ~has_extra | text_ok
 
     # Everything below reads only where ok, so nothing reads out of bounds.
+    has_data &= ok
     prev_hash = g.take(prev_start, HASH_SIZE, ok & has_prev)
-    logical = g.take(logical_start, HASH_SIZE, ok)
-    physical = g.take(physical_start, HASH_SIZE, ok)
-    ok &= (~has_prev | _short_multihash(prev_hash)) & _short_multihash(logical)
-    ok &= _short_multihash(physical)
+    logical = g.take(logical_start, HASH_SIZE, has_data)
+    physical = g.take(physical_start, HASH_SIZE, has_data)
+    ok &= ~has_prev | _short_multihash(prev_hash)
+    ok &= ~has_data | (_short_multihash(logical) & _short_multihash(physical))
     buffer = g.data
     ok &= _utf8(buffer, strings, ok)
     rows = np.flatnonzero(ok & has_extra & has_text)
@@ -342,9 +348,10 @@ def decode_columns(blocks: list[bytes]) -> BlockColumns:
         prev_hash=prev_hash,
         prev_offset=prev_offset,
         has_prev_offset=has_prev_offset & ok,
-        start=first,
-        end=last,
-        size=size,
+        has_data=has_data & ok,
+        start=np.where(has_data, first, np.uint64(0)),
+        end=np.where(has_data, last, np.uint64(0)),
+        size=np.where(has_data, size, np.uint64(0)),
         logical_hash=logical,
         physical_hash=physical,
         watermark_us=watermark,

@@ -40,15 +40,15 @@ class Positions:
 
 def kind_positions(entries: WalkedChain) -> dict[str, Positions]:
     """For each of the index's kinds (:data:`records.KINDS`), where its blocks are: cheap
-    type tests on the decoded blocks, and the columns for the plain ones (each an AddData with
-    data, and with a watermark when it sets one)."""
+    type tests on the decoded blocks, and the columns for the plain ones (AddData blocks, with
+    data when they add a slice, with a watermark when they set one)."""
     found: dict[str, list[int]] = {kind: [] for kind in KINDS}
     for i, entry in entries.decoded():
         for kind, test in KINDS.items():
             if test(entry.block.event):
                 found[kind].append(i)
-    plain, marked = entries.plain_masks()
-    masks = {"data": plain, "watermark": marked}
+    sliced, marked = entries.plain_masks()
+    masks = {"data": sliced, "watermark": marked}
     return {kind: Positions(found[kind], masks.get(kind)) for kind in KINDS}
 
 

@@ -30,8 +30,9 @@ def plain_run_passes(state: DatasetState, run: BlockColumns, hashes: np.ndarray)
     exactly, a state it does not cover) it stops, and that block goes through :func:`validate`,
     which words the error. What it checks, per block against the one before (the first against
     ``state``): sequence-number, prev-block-hash, hash-algorithm, system-time, offsets,
-    watermark; per run: a Seed and a schema before, a root dataset, no checkpoint and no
-    lineage pending (these hold or fail for the whole run, since plain blocks change none).
+    watermark (for blocks with a slice and without one alike); per run: a Seed and a schema
+    before, a root dataset, no checkpoint and no lineage pending (these hold or fail for the
+    whole run, since plain blocks change none).
     """
     m = len(run)
     if (
@@ -42,10 +43,11 @@ def plain_run_passes(state: DatasetState, run: BlockColumns, hashes: np.ndarray)
         or state.last_checkpoint is not None
         or state.lineage_pending is not None
         or state.sequence_number + 1 >= _SAFE  # a chain whose numbers already broke the rule
+        or (state.last_offset or 0) >= _SAFE
     ):
         return 0
     code = state.head.code
-    seq, start, end = run.sequence_number, run.start, run.end
+    seq, start, end, data = run.sequence_number, run.start, run.end, run.has_data
     fine = (seq < _SAFE) & (start < _SAFE) & (end < _SAFE) & (run.size < _SAFE)
     fine &= ~run.has_prev_offset | (run.prev_offset < _SAFE)
     # sequence-number and prev-block-hash
@@ -54,22 +56,22 @@ def plain_run_passes(state: DatasetState, run: BlockColumns, hashes: np.ndarray)
     before_hash = np.concatenate((np.frombuffer(bytes(state.head), np.uint8)[None, :], hashes[:-1]))
     fine &= run.has_prev & (run.prev_hash == before_hash).all(axis=1)
     # hash-algorithm: the block's own hash and both of its slice's
-    fine &= (hashes[:, 0] == code) & (run.logical_hash[:, 0] == code)
-    fine &= run.physical_hash[:, 0] == code
+    fine &= hashes[:, 0] == code
+    fine &= ~data | ((run.logical_hash[:, 0] == code) & (run.physical_hash[:, 0] == code))
     # system-time
     times = run.system_time_us
     first_time = (state.system_time - _EPOCH) // timedelta(microseconds=1)
     fine &= times >= np.concatenate(([first_time], times[:-1]))
-    # offsets: prev_offset is the last offset, the slice starts right after it
-    if state.last_offset is None:
-        last = np.concatenate(([-1], end[:-1].astype(np.int64)))
-        fine[0] &= not run.has_prev_offset[0]
-        fine[1:] &= run.has_prev_offset[1:]
-    else:
-        last = np.concatenate(([state.last_offset], end[:-1].astype(np.int64)))
-        fine &= run.has_prev_offset
+    # offsets: prev_offset is the last offset (none before the first slice), a slice starts
+    # right after it; the last offset before each block is the end of the last slice before it
+    slice_before = np.maximum.accumulate(np.where(data, np.arange(m), -1))
+    slice_before = np.concatenate(([-1], slice_before[:-1]))
+    start_last = -1 if state.last_offset is None else state.last_offset
+    last = np.where(slice_before >= 0, end[slice_before].astype(np.int64), start_last)
+    none_yet = (slice_before < 0) & (state.last_offset is None)
+    fine &= np.where(none_yet, ~run.has_prev_offset, run.has_prev_offset)
     fine &= (run.prev_offset.astype(np.int64) == last) | ~run.has_prev_offset
-    fine &= (start.astype(np.int64) == last + 1) & (end >= start)
+    fine &= ~data | ((start.astype(np.int64) == last + 1) & (end >= start))
     # watermark: once set (before the run or in it), carried and never decreasing
     has = run.has_watermark
     marks = np.where(has, run.watermark_us, np.iinfo(np.int64).min)
