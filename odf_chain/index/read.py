@@ -759,6 +759,7 @@ def _rebuild_in_bulk(storage: Storage, head: Multihash, *, save: bool) -> ChainI
             return None
         progress.tell(f"read {len(chain):,} blocks; checking every rule")
         _, state, periodic = refold(chain, findings, every=SNAPSHOT_INTERVAL)
+        chain.folded()
         if findings.errors or state.head != head:
             return None
         try:

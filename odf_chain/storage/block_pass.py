@@ -349,9 +349,18 @@ class Pass:
             rows = np.frombuffer(packed, np.uint8).reshape(len(numbers), width)
             order = np.argsort(np.frombuffer(numbers, np.uint64), kind="stable")
             del numbers
-            for at in range(0, len(order), CHUNK_FILES):
-                digits = rows[order[at : at + CHUNK_FILES]].tobytes().hex()
-                step = 2 * width
+            # the names in order, a chunk's bytes each, released as each chunk is handed out:
+            # the listing is held twice for a moment here, then less and less (by the end of
+            # the pass, when the chunks' columns add up, nothing of it is left)
+            chunks = [
+                rows[order[at : at + CHUNK_FILES]].tobytes()
+                for at in range(0, len(order), CHUNK_FILES)
+            ]
+            del rows, order, packed
+            chunks.reverse()
+            step = 2 * width
+            while chunks:
+                digits = chunks.pop().hex()
                 yield self._block_names(
                     ["f" + digits[i : i + step] for i in range(0, len(digits), step)]
                 )

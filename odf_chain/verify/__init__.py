@@ -82,6 +82,7 @@ def verify(
     with_data: list[tuple[range, DatasetState]] = []
     if walk.complete:
         with_data, head_state, periodic = refold(chain, report, every=SNAPSHOT_INTERVAL)
+        chain.folded()
         check_lineage_inputs(chain, report)
         if report.ok:  # an index is compared with a sound chain only: else it is noise
             report_index(storage, chain, head_state, periodic, report.add)  # if the index lies
