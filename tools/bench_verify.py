@@ -3,15 +3,17 @@
 verify, each against raw BLAKE3 hashing.
 
     python tools/bench_verify.py [--blocks 100000] [--runs 3] [--slices 16] [--slice-mb 16]
-                                 [--dir PATH] [--keep] [--quick] [--chain DIR] [--no-data]
+                                 [--dir PATH] [--keep] [--quick [--slice-less K]]
+                                 [--chain DIR] [--no-data]
 
 ``--quick`` builds the chain with ``tools/quick_chain.py`` (a few microseconds a block: the way
-to ten million); ``--chain DIR`` measures a chain already built. Verify and the rebuild each run
-in a fresh process (so no cache of an earlier run helps, and its memory is its own); their time
-is taken inside it around the call, and their memory is the peak of the resident set size
-summed over the process and its helper processes, sampled every 20 ms from outside. The
-rebuild first deletes the index (``info/odf-chain-index``) and then rebuilds and saves it, as
-``odf-chain index DIR`` does on a dataset copied without it.
+to ten million), with ``--slice-less K`` blocks without a slice after each one with a slice (the
+chain of a polling ingest that mostly finds nothing new); ``--chain DIR`` measures a chain
+already built. Verify and the rebuild each run in a fresh process (so no cache of an earlier run
+helps, and its memory is its own); their time is taken inside it around the call, and their
+memory is the peak of the resident set size summed over the process and its helper processes,
+sampled every 20 ms from outside. The rebuild first deletes the index (``info/odf-chain-index``)
+and then rebuilds and saves it, as ``odf-chain index DIR`` does on a dataset copied without it.
 
 Structural part: a chain of a Seed, a SetDataSchema and ``--blocks`` AddData blocks shaped as
 a Spark ingest writes them (a slice with logical and physical hashes and its offsets, a
@@ -118,7 +120,7 @@ def _build(root: Path, args: argparse.Namespace) -> None:
         sys.path.insert(0, str(Path(__file__).parent))
         import quick_chain
 
-        quick_chain.build(root, args.blocks)
+        quick_chain.build(root, args.blocks, slice_less=args.slice_less)
     else:
         build_chain(root, args.blocks)
 
@@ -266,6 +268,12 @@ def main() -> int:
     parser.add_argument("--dir", type=Path, default=None, help="scratch directory (default: tmp)")
     parser.add_argument("--keep", action="store_true", help="keep (and reuse) the chains")
     parser.add_argument("--quick", action="store_true", help="build with tools/quick_chain.py")
+    parser.add_argument(
+        "--slice-less",
+        type=int,
+        default=0,
+        help="with --quick: blocks without a slice after each with one",
+    )
     parser.add_argument("--chain", type=Path, help="measure this chain (built already)")
     parser.add_argument("--no-data", action="store_true", help="skip the data part")
     parser.add_argument(
@@ -278,7 +286,10 @@ def main() -> int:
         return 0
     scratch = args.dir or Path(tempfile.mkdtemp(prefix="odf-bench-verify-"))
     scratch.mkdir(parents=True, exist_ok=True)
-    chain_root = args.chain or scratch / f"chain-{args.blocks}"
+    if args.slice_less and not args.quick:
+        parser.error("--slice-less needs --quick")
+    suffix = f"-{args.slice_less}-slice-less" if args.slice_less else ""
+    chain_root = args.chain or scratch / f"chain-{args.blocks}{suffix}"
     data_root = scratch / f"data-{args.slices}x{args.slice_mb}"
     try:
         builds = [] if args.chain else [(chain_root, lambda r: _build(r, args))]

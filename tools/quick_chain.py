@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Build a long chain fast, for benchmarks at ten million blocks: a few microseconds a block.
 
-    python tools/quick_chain.py DIR N
+    python tools/quick_chain.py DIR N [--slice-less K]
 
 ``Dataset.create`` and ``set_schema`` write the Seed and the schema as any writer does. The
 AddData blocks that follow (``N`` in all) are one real encoding (``codec.encode_block``) with
@@ -11,7 +11,9 @@ are found by encoding the block again with one field changed at a time and compa
 checked: the block at every 65,536th place is encoded for real and must match byte for byte.
 Every block is hashed and linked like any other, and ``verify`` checks every rule on them; what
 is constant is their system time and watermark (which the rules allow to stay equal) and their
-extra attributes. Files are written without fsync (a scratch chain), the head set once at the
+extra attributes. ``--slice-less K`` puts K AddData blocks without a slice after each one
+with a slice (a watermark and a source state, what a poll that found nothing new writes), their
+offsets carried over. Files are written without fsync (a scratch chain), the head set once at the
 end. ``tools/bench_verify.py --quick`` and ``tools/bench_scale.py`` build their largest chains
 with it: a million blocks built block by block with every rule run in memory takes 10-15
 minutes here, ten million would take hours.
@@ -33,7 +35,7 @@ if __package__ in (None, ""):  # run as a script: the checkout's package
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from odf_chain.dataset import Dataset
-from odf_chain.events import AddData, DataSlice, MetadataBlock, OffsetInterval
+from odf_chain.events import AddData, DataSlice, MetadataBlock, OffsetInterval, SourceState
 from odf_chain.format.codec import encode_block
 from odf_chain.format.multihash import BLAKE3, Multihash
 from odf_chain.state import SOURCE_KEY
@@ -51,11 +53,13 @@ def _digest(kind: bytes, i: int) -> bytes:
 class _Template:
     """Block ``i``'s bytes: the real encoding of one block, its varying fields patched."""
 
-    def __init__(self, moment, extra, shared=None) -> None:
-        self._moment, self._extra, self._shared = moment, extra, shared
+    def __init__(self, moment, extra, shared=None, *, sliced: bool = True) -> None:
+        self._moment, self._extra, self._shared, self._sliced = moment, extra, shared, sliced
         self.rows = ROWS if shared is None else 1
-        self.FIELDS = ("seq", "prev", "prev_offset", "start", "end")
-        if shared is None:
+        self.FIELDS = ("seq", "prev", "prev_offset")
+        if sliced:
+            self.FIELDS += ("start", "end")
+        if sliced and shared is None:
             self.FIELDS += ("logical", "physical", "size")
         # each field found by its own distinct value, changed alone to another
         base = self._probe(1)
@@ -122,8 +126,11 @@ class _Template:
                 physical_hash=Multihash.from_bytes(v["physical"]),
                 offset_interval=OffsetInterval(v["start"], v["end"]),
                 size=v["size"],
-            ),
+            )
+            if self._sliced
+            else None,
             new_watermark=self._moment,
+            new_source_state=None if self._sliced else SourceState("poll", "odf/etag", "W/1"),
             extra=self._extra,
         )
         prev = Multihash.from_bytes(v["prev"])
@@ -136,11 +143,14 @@ class _Template:
         return bytes(out)
 
 
-def build(root: Path, n: int, *, report: bool = True, shared_slice: bool = False) -> None:
+def build(
+    root: Path, n: int, *, report: bool = True, shared_slice: bool = False, slice_less: int = 0
+) -> None:
     """A Seed, a schema and AddData blocks up to ``n`` blocks in all. ``shared_slice``: a
     real one-row slice first (``Dataset.write``), then every block names it with one-row
     offsets of its own (what ``tools/bench_scale.py`` reads); else 50,000-row offsets naming
-    slices that are not there (a structural benchmark's chain)."""
+    slices that are not there (a structural benchmark's chain). ``slice_less``: after each
+    block with a slice, that many without one."""
     dataset = Dataset.create(root)
     shared = None
     if shared_slice:
@@ -151,7 +161,8 @@ def build(root: Path, n: int, *, report: bool = True, shared_slice: bool = False
     state = dataset.refresh()
     first, moment = state.head, state.system_time + timedelta(hours=1)
     extra = {SOURCE_KEY: {"format": "parquet", "inputs": [{"uri": "s3://landing/sales/"}]}}
-    template = _Template(moment, extra, shared)
+    templates = [_Template(moment, extra, shared), _Template(moment, extra, shared, sliced=False)]
+    period = slice_less + 1
     done = 0 if shared is None else 1  # data blocks already written
     # the first data block by the encoder (no previous offset), then the template
     head = bytes(state.head)
@@ -160,13 +171,15 @@ def build(root: Path, n: int, *, report: bool = True, shared_slice: bool = False
     try:
         for k in range(done, done + n - (state.sequence_number + 1)):
             seq = state.sequence_number + 1 + k - done
-            v = template.values(k, head)
+            template = templates[k % period != 0]
+            # a slice-less block's prev_offset is the end of the slice before it
+            v = template.values(k // period + (k % period != 0), head)
             v["seq"] = seq
             if k == 0:
                 data = _first_block(template, v)
             else:
                 data = template.patched(v)
-                if k % 65_536 == 1 and data != template.encode(v):
+                if k % 65_536 <= period and data != template.encode(v):
                     raise RuntimeError(f"block {seq}: the patched bytes differ from the encoding")
             head = _CODE + blake3.blake3(data).digest()
             name = "f" + head.hex()
@@ -201,7 +214,15 @@ def _first_block(template: _Template, v: dict) -> bytes:
 
 
 if __name__ == "__main__":
-    target, count = Path(sys.argv[1]), int(float(sys.argv[2]))
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("dir", type=Path)
+    parser.add_argument("blocks", type=lambda text: int(float(text)))
+    parser.add_argument(
+        "--slice-less", type=int, default=0, help="blocks without a slice after each with one"
+    )
+    args = parser.parse_args()
     started = time.perf_counter()
-    build(target, count)
-    print(f"built {count:,} blocks in {time.perf_counter() - started:.1f} s")
+    build(args.dir, args.blocks, slice_less=args.slice_less)
+    print(f"built {args.blocks:,} blocks in {time.perf_counter() - started:.1f} s")
