@@ -434,6 +434,7 @@ class WalkedChain(Sequence[BlockEntry]):
     def sliced_ranges(self, start: int, stop: int) -> list[range]:
         """The positions ``start..stop-1`` of plain blocks that add a slice, as ranges."""
         segment = self._sliced[start:stop]
+        stop = start + len(segment)
         if segment.all():
             return [range(start, stop)] if stop > start else []
         edges = np.flatnonzero(np.diff(np.concatenate(([False], segment, [False])).astype(np.int8)))

@@ -15,6 +15,7 @@ verify, only faster.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
@@ -333,12 +334,15 @@ def _write_chain(
     numbers: dict[int, int] | None = None,
     algorithm: str = BLAKE3,
     patch: Callable[[int, bytes], bytes] = lambda i, data: data,
+    schema: bool = True,
 ) -> None:
-    """A Seed and a schema written by the library, then ``events`` as raw blocks (no rule
-    checked), each linked to the one before; ``times``/``numbers`` override by position, and
-    ``patch`` changes a block's bytes before they are hashed and linked."""
+    """A Seed and a schema (unless not ``schema``) written by the library, then ``events`` as
+    raw blocks (no rule checked), each linked to the one before; ``times``/``numbers``
+    override by position, and ``patch`` changes a block's bytes before they are hashed and
+    linked."""
     dataset = Dataset.create(root, algorithm)
-    dataset.set_schema(pa.schema([("v", pa.int64())]))
+    if schema:
+        dataset.set_schema(pa.schema([("v", pa.int64())]))
     state = dataset.refresh()
     head = state.head
     seq = state.sequence_number
@@ -1096,6 +1100,24 @@ def test_the_pass_reads_in_inode_order(tmp_path: Path, monkeypatch: pytest.Monke
     assert sorted(listed[len(names) :]) == sorted(["f" + names[3][1:].upper(), "f123"])
 
 
+@pytest.mark.parametrize("slice_at", [None, 0, 5, 39])
+def test_blocks_without_a_slice_before_any_schema(tmp_path: Path, slice_at: int | None) -> None:
+    """A poller that finds nothing from the start writes AddData without a slice before any
+    schema: they are taken in bulk too, and a slice among them breaks schema-before-data in
+    both verifies."""
+    quiet = set(range(40)) - {slice_at}
+    root = tmp_path / "ds"
+    _write_chain(root, _run_events(40, quiet=quiet), schema=False)
+    expected = [] if slice_at is None else ["schema-before-data"]
+    assert _compare(root) == expected
+    storage = LocalStorage(root)
+    walk = walk_chain(storage, verify(storage, check_data=False))
+    assert [i for i, _ in walk.chain.decoded()] == [0]  # every AddData kept as columns
+    seeded = chain.advance(EMPTY, walk.chain[0].block, walk.chain[0].hash)
+    run, hashes = walk.chain.plain_run(1, 41)
+    assert plain_run_passes(seeded, run, hashes) == (40 if slice_at is None else slice_at)
+
+
 def test_data_checks_of_a_chain_with_blocks_without_a_slice(tmp_path: Path) -> None:
     """Written by the library: slices, and between them AddData without one (a poll that found
     nothing). Verify checks every slice, deep too, and only the slices; a slice file altered is
@@ -1122,3 +1144,17 @@ def test_data_checks_of_a_chain_with_blocks_without_a_slice(tmp_path: Path) -> N
     victim.write_bytes(victim.read_bytes()[:-1] + b"!")
     report = verify(LocalStorage(root))
     assert [p.path for p in report.errors] == [f"data/{victim.name}"]
+
+
+@given(st.lists(st.booleans(), max_size=40), st.integers(0, 45), st.integers(0, 45))
+def test_sliced_ranges_are_the_sliced_positions_in_between(
+    sliced: list[bool], start: int, stop: int
+) -> None:
+    chain_ = walked.WalkedChain()
+    chain_._sliced = np.array(sliced, bool)  # what finish() sets from the columns
+    ranges = chain_.sliced_ranges(start, stop)
+    assert [i for r in ranges for i in r] == [
+        i for i in range(start, stop) if i < len(sliced) and sliced[i]
+    ]
+    assert all(len(r) for r in ranges)
+    assert all(a.stop < b.start for a, b in itertools.pairwise(ranges))

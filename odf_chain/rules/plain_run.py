@@ -30,15 +30,14 @@ def plain_run_passes(state: DatasetState, run: BlockColumns, hashes: np.ndarray)
     exactly, a state it does not cover) it stops, and that block goes through :func:`validate`,
     which words the error. What it checks, per block against the one before (the first against
     ``state``): sequence-number, prev-block-hash, hash-algorithm, system-time, offsets,
-    watermark (for blocks with a slice and without one alike); per run: a Seed and a schema
-    before, a root dataset, no checkpoint and no lineage pending (these hold or fail for the
-    whole run, since plain blocks change none).
+    watermark (for blocks with a slice and without one alike), schema-before-data; per run: a
+    Seed before, a root dataset, no checkpoint and no lineage pending (these hold or fail for
+    the whole run, since plain blocks change none).
     """
     m = len(run)
     if (
         m == 0
         or state.head is None
-        or state.schema is None
         or state.dataset_kind not in (None, DatasetKind.ROOT)
         or state.last_checkpoint is not None
         or state.lineage_pending is not None
@@ -72,6 +71,9 @@ def plain_run_passes(state: DatasetState, run: BlockColumns, hashes: np.ndarray)
     fine &= np.where(none_yet, ~run.has_prev_offset, run.has_prev_offset)
     fine &= (run.prev_offset.astype(np.int64) == last) | ~run.has_prev_offset
     fine &= ~data | ((start.astype(np.int64) == last + 1) & (end >= start))
+    # schema-before-data
+    if state.schema is None:
+        fine &= ~data
     # watermark: once set (before the run or in it), carried and never decreasing
     has = run.has_watermark
     marks = np.where(has, run.watermark_us, np.iinfo(np.int64).min)
