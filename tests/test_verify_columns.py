@@ -34,6 +34,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from odf_chain import block_parts, chain, helper_process, replay, walked
 from odf_chain.block_parts import Part
+from odf_chain.chain_fold import refold
 from odf_chain.chain_walk import walk_chain
 from odf_chain.dataset import Dataset
 from odf_chain.errors import FormatError
@@ -335,14 +336,16 @@ def _write_chain(
     algorithm: str = BLAKE3,
     patch: Callable[[int, bytes], bytes] = lambda i, data: data,
     schema: bool = True,
+    dataset: Dataset | None = None,
 ) -> None:
-    """A Seed and a schema (unless not ``schema``) written by the library, then ``events`` as
-    raw blocks (no rule checked), each linked to the one before; ``times``/``numbers``
-    override by position, and ``patch`` changes a block's bytes before they are hashed and
-    linked."""
-    dataset = Dataset.create(root, algorithm)
-    if schema:
-        dataset.set_schema(pa.schema([("v", pa.int64())]))
+    """A Seed and a schema (unless not ``schema``) written by the library (or ``dataset`` as
+    it is), then ``events`` as raw blocks (no rule checked, no fsync), each linked to the one
+    before; ``times``/``numbers`` override by position, and ``patch`` changes a block's bytes
+    before they are hashed and linked."""
+    if dataset is None:
+        dataset = Dataset.create(root, algorithm)
+        if schema:
+            dataset.set_schema(pa.schema([("v", pa.int64())]))
     state = dataset.refresh()
     head = state.head
     seq = state.sequence_number
@@ -1158,3 +1161,36 @@ def test_sliced_ranges_are_the_sliced_positions_in_between(
     ]
     assert all(len(r) for r in ranges)
     assert all(a.stop < b.start for a, b in itertools.pairwise(ranges))
+
+
+def test_nothing_reads_the_columns_released_after_the_fold(tmp_path: Path) -> None:
+    """Verify and the index rebuild release the columns only the walk and the fold read; what
+    comes after (the index check, data and deep checks, the rebuild's save) must not need them:
+    a released column refuses any use, so this chain's verifies and rebuild would raise."""
+    root = tmp_path / "ds"
+    dataset = Dataset.create(root)
+    for i in range(3):
+        dataset.write(pa.table({"v": pa.array([i, i + 1], pa.int64())}))
+    quiet = AddData(  # a poll that found nothing, again and again (written raw: fast)
+        prev_offset=5,
+        new_watermark=BASE_TIME,
+        new_source_state=SourceState("poll", "odf/etag", "v1"),
+    )
+    _write_chain(root, [quiet] * (SNAPSHOT_INTERVAL + 10), dataset=dataset)
+    for i in range(2):
+        dataset.write(pa.table({"v": pa.array([i], pa.int64())}))
+    storage = LocalStorage(root)
+    for deep in (False, True):
+        report = verify(storage, deep=deep)
+        assert report.ok, [p.line() for p in report.problems]
+    shutil.rmtree(root / "info" / "odf-chain-index")
+    index = rebuild(storage, save=True)
+    assert index.how == "rebuilt" and index.head == dataset.state
+    report = verify(storage)
+    assert report.ok and not report.warnings, [p.line() for p in report.problems]
+    walk = walk_chain(storage, verify(storage, check_data=False))
+    chain_ = walk.chain
+    refold(chain_, verify(storage, check_data=False), every=SNAPSHOT_INTERVAL)
+    chain_.folded()
+    with pytest.raises(RuntimeError, match="was released once the fold was done"):
+        chain_.plain_run(2, 4)
