@@ -79,7 +79,7 @@ class _Released:
 
 class BlockFiles:
     """One pass over ``blocks/``: every readable block file, hashed and decoded into columns,
-    kept in compact form (about 220 bytes a block: columns and its name's hash), never as a
+    kept in compact form (about 200 bytes a block: columns and its name's hash), never as a
     Python object per block.
 
     ``hash_ok[k]``: file ``k``'s name is the canonical name of its content's hash (anything
@@ -126,7 +126,6 @@ class BlockFiles:
         self.plain: np.ndarray = self.columns.plain
         named = None if self.hash_ok.all() else np.flatnonzero(self.hash_ok)
         self._by_hash = _HashIndex(self.name_hashes, named)
-        self._folded = False
         release_free_memory()
 
     def __len__(self) -> int:
@@ -139,7 +138,6 @@ class BlockFiles:
         times, slice hashes and the watermark flags stay."""
         released = {name: _Released(name) for name in _FOLD_ONLY}
         self.columns = replace(self.columns, **released)  # type: ignore[arg-type]
-        self._folded = True
         release_free_memory()
 
     def name(self, k: int) -> str:
