@@ -632,6 +632,51 @@ def test_what_spark_cannot_take_is_named_not_raised_from_spark(spark, tmp_path):
     assert not (tmp_path / "upper").exists()
 
 
+@pytest.mark.filterwarnings("ignore::odf_chain.events.StructuredSchemaWarning")  # local times
+def test_read_timestamps_in_nanoseconds(spark, tmp_path):
+    """pandas keeps timestamps in nanoseconds, and Spark's Parquet reader refuses them ("Illegal
+    Parquet type"): spark.read reads such a dataset through Arrow, each value exact in Spark's
+    microseconds, nested ones too. A value with nanoseconds Spark cannot hold is refused, naming
+    the column and the slice, never rounded."""
+    import pandas as pd
+    from pyspark.errors import PythonException
+
+    moments = pd.to_datetime(["2024-01-02 03:04:05.123456", "1969-12-31 23:59:59.999999"])
+    frame = pd.DataFrame({"local": moments, "at": moments.tz_localize("UTC"), "n": [1, 2]})
+    dataset = Dataset.create(tmp_path / "ns")
+    dataset.write(frame)
+    dataset.write(
+        pa.table(
+            {
+                "local": pa.array([moments[0]], pa.timestamp("ns")),
+                "at": pa.array([moments[1]], pa.timestamp("ns", tz="UTC")),
+                "n": [3],
+            }
+        )
+    )
+    assert dataset.state.schema.field("at").type == pa.timestamp("ns", tz="UTC")
+    back = read(spark, tmp_path / "ns").orderBy("offset")
+    rows = back.select(
+        F.col("local").cast("string").alias("local"), F.unix_micros("at").alias("micros"), "n"
+    ).collect()
+    expected = [str(moments[0]), str(moments[1]), str(moments[0])]
+    assert [r["local"] for r in rows] == expected
+    micros = [m.value // 1000 for m in (moments[0], moments[1], moments[1])]
+    assert [r["micros"] for r in rows] == micros and [r["n"] for r in rows] == [1, 2, 3]
+
+    nested = Dataset.create(tmp_path / "nested")
+    nested.write(
+        pa.table({"s": pa.array([{"at": moments[0]}], pa.struct([("at", pa.timestamp("ns"))]))})
+    )
+    (row,) = read(spark, tmp_path / "nested").select(F.col("s.at").cast("string")).collect()
+    assert row[0] == str(moments[0])
+
+    finer = Dataset.create(tmp_path / "finer")
+    finer.write(pa.table({"at": pa.array([moments[0].value + 7], pa.timestamp("ns", tz="UTC"))}))
+    with pytest.raises(PythonException, match=r"column 'at' cannot be given to Spark"):
+        read(spark, tmp_path / "finer").collect()
+
+
 def test_read_a_dataset_whose_path_has_glob_characters(spark, tmp_path):
     path = tmp_path / "br[1]{a,b}?"
     write(spark.range(0, 10, numPartitions=2), path, create=True)

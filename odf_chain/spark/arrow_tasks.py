@@ -291,14 +291,23 @@ def write_in_tasks(
 # -- reading slices in tasks ---------------------------------------------------------------------
 
 
-def _conform(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
-    """``batch`` with ``target``'s columns, in its order and types (a column the slice lacks,
-    from before an evolution, is nulls)."""
+def _conform(batch: pa.RecordBatch, target: pa.Schema, path: str) -> pa.RecordBatch:
+    """``batch`` (of the slice at ``path``) with ``target``'s columns, in its order and types (a
+    column the slice lacks, from before an evolution, is nulls). A value the cast would change
+    (a timestamp with nanoseconds, which Spark keeps in microseconds) is refused, named."""
     names = set(batch.schema.names)
-    columns = [
-        batch.column(f.name).cast(f.type) if f.name in names else pa.nulls(len(batch), f.type)
-        for f in target
-    ]
+    columns = []
+    for f in target:
+        if f.name not in names:
+            columns.append(pa.nulls(len(batch), f.type))
+            continue
+        try:
+            columns.append(batch.column(f.name).cast(f.type))
+        except pa.ArrowInvalid as exc:
+            raise SchemaError(
+                f"{path}: column {f.name!r} cannot be given to Spark as {f.type} without "
+                f"changing a value ({exc}): read the dataset with Dataset.to_table() instead"
+            ) from None
     return pa.RecordBatch.from_arrays(columns, schema=target)
 
 
@@ -322,7 +331,7 @@ def read_in_tasks(spark, filesystem: pafs.FileSystem, paths: Sequence[str], sche
             for path in batch.column(0).to_pylist():
                 with filesystem.open_input_file(path) as source:
                     for rows in pq.ParquetFile(source).iter_batches():
-                        conformed = _conform(rows, target)
+                        conformed = _conform(rows, target, path)
                         yield conformed.rename_columns([f"_{i}" for i in range(len(names))])
 
     listed = spark.createDataFrame([(path,) for path in paths], "path string")

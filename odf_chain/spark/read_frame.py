@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.fs as pafs
 
 from odf_chain.dataset import Dataset
@@ -36,8 +37,10 @@ def read(spark, dataset: str | Path | Dataset, at: str | int = "head"):
     spark_schema = _spark_schema(state.schema, dataset.location)
     if not names:
         return spark.createDataFrame([], spark_schema)
-    if not isinstance(storage.filesystem, pafs.LocalFileSystem):
-        # Spark's own reader needs the store's Hadoop connector: read through Arrow instead
+    if not isinstance(storage.filesystem, pafs.LocalFileSystem) or _has_nanoseconds(state.schema):
+        # Spark's own reader needs the store's Hadoop connector, and refuses a Parquet timestamp
+        # in nanoseconds (pandas' unit: "Illegal Parquet type"): read through Arrow instead,
+        # where each value is cast to Spark's microseconds exactly or refused, naming the column
         use_this_python(spark)
         return read_in_tasks(
             spark, storage.filesystem, [storage.fs_path(f"data/{n}") for n in names], state.schema
@@ -46,6 +49,17 @@ def read(spark, dataset: str | Path | Dataset, at: str | int = "head"):
     # Read with the schema in force at that block: slices from before an evolution lack the
     # newer (nullable) columns, which then read as nulls.
     return spark.read.schema(spark_schema).parquet(*paths)
+
+
+def _has_nanoseconds(schema: pa.Schema) -> bool:
+    """Does any column hold a timestamp in nanoseconds, at any depth?"""
+
+    def nested(t: pa.DataType) -> bool:
+        if pa.types.is_timestamp(t):
+            return t.unit == "ns"
+        return any(nested(t.field(i).type) for i in range(t.num_fields))
+
+    return any(nested(field.type) for field in schema)
 
 
 def _spark_schema(schema, location: str):
