@@ -35,6 +35,7 @@ import pyarrow.fs as pafs
 from odf_chain.errors import SchemaError, StorageError
 from odf_chain.slice_writer import SliceSpec, write_slices
 from odf_chain.slices import os_reason
+from odf_chain.spark.arrow_reads import ArrowRead, remember
 from odf_chain.spark.sizing import PlannedSlice
 
 _FACTS_SCHEMA = pa.schema(
@@ -311,10 +312,18 @@ def _conform(batch: pa.RecordBatch, target: pa.Schema, path: str) -> pa.RecordBa
     return pa.RecordBatch.from_arrays(columns, schema=target)
 
 
-def read_in_tasks(spark, filesystem: pafs.FileSystem, paths: Sequence[str], schema: pa.Schema):
+def read_in_tasks(
+    spark,
+    filesystem: pafs.FileSystem,
+    paths: Sequence[str],
+    schema: pa.Schema,
+    uris: Sequence[str] | None = None,
+):
     """A DataFrame of the Parquet slices at ``paths`` read with ``schema`` (the schema in force),
     a Spark task per slice reading it through ``pyarrow.fs``, batch by batch: no Hadoop
-    connector needed for the store (what :func:`odf_chain.spark.read` uses on object stores)."""
+    connector needed for the store (what :func:`odf_chain.spark.read` uses on object stores,
+    and for timestamps in nanoseconds). ``uris``: the slices as Spark's own reader would name
+    them, so field lineage sees the read as a scan of them (:mod:`arrow_reads`)."""
     import pyarrow.parquet as pq
     from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 
@@ -336,4 +345,6 @@ def read_in_tasks(spark, filesystem: pafs.FileSystem, paths: Sequence[str], sche
 
     listed = spark.createDataFrame([(path,) for path in paths], "path string")
     frame = listed.repartition(max(len(paths), 1)).mapInArrow(task, positional)
+    if uris is not None:
+        remember(frame, ArrowRead(tuple(uris), tuple(names)))
     return frame.toDF(*names)

@@ -42,9 +42,10 @@ def read(spark, dataset: str | Path | Dataset, at: str | int = "head"):
         # in nanoseconds (pandas' unit: "Illegal Parquet type"): read through Arrow instead,
         # where each value is cast to Spark's microseconds exactly or refused, naming the column
         use_this_python(spark)
-        return read_in_tasks(
-            spark, storage.filesystem, [storage.fs_path(f"data/{n}") for n in names], state.schema
-        )
+        local = isinstance(storage.filesystem, pafs.LocalFileSystem)
+        paths = [storage.fs_path(f"data/{n}") for n in names]
+        uris = [storage.spark_uri(path) for path in paths] if local else None
+        return read_in_tasks(spark, storage.filesystem, paths, state.schema, uris)
     paths = [escape_glob(storage.spark_uri(storage.fs_path(f"data/{name}"))) for name in names]
     # Read with the schema in force at that block: slices from before an evolution lack the
     # newer (nullable) columns, which then read as nulls.

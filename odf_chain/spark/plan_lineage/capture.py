@@ -21,6 +21,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from odf_chain.spark import arrow_reads
 from odf_chain.spark.plan_lineage import jvm as jvm_side, model as m
 from odf_chain.spark.plan_lineage.expressions import expr_id
 from odf_chain.spark.plan_lineage.model import (
@@ -177,6 +178,20 @@ class _Sources:
             self.add(PlanSource(SourceKind.OTHER, node.cls, schema, table=_table_name(node.fields)))
         )
 
+    def known_scan(
+        self, node: PlanNode, output: list[dict[str, Any]]
+    ) -> tuple[LeafInfo, tuple[str, ...]] | None:
+        """A ``MapInArrow`` node that is odf_chain's own Arrow read of a dataset's slices
+        (:mod:`odf_chain.spark.arrow_reads`): a scan of those files, under the dataset's
+        column names."""
+        read = arrow_reads.recall(tuple(expr_id(a) for a in output))
+        if read is None:
+            return None
+        positional = _attributes_schema(output)
+        schema = pa.schema([f.with_name(n) for f, n in zip(positional, read.names, strict=True)])
+        source = PlanSource(SourceKind.FILES, "odf_chain Arrow read", schema, files=read.files)
+        return LeafInfo(self.add(source)), read.names
+
     def _rdd(self, node: PlanNode, ids: tuple[int, ...], schema: pa.Schema) -> LeafInfo:
         origin: jvm_side.RddOrigin | None = self._probe("rdd_origin", ids)
         if origin is not None and origin.scans:
@@ -223,7 +238,7 @@ def lineage_of_plan(
 ) -> PlanLineage:
     """The field lineage of a plan given as parsed JSON, with ``schema_json`` the DataFrame's
     schema (``StructType.jsonValue()``)."""
-    walker = PlanWalker(sources)
+    walker = PlanWalker(sources, known_scan=sources.known_scan)
     result = walker.walk(parse_plan(plan_json))
     columns, fields = _outputs(result, schema_json, walker)
     by_path: dict[m.NamePath, frozenset[Dependency]] = {}

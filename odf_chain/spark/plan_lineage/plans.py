@@ -130,6 +130,22 @@ class LeafInfo:
 
 
 LeafSource = Callable[[PlanNode, list[dict[str, Any]]], LeafInfo | None]
+# A mapper node that is really a read the capture knows (odf_chain's own Arrow read of a
+# dataset): its source, and the source's name for each output column.
+KnownScan = Callable[[PlanNode, list[dict[str, Any]]], tuple[LeafInfo, tuple[str, ...]] | None]
+
+
+def _identity(source: int, output: list[dict[str, Any]], names: list[str]) -> list[Column]:
+    """Columns read as they are from ``source``: attribute ``output[i]`` is its field
+    ``names[i]``, every nested field included."""
+    columns = []
+    for a, name in zip(output, names, strict=True):
+        tree = {
+            path: frozenset({Dependency(SourceField(source, path), m.IDENTITY)})
+            for path in type_paths(a.get("dataType"), (name,))
+        }
+        columns.append(Column(expr_id(a), str(a.get("name")), {p[1:]: d for p, d in tree.items()}))
+    return columns
 
 
 def attributes(fields: dict[str, Any], name: str) -> list[dict[str, Any]]:
@@ -146,6 +162,7 @@ class PlanWalker:
     """Walks one analyzed plan (and the subquery plans inside its expressions)."""
 
     leaf_source: LeafSource
+    known_scan: KnownScan | None = None
     composer: Composer = field(default_factory=Composer)
     unsupported: set[str] = field(default_factory=set)
     notes: list[str] = field(default_factory=list)
@@ -211,6 +228,9 @@ class PlanWalker:
                 return self._opaque(node, children, f"{cls} (expressions not serialised)")
             return handler(self, node, children, outer)
         if cls in OPAQUE_MAPPERS:
+            scan = self._known_scan(node)
+            if scan is not None:
+                return scan
             return self._opaque(node, children, f"{cls} {_function_name(node)}".strip())
         if cls in PASS_THROUGH and len(children) == 1:
             return children[0]
@@ -242,14 +262,17 @@ class PlanWalker:
             for a in output:
                 columns.append(Column(expr_id(a), str(a.get("name")), {(): seen}))
             return NodeResult(columns)
-        for a in output:
-            name = str(a.get("name"))
-            tree = {
-                path: frozenset({Dependency(SourceField(info.source, path), m.IDENTITY)})
-                for path in type_paths(a.get("dataType"), (name,))
-            }
-            columns.append(Column(expr_id(a), name, {p[1:]: d for p, d in tree.items()}))
-        return NodeResult(columns)
+        return NodeResult(_identity(info.source, output, [str(a.get("name")) for a in output]))
+
+    def _known_scan(self, node: PlanNode) -> NodeResult | None:
+        """A mapper that is a read the capture knows: each column is its source's column of the
+        name given (the mapper's own names are positional), as a leaf's are."""
+        output = attributes(node.fields, "output")
+        found = None if self.known_scan is None else self.known_scan(node, output)
+        if found is None:
+            return None
+        info, names = found
+        return NodeResult(_identity(info.source, output, list(names)))
 
     def _unknown_leaf(self, node: PlanNode) -> NodeResult:
         output = attributes(node.fields, "output")
