@@ -4,6 +4,7 @@ answer after inputs grow, against DuckDB's answer to the same SQL over the input
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -449,22 +450,32 @@ def test_field_lineage_is_captured_and_carried_where_odf_readers_skip_it(spark, 
 def test_an_input_read_through_arrow_keeps_its_field_lineage(spark, tmp_path, unit):
     """An input holding timestamps in nanoseconds (pandas' unit) is read through Arrow tasks,
     as Spark's Parquet reader refuses them: the run's field lineage still names the input
-    dataset's fields, as for an input Spark reads itself (ms), never the list of paths the
-    tasks were handed."""
-    source = Dataset.create(tmp_path / "source")
-    at = pa.array(
-        [datetime(2026, 1, 1, h, tzinfo=UTC) for h in (1, 2, 3)], pa.timestamp(unit, "UTC")
-    )
+    dataset's fields and nothing else, as for an input Spark reads itself (ms), never the list
+    of paths the tasks were handed; in a self-join too (Spark gives one side new ids), and
+    from a folder whose name URIs must escape."""
+    source = Dataset.create(tmp_path / "in #1?%41")
+    hours = [datetime(2026, 1, 1, h, tzinfo=UTC) for h in (1, 2, 3)]
+    at = pa.array(hours, pa.timestamp(unit, "UTC"))
     source.write(pa.table({"station": ["a", "a", "b"], "at": at, "temp": [1.0, 2.0, 3.0]}))
-    sql = "SELECT station, MAX(at) AS last_at, AVG(temp) AS mean FROM s GROUP BY station"
-    derive(sql, {"s": source}, tmp_path / "out", create=True, spark=spark)
-    replayed = Dataset.open(tmp_path / "out").lineage()
-    assert replayed.unreachable == []
     src = source.state.dataset_id.to_did()
-    for field, read in (("last_at", "at"), ("mean", "temp"), ("station", "station")):
-        up = {r.field for r in replayed.graph.upstream(replayed.field(field), depth=None)}
-        assert replayed.field(read, src) in up, (field, up)
-        assert {f.dataset for f in up} == {src}, (field, up)
+    queries = {
+        "grouped": "SELECT station, MAX(at) AS last_at, AVG(temp) AS mean FROM s GROUP BY station",
+        "self-join": "SELECT a.station, b.at AS last_at, b.temp AS mean "
+        "FROM s a JOIN s b ON a.station = b.station AND a.at < b.at",
+    }
+    for name, sql in queries.items():
+        derive(sql, {"s": source}, tmp_path / name, create=True, spark=spark)
+        out = Dataset.open(tmp_path / name)
+        replayed = out.lineage()
+        assert replayed.unreachable == []
+        for field, read in (("last_at", "at"), ("mean", "temp"), ("station", "station")):
+            up = {r.field for r in replayed.graph.upstream(replayed.field(field), depth=None)}
+            assert replayed.field(read, src) in up, (name, field, up)
+            assert {f.dataset for f in up} == {src}, (name, field, up)
+        (run,) = [e for e in out.blocks() if isinstance(e.block.event, ExecuteTransform)]
+        recorded = run.block.event.extra[LINEAGE_KEY]
+        recorded = json.loads(recorded) if isinstance(recorded, str) else recorded
+        assert [i.get("dataset_id") for i in recorded["inputs"]] == [src], recorded["inputs"]
 
 
 def test_lineage_offset_names_the_input_blocks_and_offsets_the_run_read(spark, inputs, tmp_path):

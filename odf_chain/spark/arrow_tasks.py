@@ -304,7 +304,7 @@ def _conform(batch: pa.RecordBatch, target: pa.Schema, path: str) -> pa.RecordBa
             continue
         try:
             columns.append(batch.column(f.name).cast(f.type))
-        except pa.ArrowInvalid as exc:
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
             raise SchemaError(
                 f"{path}: column {f.name!r} cannot be given to Spark as {f.type} without "
                 f"changing a value ({exc}): read the dataset with Dataset.to_table() instead"

@@ -44,7 +44,7 @@ def read(spark, dataset: str | Path | Dataset, at: str | int = "head"):
         use_this_python(spark)
         local = isinstance(storage.filesystem, pafs.LocalFileSystem)
         paths = [storage.fs_path(f"data/{n}") for n in names]
-        uris = [storage.spark_uri(path) for path in paths] if local else None
+        uris = [Path(path).as_uri() for path in paths] if local else None  # escaped: # ? %
         return read_in_tasks(spark, storage.filesystem, paths, state.schema, uris)
     paths = [escape_glob(storage.spark_uri(storage.fs_path(f"data/{name}"))) for name in names]
     # Read with the schema in force at that block: slices from before an evolution lack the

@@ -35,7 +35,7 @@ from odf_chain.spark.plan_lineage.model import (
     whole,
 )
 from odf_chain.spark.plan_lineage.plans import Column, LeafInfo, NodeResult, PlanWalker
-from odf_chain.spark.plan_lineage.tree import PlanNode, parse_plan
+from odf_chain.spark.plan_lineage.tree import PlanNode, field_expr, parse_plan
 
 
 @contextmanager
@@ -184,7 +184,8 @@ class _Sources:
         """A ``MapInArrow`` node that is odf_chain's own Arrow read of a dataset's slices
         (:mod:`odf_chain.spark.arrow_reads`): a scan of those files, under the dataset's
         column names."""
-        read = arrow_reads.recall(tuple(expr_id(a) for a in output))
+        function = field_expr(node.fields, "functionExpr")
+        read = None if function is None else arrow_reads.recall(function.fields, len(output))
         if read is None:
             return None
         positional = _attributes_schema(output)

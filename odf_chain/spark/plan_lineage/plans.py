@@ -195,12 +195,18 @@ class PlanWalker:
         stack: list[tuple[PlanNode, bool]] = [(root, False)]
         while stack:
             node, expanded = stack.pop()
+            result = None
             if not expanded:
-                stack.append((node, True))
-                stack.extend((child, False) for child in reversed(node.children))
-                continue
-            children = [results.pop(id(child)) for child in node.children]
-            result = self._node(node, children, outer)
+                # a read the capture knows is a leaf: what is under it (the list of files its
+                # tasks were handed) is how it reads, not a source of the data
+                result = self._known_scan(node) if node.cls in OPAQUE_MAPPERS else None
+                if result is None:
+                    stack.append((node, True))
+                    stack.extend((child, False) for child in reversed(node.children))
+                    continue
+            if result is None:
+                children = [results.pop(id(child)) for child in node.children]
+                result = self._node(node, children, outer)
             for column in result.columns:
                 if column.attr_id is not None:
                     self.known[column.attr_id] = column.tree
@@ -228,9 +234,6 @@ class PlanWalker:
                 return self._opaque(node, children, f"{cls} (expressions not serialised)")
             return handler(self, node, children, outer)
         if cls in OPAQUE_MAPPERS:
-            scan = self._known_scan(node)
-            if scan is not None:
-                return scan
             return self._opaque(node, children, f"{cls} {_function_name(node)}".strip())
         if cls in PASS_THROUGH and len(children) == 1:
             return children[0]
