@@ -11,6 +11,7 @@ from odf_chain.dataset import Dataset
 from odf_chain.errors import NotFoundError, SchemaError
 from odf_chain.events import DatasetKind
 from odf_chain.replay import slices_at
+from odf_chain.schema.names import children
 from odf_chain.spark.arrow_tasks import read_in_tasks
 from odf_chain.spark.input_paths import escape_glob
 from odf_chain.spark.workers import use_this_python
@@ -58,7 +59,7 @@ def _has_nanoseconds(schema: pa.Schema) -> bool:
     def nested(t: pa.DataType) -> bool:
         if pa.types.is_timestamp(t):
             return t.unit == "ns"
-        return any(nested(t.field(i).type) for i in range(t.num_fields))
+        return any(nested(child.type) for _, child in children(t) or ())
 
     return any(nested(field.type) for field in schema)
 
